@@ -1,0 +1,103 @@
+"""``build``: validate every input and plan (``--dry-run``), or run the build (spec 4.1)."""
+
+from __future__ import annotations
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli._common import cli_task, print_json
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.plan import BuildRequest, make_plan
+
+HELP = {
+    "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
+    "hypervisor": "provider: vsphere (platform), cloudstack (orchestrator), nutanix (hci), baremetal or ami",
+    "release_channel": "distro release channel: 1-21, 1-22, 1-23 or 1-24",
+    "os_version": "OS version: ubuntu 20.04 (default) or 22.04; redhat 8 (default)",
+    "vsphere_config": "vSphere build config file (JSON, spec 2.3)",
+    "platform_config": "alias of --vsphere-config",
+    "cloudstack_config": "CloudStack build config file (JSON)",
+    "orchestrator_config": "alias of --cloudstack-config",
+    "nutanix_config": "Nutanix build config file (JSON)",
+    "hci_config": "alias of --nutanix-config",
+    "ami_config": "AMI build config file (JSON)",
+    "baremetal_config": "bare metal build config file (JSON; optional for ubuntu)",
+    "release_manifest": "release manifest (path or URL) to use instead of the channel's; its channel must match",
+    "mirror": "local mirror (directory or URL) that keeps upstream URL paths, for air-gapped sites",
+    "name": "output image name, without extension (default <os>-v<k8s>-<distro>-<n>-amd64)",
+    "output_dir": "directory for the output image, checksum and build manifest (default ./output)",
+    "dry_run": "validate every input and print the plan; build nothing",
+    "output": "plan format: text (default) or json",
+    "offline": "do not fetch the release manifest from the network (mirrors are still read)",
+}
+
+ALIASES = {"platform": "vsphere", "orchestrator": "cloudstack", "hci": "nutanix"}
+
+
+@task(help=HELP, auto_shortflags=False)
+@cli_task
+def build(
+    c: Context,
+    os: str | None = None,
+    hypervisor: str | None = None,
+    release_channel: str | None = None,
+    os_version: str | None = None,
+    vsphere_config: str | None = None,
+    platform_config: str | None = None,
+    cloudstack_config: str | None = None,
+    orchestrator_config: str | None = None,
+    nutanix_config: str | None = None,
+    hci_config: str | None = None,
+    ami_config: str | None = None,
+    baremetal_config: str | None = None,
+    release_manifest: str | None = None,
+    mirror: str | None = None,
+    name: str | None = None,
+    output_dir: str = "output",
+    dry_run: bool = False,
+    output: str = "text",
+    offline: bool = False,
+) -> None:
+    """Build a node image for an OS, provider and release channel (spec 4.1)."""
+    if output not in ("text", "json"):
+        raise InputError(f"'{output}' is not a plan format", field="--output", expected="text or json")
+    given = {
+        "vsphere": vsphere_config,
+        "platform": platform_config,
+        "cloudstack": cloudstack_config,
+        "orchestrator": orchestrator_config,
+        "nutanix": nutanix_config,
+        "hci": hci_config,
+        "ami": ami_config,
+        "baremetal": baremetal_config,
+    }
+    configs: dict[str, str] = {}
+    for key, path in given.items():
+        if path:
+            real = ALIASES.get(key, key)
+            if real in configs:
+                raise InputError(f"--{real}-config given twice (once as --{key}-config)", field=f"--{key}-config")
+            configs[real] = path
+    plan = make_plan(
+        BuildRequest(
+            os=os,
+            hypervisor=hypervisor,
+            release_channel=release_channel,
+            os_version=os_version,
+            configs=configs,
+            release_manifest=release_manifest,
+            mirror=mirror,
+            name=name,
+            output_dir=output_dir,
+            offline=offline,
+        )
+    )
+    if output == "json":
+        print_json({"dry_run": dry_run, **plan.to_json()})
+    else:
+        print(plan.render_text())
+    if not dry_run:
+        raise ExternalError(
+            "this version validates and plans builds; the Packer runner is not part of it yet",
+            hint="rerun with --dry-run",
+        )

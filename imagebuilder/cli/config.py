@@ -1,0 +1,43 @@
+"""``config.*``: the provider config files (spec 2.3)."""
+
+from __future__ import annotations
+
+import json
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli._common import cli_task, print_json
+from imagebuilder.errors import InputError, did_you_mean
+from imagebuilder.files import atomic_write
+from imagebuilder.model import load_catalog
+from imagebuilder.provider_config import MODELS, json_schema
+
+
+def _provider_name(value: str) -> str:
+    name = load_catalog().provider(value, flag="--provider").name
+    if name not in MODELS:
+        raise InputError(f"no config model for {value}{did_you_mean(value, MODELS)}", field="--provider")
+    return name
+
+
+@task(
+    help={
+        "provider": "vsphere, cloudstack, nutanix, ami or baremetal (or platform, orchestrator, hci)",
+        "dest": "write the schema to this file instead of printing it",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def schema(c: Context, provider: str = "", dest: str = "") -> None:
+    """Print the JSON Schema of a provider config file, for editors."""
+    if not provider:
+        raise InputError("required flag missing", field="--provider", expected=f"one of {', '.join(MODELS)}")
+    data = json_schema(_provider_name(provider))
+    if dest:
+        with atomic_write(dest) as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        print(f"wrote {dest}")
+    else:
+        print_json(data)

@@ -1,0 +1,59 @@
+"""The ``image-builder`` console script: an Invoke Program over the same namespace as tasks.py."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from invoke.exceptions import Exit, ParseError
+from invoke.program import Program
+
+from imagebuilder import __version__
+from imagebuilder.cli import namespace
+from imagebuilder.errors import did_you_mean
+
+
+def friendly_parse_error(exc: ParseError, task_names: list[str]) -> str:
+    """Invoke's parse error plus a "did you mean" for a mistyped flag or task name."""
+    text = str(exc)
+    match = re.match(r"No idea what '([^']+)' is!", text)
+    if match:
+        word = match.group(1)
+        candidates = list(exc.context.flags.keys()) if exc.context is not None and word.startswith("-") else []
+        candidates += task_names
+        text += did_you_mean(word, candidates)
+    return f"error: {text}"
+
+
+def _parse_tasks_exit_2(self: Program, original: Any) -> None:
+    try:
+        original(self)
+    except ParseError as exc:
+        names = list(self.collection.task_names) if self.collection is not None else []
+        raise Exit(friendly_parse_error(exc, names), code=2) from None
+
+
+def exit_2_on_bad_flags() -> None:
+    """Make Invoke's own ``invoke`` program exit 2 (not 1) on bad flags, like ``image-builder`` does.
+
+    tasks.py calls this when Invoke loads it, which happens before task flags are parsed. Bad input must exit 2
+    whichever front end the user types.
+    """
+    if getattr(Program.parse_tasks, "_imagebuilder", False):
+        return
+    original = Program.parse_tasks
+
+    def parse_tasks(self: Program) -> None:
+        _parse_tasks_exit_2(self, original)
+
+    parse_tasks._imagebuilder = True  # type: ignore[attr-defined]
+    Program.parse_tasks = parse_tasks  # type: ignore[method-assign]
+
+
+exit_2_on_bad_flags()
+
+program = Program(namespace=namespace, name="image-builder", binary="image-builder", version=__version__)
+
+
+def main() -> None:
+    program.run()

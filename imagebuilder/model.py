@@ -1,0 +1,229 @@
+"""The one model of OS x provider x release channel, loaded from ``config/matrix.yaml`` and
+``config/release-channels.yaml``.
+
+Validation, plan building, naming, rendering and the tests all ask this module; none of them keeps its own list
+of operating systems, providers or channels. Real names are canonical; the spec's kind names (``os2``,
+``platform``...) resolve to them everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, TypeVar
+
+from imagebuilder.errors import InputError, did_you_mean
+from imagebuilder.files import load_yaml_mapping
+from imagebuilder.profile import config_dir, load_profile
+
+ConfigNeed = Literal["required", "optional"]
+
+
+@dataclass(frozen=True)
+class OsVersion:
+    version: str
+    default: bool = False
+    ami_filter_name: str | None = None
+
+
+@dataclass(frozen=True)
+class OperatingSystem:
+    name: str
+    kind: str
+    aliases: tuple[str, ...]
+    buildable: bool
+    versions: tuple[OsVersion, ...] = ()
+    download_task: str | None = None
+
+    @property
+    def default_version(self) -> OsVersion | None:
+        return next((v for v in self.versions if v.default), self.versions[0] if self.versions else None)
+
+    def version(self, value: str | None, flag: str = "--os-version") -> OsVersion:
+        """Resolve ``--os-version``; None gives the default."""
+        if value is None:
+            default = self.default_version
+            assert default is not None, f"{self.name} has no versions"
+            return default
+        for v in self.versions:
+            if v.version == value:
+                return v
+        versions = [v.version for v in self.versions]
+        raise InputError(
+            f"'{value}' is not a supported {self.name} version{did_you_mean(value, versions)}",
+            field=flag,
+            expected=f"one of {', '.join(versions)}",
+        )
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    kind: str
+    aliases: tuple[str, ...]
+    output: str
+    extension: str
+    description: str
+
+    @property
+    def config_flag(self) -> str:
+        return f"--{self.name}-config"
+
+
+@dataclass(frozen=True)
+class ReleaseChannel:
+    """A supported channel: ``1-24`` -> Kubernetes v1.24.8, distro release 5."""
+
+    name: str
+    kubernetes_version: str
+    release: int
+
+    @property
+    def minor(self) -> str:
+        """``1.24``, the form used by ``--kubernetes`` and KUBEVERSION."""
+        return self.name.replace("-", ".")
+
+    @property
+    def manifest_url(self) -> str:
+        return load_profile().manifest_url(self.name, self.release)
+
+    @property
+    def release_name(self) -> str:
+        return load_profile().release_name(self.name, self.release)
+
+
+@dataclass(frozen=True)
+class BuildPair:
+    os: OperatingSystem
+    provider: Provider
+    config: ConfigNeed
+
+
+@dataclass(frozen=True)
+class Catalog:
+    operating_systems: dict[str, OperatingSystem]
+    providers: dict[str, Provider]
+    channels: dict[str, ReleaseChannel]
+    builds: tuple[BuildPair, ...]
+    downloads: tuple[tuple[str, str], ...]
+    artifact_name: str
+    ami_defaults: dict[str, Any] = field(default_factory=dict)
+    nutanix_defaults: dict[str, Any] = field(default_factory=dict)
+
+    # --- name resolution -------------------------------------------------------------------------------------
+    def os(self, value: str, flag: str = "--os") -> OperatingSystem:
+        return _resolve(value, self.operating_systems, flag, "operating system")
+
+    def provider(self, value: str, flag: str = "--hypervisor") -> Provider:
+        return _resolve(value, self.providers, flag, "provider")
+
+    def channel(self, value: str, flag: str = "--release-channel") -> ReleaseChannel:
+        if value in self.channels:
+            return self.channels[value]
+        valid = ", ".join(self.channels)
+        hint = ""
+        if re.fullmatch(r"\d+\.\d+", value) and value.replace(".", "-") in self.channels:
+            hint = f"; did you mean '{value.replace('.', '-')}'? channels are written <major>-<minor>"
+        raise InputError(f"'{value}' is not a supported release channel{hint}", field=flag, expected=f"one of {valid}")
+
+    def channel_for_kubernetes(self, value: str, flag: str = "--kubernetes") -> ReleaseChannel:
+        """Accept ``1.24`` (or ``1-24``, ``v1.24``) and return its channel."""
+        norm = value.lstrip("v").replace(".", "-")
+        if norm in self.channels:
+            return self.channels[norm]
+        valid = ", ".join(c.minor for c in self.channels.values())
+        raise InputError(f"'{value}' is not a supported Kubernetes version", field=flag, expected=f"one of {valid}")
+
+    # --- support matrix --------------------------------------------------------------------------------------
+    def build_pair(self, os: OperatingSystem, provider: Provider) -> BuildPair:
+        """The buildable pair, or an error that says what to do instead."""
+        for pair in self.builds:
+            if pair.os == os and pair.provider == provider:
+                return pair
+        if not os.buildable:
+            where = ", ".join(p for o, p in self.downloads if o == os.name)
+            raise InputError(
+                f"{os.name} ({os.kind}) images are published by the project and are not built; "
+                f"download them with 'image-builder {os.download_task}' (providers: {where})",
+                field="--os",
+            )
+        valid = ", ".join(p.provider.name for p in self.builds if p.os == os)
+        raise InputError(
+            f"{os.name} ({os.kind}) cannot be built for {provider.name}",
+            field="--hypervisor",
+            expected=f"one of {valid} for {os.name}",
+        )
+
+
+_Named = TypeVar("_Named", OperatingSystem, Provider)
+
+
+def _resolve(value: str, table: dict[str, _Named], flag: str, what: str) -> _Named:
+    key = value.strip().lower()
+    for item in table.values():
+        if key == item.name or key in item.aliases:
+            return item
+    names = [n for entry in table.values() for n in (entry.name, *entry.aliases)]
+    valid = ", ".join(
+        f"{entry.name} ({', '.join(entry.aliases)})" if entry.aliases else entry.name for entry in table.values()
+    )
+    raise InputError(f"unknown {what} '{value}'{did_you_mean(key, names)}", field=flag, expected=f"one of {valid}")
+
+
+@lru_cache(maxsize=1)
+def load_catalog() -> Catalog:
+    """Load and cross-check the matrix; an inconsistent config directory is a bug, reported as input error."""
+    path = config_dir() / "matrix.yaml"
+    raw = load_yaml_mapping(path, "support matrix")
+    chan_path = config_dir() / "release-channels.yaml"
+    raw_channels = load_yaml_mapping(chan_path, "release channels")["channels"]
+    try:
+        oses = {
+            name: OperatingSystem(
+                name=name,
+                kind=o["kind"],
+                aliases=tuple(o.get("aliases", ())),
+                buildable=bool(o["buildable"]),
+                versions=tuple(
+                    OsVersion(
+                        version=str(ver), default=bool(v.get("default")), ami_filter_name=v.get("ami_filter_name")
+                    )
+                    for ver, v in (o.get("versions") or {}).items()
+                ),
+                download_task=o.get("download_task"),
+            )
+            for name, o in raw["operating_systems"].items()
+        }
+        providers = {
+            name: Provider(
+                name=name,
+                kind=p["kind"],
+                aliases=tuple(p.get("aliases", ())),
+                output=p["output"],
+                extension=p["extension"],
+                description=p["description"],
+            )
+            for name, p in raw["providers"].items()
+        }
+        builds = tuple(BuildPair(oses[b["os"]], providers[b["provider"]], b["config"]) for b in raw["builds"])
+        downloads = tuple((d["os"], d["provider"]) for d in raw.get("downloads", ()))
+        channels = {
+            str(name): ReleaseChannel(str(name), c["kubernetes_version"], int(c["release"]))
+            for name, c in raw_channels.items()
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"malformed entry: {exc!r}", source=path) from None
+    for ch in channels.values():
+        if not re.fullmatch(r"\d+-\d+", ch.name) or not ch.kubernetes_version.startswith(f"v{ch.minor}."):
+            raise InputError(f"channel {ch.name} does not match {ch.kubernetes_version}", source=chan_path)
+    return Catalog(
+        operating_systems=oses,
+        providers=providers,
+        channels=channels,
+        builds=builds,
+        downloads=downloads,
+        artifact_name=raw["artifact_name"],
+        ami_defaults=dict(raw.get("ami_defaults", {})),
+        nutanix_defaults=dict(raw.get("nutanix_defaults", {})),
+    )

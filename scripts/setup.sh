@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install everything image-builder needs on a fresh Debian machine: system packages and the project virtualenv.
+# Safe to rerun: every step converges. Run as root (or with sudo available).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+# System packages. Grouped by the issue that needs them; apt-get skips what is already installed.
+APT_PACKAGES=(
+  ca-certificates curl git jq unzip make
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "==> apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python virtualenv with the project (editable) and its dev tools.
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv"
+  "$PY" -m venv .venv || {
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv
+    "$PY" -m venv .venv
+  }
+fi
+echo "==> pip install -e .[dev]"
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q -e '.[dev]'
+echo "==> setup done: activate with 'source .venv/bin/activate' (or call .venv/bin/invoke / .venv/bin/image-builder)"
