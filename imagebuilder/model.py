@@ -156,18 +156,21 @@ class Catalog:
         )
 
 
-_Named = TypeVar("_Named", OperatingSystem, Provider)
+_Named = TypeVar("_Named", bound=OperatingSystem | Provider)
 
 
 def _resolve(value: str, table: dict[str, _Named], flag: str, what: str) -> _Named:
     key = value.strip().lower()
-    for item in table.values():
+    entries: list[_Named] = list(table.values())
+    for item in entries:
         if key == item.name or key in item.aliases:
             return item
-    names = [n for entry in table.values() for n in (entry.name, *entry.aliases)]
-    valid = ", ".join(
-        f"{entry.name} ({', '.join(entry.aliases)})" if entry.aliases else entry.name for entry in table.values()
-    )
+    names: list[str] = []
+    shown: list[str] = []
+    for entry in entries:
+        names += [entry.name, *entry.aliases]
+        shown.append(f"{entry.name} ({', '.join(entry.aliases)})" if entry.aliases else entry.name)
+    valid = ", ".join(shown)
     raise InputError(f"unknown {what} '{value}'{did_you_mean(key, names)}", field=flag, expected=f"one of {valid}")
 
 

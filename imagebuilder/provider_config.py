@@ -628,8 +628,13 @@ def _pydantic_problems(exc: ValidationError, model: type[ProviderConfig]) -> lis
     return problems
 
 
-def canonical_keys(raw: dict[str, Any], model: type[ProviderConfig]) -> tuple[dict[str, Any], list[Problem]]:
-    """Map alias keys to the spec's names; report unknown and doubled keys."""
+def canonical_keys(
+    raw: dict[str, Any], model: type[ProviderConfig]
+) -> tuple[dict[str, Any], dict[str, str], list[Problem]]:
+    """Map alias keys to the spec's names; report unknown and doubled keys.
+
+    Returns the data under the spec's names, each name's key as the file spells it, and the problems.
+    """
     accepted = model.accepted_keys()
     data: dict[str, Any] = {}
     given_as: dict[str, str] = {}
@@ -643,7 +648,7 @@ def canonical_keys(raw: dict[str, Any], model: type[ProviderConfig]) -> tuple[di
             problems.append(Problem(key, f"given twice, as '{given_as[name]}' and '{key}'", "one of them"))
             continue
         data[name], given_as[name] = value, key
-    return data, problems
+    return data, given_as, problems
 
 
 def load_provider_config(provider: str, path: str | Path, ctx: ConfigContext) -> ProviderConfig:
@@ -654,7 +659,7 @@ def load_provider_config(provider: str, path: str | Path, ctx: ConfigContext) ->
 
 
 def validate_provider_config(model: type[ProviderConfig], raw: dict[str, Any], ctx: ConfigContext) -> ProviderConfig:
-    data, problems = canonical_keys(raw, model)
+    data, given_as, problems = canonical_keys(raw, model)
     model.fill_defaults(data, ctx)
     problems += model.cross_check(data, ctx)
     config: ProviderConfig | None = None
@@ -668,7 +673,12 @@ def validate_provider_config(model: type[ProviderConfig], raw: dict[str, Any], c
         for p in problems:
             if (p.field, p.message) not in seen:
                 seen.add((p.field, p.message))
-                errors.append(InputError(p.message, source=ctx.source, field=p.field, expected=p.expected))
+                # name the key as the user wrote it (an alias stays an alias in the message)
+                head, dot, rest = p.field.partition(".")
+                bracket = head.find("[")
+                root = head if bracket < 0 else head[:bracket]
+                shown = given_as.get(root, root) + head[len(root) :] + dot + rest
+                errors.append(InputError(p.message, source=ctx.source, field=shown, expected=p.expected))
         raise InputErrors(errors)
     assert config is not None
     return config

@@ -163,7 +163,9 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
         found = [
             (c, a)
             for c, a in assets
-            if a.get("type") == "Image" and a.get("name") == f"{image}-image" and ARCH in (a.get("arch") or [])
+            if a.get("type") == "Image"
+            and a.get("name") == f"{image}-image"
+            and ARCH in (a.get("arch") or [ARCH])  # no arch list: a multi-arch image
         ]
         if not found:
             raise _missing(f"{image} image", f"an Image asset named {image}-image", source)

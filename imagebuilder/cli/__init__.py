@@ -9,11 +9,16 @@ from invoke.collection import Collection
 
 from imagebuilder.cli import build as _build
 from imagebuilder.cli import config as _config
+from imagebuilder.cli import dev as _dev
+from imagebuilder.cli import docs as _docs
 
 
 def make_namespace() -> Collection:
     ns = Collection()
     ns.add_task(_build.build)
+    ns.add_task(_docs.docs)
+    ns.add_task(_dev.lint)
+    ns.add_task(_dev.test)
     ns.add_collection(Collection.from_module(_config, name="config"))
     return ns
 

@@ -1,0 +1,19 @@
+"""``docs``: regenerate the parts of README.md that come from the code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli._common import cli_task
+from imagebuilder.docs import update_readme
+
+
+@task(help={"readme": "README file to update (default: the project's README.md)"}, auto_shortflags=False)
+@cli_task
+def docs(c: Context, readme: str = "") -> None:
+    """Regenerate the README's config reference from the config models."""
+    path = Path(readme) if readme else Path(__file__).resolve().parents[2] / "README.md"
+    print(f"{'updated' if update_readme(path) else 'up to date'}: {path}")

@@ -1,0 +1,342 @@
+"""The command line end to end: the real ``image-builder`` and ``invoke`` programs in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from imagebuilder.cli import namespace
+from imagebuilder.docs import config_reference
+from tests.conftest import EXAMPLES, PAIRS, ROOT, build_args, reference, run
+
+SECRETS = ("change-me", "change-me-api-key", "change-me-secret-key")
+
+
+def test_both_programs_list_every_task_with_help() -> None:
+    for program in ("image-builder", "invoke"):
+        res = run("--list", program=program)
+        assert res.code == 0, res.err
+        for name in namespace.task_names:
+            line = next((ln for ln in res.out.splitlines() if ln.strip().startswith(name + " ")), None)
+            assert line is not None and len(line.split()) > 1, f"{program} --list lacks help for {name}"
+
+
+def test_every_flag_has_help() -> None:
+    for name in namespace.task_names:
+        task = namespace[name]
+        assert task.__doc__ or task.body.__doc__, name
+        for arg in task.get_arguments():
+            assert arg.help, f"{name} --{arg.name} has no help text"
+
+
+@pytest.mark.parametrize(
+    ("pair", "config"), list(PAIRS.items()), ids=lambda v: "-".join(v) if isinstance(v, tuple) else ""
+)
+def test_dry_run_every_pair_fast_and_writes_nothing(pair: tuple[str, str], config: str | None, tmp_path: Path) -> None:
+    os_name, provider = pair
+    start = time.monotonic()
+    res = run(*build_args(os_name, provider), "--dry-run", "--offline", cwd=tmp_path)
+    elapsed = time.monotonic() - start
+    assert res.code == 0, res.err
+    assert elapsed < 2.0, f"dry run took {elapsed:.2f}s"
+    assert f"{os_name} " in res.out and f"for {provider}" in res.out
+    assert "kubernetes          v1.24.8" in res.out
+    assert "kubernetes-1-24-eks-5" in res.out
+    assert list(tmp_path.iterdir()) == [], "a dry run must write nothing"
+    for secret in SECRETS:
+        assert secret not in res.out + res.err
+
+
+def test_output_kind_and_name_per_provider() -> None:
+    expected = {
+        "vsphere": ("ova", "ubuntu-v1.24.8-eks-5-amd64.ova"),
+        "baremetal": ("raw.gz", "ubuntu-v1.24.8-eks-5-amd64.gz"),
+        "ami": ("ami", "ubuntu-v1.24.8-eks-5-amd64"),
+        "nutanix": ("qcow2", "ubuntu-v1.24.8-eks-5-amd64.qcow2"),
+    }
+    for provider, (kind, name) in expected.items():
+        res = run(*build_args("ubuntu", provider), "--dry-run", "--offline", "--output", "json")
+        assert res.code == 0, res.err
+        plan = json.loads(res.out)
+        assert (plan["output"]["kind"], plan["output"]["name"]) == (kind, name)
+    cs = json.loads(run(*build_args("redhat", "cloudstack"), "--dry-run", "--offline", "--output", "json").out)
+    assert cs["output"]["name"] == "redhat-v1.24.8-eks-5-amd64.qcow2"
+    assert cs["os_version"] == "8"
+
+
+def test_json_plan_contents_and_masked_secrets() -> None:
+    res = run(*build_args("redhat", "vsphere", "1-22"), "--dry-run", "--offline", "--output", "json")
+    plan = json.loads(res.out)
+    assert plan["dry_run"] is True
+    assert (plan["os"], plan["os_kind"], plan["provider"], plan["provider_kind"]) == (
+        "redhat",
+        "OS-3",
+        "vsphere",
+        "platform",
+    )
+    assert (plan["release_channel"], plan["kubernetes_version"], plan["distro_release"]) == ("1-22", "v1.22.16", 15)
+    assert plan["release_manifest"] == {
+        "source": "https://distro.eks.amazonaws.com/kubernetes-1-22/kubernetes-1-22-eks-15.yaml",
+        "resolved": False,
+        "note": "not resolved offline (--offline)",
+    }
+    assert plan["config"]["password"] == "********"
+    assert plan["config"]["enterprise_password"] == "********"
+    assert any("subscription" in s for s in plan["steps"])
+    assert "change-me" not in res.out
+
+
+def test_spec_kind_names_give_the_same_plan() -> None:
+    canonical = run(*build_args("ubuntu", "vsphere"), "--dry-run", "--offline", "--output", "json")
+    kinds = run(
+        "build", "--os", "os2", "--hypervisor", "platform", "--release-channel", "1-24",
+        "--platform-config", str(EXAMPLES / "vsphere-ubuntu.json"), "--dry-run", "--offline", "--output", "json",
+    )  # fmt: skip
+    assert canonical.code == kinds.code == 0
+    assert json.loads(canonical.out) == json.loads(kinds.out)
+
+
+def test_invoke_and_image_builder_agree() -> None:
+    args = [*build_args("ubuntu", "nutanix"), "--dry-run", "--offline", "--output", "json"]
+    assert json.loads(run(*args).out) == json.loads(run(*args, program="invoke").out)
+
+
+def test_os_version_and_name_override() -> None:
+    res = run(
+        *build_args("ubuntu", "baremetal"),
+        "--os-version",
+        "22.04",
+        "--name",
+        "edge-node.gz",
+        "--dry-run",
+        "--offline",
+        "--output",
+        "json",
+    )
+    plan = json.loads(res.out)
+    assert plan["os_version"] == "22.04"
+    assert plan["output"]["name"] == "edge-node.gz"
+    bad = run(*build_args("ubuntu", "baremetal"), "--name", "../etc/passwd", "--dry-run")
+    assert bad.code == 2 and "--name" in bad.err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["build", "--hypervisor", "vsphere", "--release-channel", "1-24"], "--os"),
+        (["build", "--os", "ubuntu", "--release-channel", "1-24"], "--hypervisor"),
+        (["build", "--os", "ubuntu", "--hypervisor", "baremetal"], "--release-channel"),
+        (["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1.24"], "did you mean '1-24'"),
+        (
+            ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "124"],
+            "1-21, 1-22, 1-23, 1-24",
+        ),
+        (
+            ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-25"],
+            "1-21, 1-22, 1-23, 1-24",
+        ),
+        (
+            ["build", "--os", "bottlerocket", "--hypervisor", "vsphere", "--release-channel", "1-24"],
+            "download.bottlerocket",
+        ),
+        (
+            ["build", "--os", "ubuntu", "--hypervisor", "cloudstack", "--release-channel", "1-24"],
+            "vsphere, baremetal, ami, nutanix",
+        ),
+        (["build", "--os", "debian", "--hypervisor", "vsphere", "--release-channel", "1-24"], "ubuntu (os2)"),
+        (["build", "--os", "ubuntu", "--hypervisor", "vsphere", "--release-channel", "1-24"], "--vsphere-config"),
+        (
+            [
+                "build",
+                "--os",
+                "ubuntu",
+                "--hypervisor",
+                "baremetal",
+                "--release-channel",
+                "1-24",
+                "--ami-config",
+                "x.json",
+            ],
+            "--ami-config",
+        ),
+        (
+            [
+                "build",
+                "--os",
+                "ubuntu",
+                "--hypervisor",
+                "baremetal",
+                "--release-channel",
+                "1-24",
+                "--os-version",
+                "18.04",
+            ],
+            "20.04, 22.04",
+        ),
+        (
+            ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--output", "yaml"],
+            "text or json",
+        ),
+        (
+            ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-chanel", "1-24"],
+            "did you mean '--release-channel'",
+        ),
+        (["biuld"], "did you mean 'build'"),
+        (
+            [
+                "build",
+                "--os",
+                "ubuntu",
+                "--hypervisor",
+                "vsphere",
+                "--release-channel",
+                "1-24",
+                "--vsphere-config",
+                "/no/such.json",
+            ],
+            "/no/such.json: vsphere config file not found",
+        ),
+        (
+            [
+                "build",
+                "--os",
+                "ubuntu",
+                "--hypervisor",
+                "baremetal",
+                "--release-channel",
+                "1-24",
+                "--mirror",
+                "/no/such/dir",
+            ],
+            "mirror directory does not exist",
+        ),
+        (
+            [
+                "build",
+                "--os",
+                "ubuntu",
+                "--hypervisor",
+                "vsphere",
+                "--release-channel",
+                "1-24",
+                "--vsphere-config",
+                "a.json",
+                "--platform-config",
+                "b.json",
+            ],
+            "given twice",
+        ),
+    ],
+)
+@pytest.mark.parametrize("program", ["image-builder", "invoke"])
+def test_bad_input_exits_2_and_writes_nothing(args: list[str], needle: str, program: str, tmp_path: Path) -> None:
+    res = (
+        run(*args, "--dry-run", "--output-dir", str(tmp_path / "out"), program=program)
+        if args[0] == "build" and "--output" not in args
+        else run(*args, program=program)
+    )
+    assert res.code == 2, (res.code, res.out, res.err)
+    assert needle in res.err
+    assert res.err.startswith("error: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_config_file_names_file_field_and_expectation(tmp_path: Path) -> None:
+    bad = tmp_path / "vs.json"
+    bad.write_text(json.dumps({"vcenter_server": "https://vc", "usernme": "u", "linked_clone": "yes"}))
+    res = run(*build_args("ubuntu", "vsphere")[:7], "--vsphere-config", str(bad), "--dry-run")
+    assert res.code == 2
+    lines = res.err.splitlines()
+    assert all(line.startswith(f"error: {bad}: ") for line in lines), res.err
+    assert any("usernme: unknown field" in ln and "did you mean 'username'" in ln for ln in lines)
+    assert any("vcenter_server: must be a host name or IP address, not a URL" in ln for ln in lines)
+    assert any('linked_clone: must be the string "true" or "false"' in ln for ln in lines)
+    assert any("password: required field is missing (expected vCenter password (secret))" in ln for ln in lines)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"a": 1,,}')
+    res = run(*build_args("ubuntu", "vsphere")[:7], "--vsphere-config", str(broken), "--dry-run")
+    assert res.code == 2 and "invalid JSON at line 1, column 9" in res.err
+
+
+def test_release_manifest_override_uses_its_number_and_version(tmp_path: Path) -> None:
+    sample = reference("eksd", "kubernetes-1-21-eks-4.yaml")
+    res = run(
+        *build_args("ubuntu", "baremetal", "1-21"), "--release-manifest", str(sample), "--dry-run", "--output", "json"
+    )
+    assert res.code == 0, res.err
+    plan = json.loads(res.out)
+    assert (plan["kubernetes_version"], plan["distro_release"]) == ("v1.21.2", 4)
+    assert plan["release_name"] == "kubernetes-1-21-eks-4"
+    assert plan["output"]["name"] == "ubuntu-v1.21.2-eks-4-amd64.gz"
+    assert plan["release_manifest"]["resolved"] is True
+    kubelet = next(a for a in plan["artifacts"] if a["name"] == "kubelet")
+    assert kubelet["sha256"] == "6bc6a526555f92b740cf11e490a1011680bdc037b2827faa2936066a12326388"
+    mismatch = run(*build_args("ubuntu", "baremetal", "1-24"), "--release-manifest", str(sample), "--dry-run")
+    assert mismatch.code == 2
+    assert "spec.channel is 1-21, but --release-channel is 1-24" in mismatch.err
+    assert str(sample) in mismatch.err
+
+
+def test_release_manifest_from_url_and_unreachable(http_server: str) -> None:
+    url = f"{http_server}/kubernetes-1-24/kubernetes-1-24-eks-5.yaml"
+    res = run(*build_args("ubuntu", "ami"), "--release-manifest", url, "--dry-run", "--output", "json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["release_manifest"]["source"] == url
+    gone = run(*build_args("ubuntu", "ami"), "--release-manifest", f"{http_server}/missing.yaml", "--dry-run")
+    assert gone.code == 1
+    assert "HTTP 404" in gone.err and "try:" in gone.err
+
+
+@pytest.mark.parametrize("kind", ["dir", "url"])
+def test_mirror_resolves_artifacts(kind: str, mirror_dir: Path, http_server: str) -> None:
+    mirror = str(mirror_dir) if kind == "dir" else http_server
+    res = run(*build_args("ubuntu", "baremetal"), "--mirror", mirror, "--dry-run", "--output", "json")
+    assert res.code == 0, res.err
+    plan = json.loads(res.out)
+    assert plan["release_manifest"]["resolved"] is True
+    assert plan["release_manifest"]["source"].startswith(mirror)
+    names = {a["name"] for a in plan["artifacts"]}
+    assert {"kubelet", "kubeadm", "kubectl", "cni-plugins", "etcd", "pause", "coredns", "kube-apiserver"} <= names
+    for a in plan["artifacts"]:
+        if a["kind"] != "image":
+            assert len(a["sha256"]) == 64
+            assert a["fetch_from"].startswith(mirror)
+            assert a["fetch_from"].endswith(a["uri"].split("distro.eks.amazonaws.com", 1)[1])
+    text = run(*build_args("ubuntu", "baremetal"), "--mirror", mirror, "--dry-run")
+    assert "binary  kubelet" in text.out
+
+
+def test_unreachable_upstream_plans_without_artifacts() -> None:
+    res = run(*build_args("ubuntu", "baremetal"), "--dry-run")
+    assert res.code == 0
+    assert "not resolved offline" in res.out
+
+
+def test_without_dry_run_says_builds_are_not_available_yet(tmp_path: Path) -> None:
+    res = run(*build_args("ubuntu", "baremetal"), "--offline", "--output-dir", str(tmp_path / "out"))
+    assert res.code == 1
+    assert "rerun with --dry-run" in res.err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("provider", ["vsphere", "platform", "cloudstack", "nutanix", "hci", "ami", "baremetal"])
+def test_config_schema(provider: str) -> None:
+    res = run("config.schema", "--provider", provider)
+    assert res.code == 0, res.err
+    schema = json.loads(res.out)
+    assert schema["additionalProperties"] is False
+
+
+def test_config_schema_to_file_and_bad_provider(tmp_path: Path) -> None:
+    dest = tmp_path / "vsphere.schema.json"
+    assert run("config.schema", "--provider", "vsphere", "--dest", str(dest)).code == 0
+    assert "platform_server" in json.loads(dest.read_text())["required"]
+    bad = run("config.schema", "--provider", "vspere")
+    assert bad.code == 2 and "did you mean 'vsphere'" in bad.err
+
+
+def test_readme_config_reference_is_current() -> None:
+    assert config_reference() in (ROOT / "README.md").read_text(), "run 'invoke docs'"

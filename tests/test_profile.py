@@ -1,0 +1,57 @@
+"""The product profile is the one home of product-specific values."""
+
+from __future__ import annotations
+
+import re
+
+from imagebuilder import __version__
+from imagebuilder.profile import load_profile
+from tests.conftest import ROOT
+
+# Values the spec leaves as placeholders; only config/ may spell them.
+PRODUCT_VALUES = [
+    r"\beksa\b",
+    r"\bEKSA",
+    r"eks-anywhere",
+    r"amazonaws\.com",
+    r"bottlerocket\.aws",
+    r"eksdRelease",
+    r"vSphereUser",
+    r"CloudAdminRole",
+]
+SHIPPED = ["imagebuilder", "tasks.py", "templates", "packer", "ansible", "cloud-init", "scripts", "bench"]
+
+
+def test_profile_values() -> None:
+    p = load_profile()
+    assert p.product.short_name == "eksa"
+    assert p.vsphere_user.group == "EKSAUsers"
+    assert (p.vsphere_user.global_role, p.vsphere_user.user_role, p.vsphere_user.admin_role) == (
+        "EKSAGlobalRole",
+        "EKSAUserRole",
+        "EKSACloudAdminRole",
+    )
+    assert p.vsphere_user.api_version == "eks-anywhere.amazon.com/v1"
+    assert p.vsphere_user.kind == "vSphereUser"
+    assert p.distro.name == "eks"
+    assert (p.tags.os_category, p.tags.release_category) == ("os", "eksdRelease")
+    assert p.hosts.assets == "anywhere-assets.eks.amazonaws.com"
+    assert p.hosts.os1_updates == "updates.bottlerocket.aws"
+    assert (p.versions.image_builder, p.versions.bundle, p.versions.os1_image) == ("0.1.2", 25, "v1.10.1")
+    assert p.versions.image_builder == __version__
+
+
+def test_no_shipped_file_hard_codes_product_values() -> None:
+    offenders = []
+    for top in SHIPPED:
+        base = ROOT / top
+        files = [base] if base.is_file() else [f for f in base.rglob("*") if f.is_file()] if base.exists() else []
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            text = f.read_text(errors="replace")
+            for pattern in PRODUCT_VALUES:
+                for m in re.finditer(pattern, text):
+                    line = text.count("\n", 0, m.start()) + 1
+                    offenders.append(f"{f.relative_to(ROOT)}:{line}: {m.group(0)}")
+    assert not offenders, "product values outside config/:\n" + "\n".join(offenders)
