@@ -22,9 +22,15 @@ ConfigNeed = Literal["required", "optional"]
 
 @dataclass(frozen=True)
 class OsVersion:
+    """An installable OS version and the facts its install needs (from config/matrix.yaml)."""
+
     version: str
     default: bool = False
     ami_filter_name: str | None = None
+    iso_url: str | None = None
+    iso_checksum: str | None = None
+    guest_os_type: str | None = None
+    boot_command: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,7 @@ class Catalog:
     artifact_name: str
     ami_defaults: dict[str, Any] = field(default_factory=dict)
     nutanix_defaults: dict[str, Any] = field(default_factory=dict)
+    build_vm: dict[str, int] = field(default_factory=dict)
 
     # --- name resolution -------------------------------------------------------------------------------------
     def os(self, value: str, flag: str = "--os") -> OperatingSystem:
@@ -190,7 +197,13 @@ def load_catalog() -> Catalog:
                 buildable=bool(o["buildable"]),
                 versions=tuple(
                     OsVersion(
-                        version=str(ver), default=bool(v.get("default")), ami_filter_name=v.get("ami_filter_name")
+                        version=str(ver),
+                        default=bool(v.get("default")),
+                        ami_filter_name=v.get("ami_filter_name"),
+                        iso_url=v.get("iso_url"),
+                        iso_checksum=v.get("iso_checksum"),
+                        guest_os_type=v.get("guest_os_type"),
+                        boot_command=tuple(v.get("boot_command") or ()),
                     )
                     for ver, v in (o.get("versions") or {}).items()
                 ),
@@ -229,4 +242,5 @@ def load_catalog() -> Catalog:
         artifact_name=raw["artifact_name"],
         ami_defaults=dict(raw.get("ami_defaults", {})),
         nutanix_defaults=dict(raw.get("nutanix_defaults", {})),
+        build_vm={k: int(v) for k, v in raw["build_vm"].items()},
     )

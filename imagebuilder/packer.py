@@ -1,0 +1,339 @@
+"""Render a build plan into a Packer workspace, and run Packer's own checks on it.
+
+Layout of a rendered build (one directory per build, under the workspace root):
+
+    node.pkr.hcl          the Packer template (from packer/<builder>/node.pkr.hcl.j2)
+    http/                 install seed served by Packer's HTTP server (autoinstall user-data or kickstart)
+    ssh/id_ed25519(.pub)  a key pair made for this build; the seed authorises it, Packer logs in with it
+    ansible-vars.json     node role variables (no secrets)
+
+Secrets never enter these files: the template declares them as ``sensitive`` variables with no default, and
+:attr:`RenderedBuild.env` carries them as ``PKR_VAR_*`` environment variables for the Packer process only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.files import atomic_write
+from imagebuilder.hostinfo import KvmStatus, kvm_status
+from imagebuilder.model import load_catalog
+from imagebuilder.plan import BuildPlan
+from imagebuilder.provider_config import (
+    AmiConfig,
+    BaremetalConfig,
+    NutanixConfig,
+    Os3Fields,
+    VsphereConfig,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_USER = "builder"
+AMI_USER = "ubuntu"
+
+#: provider -> directory under packer/
+BUILDERS = {"vsphere": "vsphere", "baremetal": "qemu", "cloudstack": "qemu", "ami": "amazon", "nutanix": "nutanix"}
+
+#: plugins a Packer >= 1.7 template declares (built into Packer 1.6)
+PLUGINS = {
+    "vsphere": [("vsphere", "github.com/hashicorp/vsphere", ">= 1.2.0")],
+    "qemu": [("qemu", "github.com/hashicorp/qemu", ">= 1.0.9")],
+    "amazon": [("amazon", "github.com/hashicorp/amazon", ">= 1.2.0")],
+    "nutanix": [("nutanix", "github.com/nutanix-cloud-native/nutanix", ">= 0.8.0")],
+}
+ANSIBLE_PLUGIN = ("ansible", "github.com/hashicorp/ansible", ">= 1.1.0")
+
+#: builders the installed Packer cannot load (a plugin not installable here): validated with -syntax-only
+EXTERNAL_ONLY = {"nutanix"}
+
+
+@dataclass(frozen=True)
+class PackerInfo:
+    path: str
+    version: tuple[int, int, int]
+
+    @property
+    def version_text(self) -> str:
+        return ".".join(map(str, self.version))
+
+    @property
+    def has_plugin_blocks(self) -> bool:
+        """``packer { required_plugins {...} }`` and ``packer init`` exist from Packer 1.7."""
+        return self.version >= (1, 7, 0)
+
+    @classmethod
+    def detect(cls, packer: str | None = None) -> PackerInfo:
+        path = packer or shutil.which("packer")
+        if not path:
+            raise ExternalError("packer is not installed", hint="run ./scripts/setup.sh (installs Debian's packer)")
+        proc = subprocess.run([path, "version"], capture_output=True, text=True, timeout=60, check=False)
+        match = re.search(r"v?(\d+)\.(\d+)\.(\d+)", proc.stdout)
+        if proc.returncode != 0 or not match:
+            raise ExternalError(f"cannot read the Packer version from '{path} version': {proc.stdout or proc.stderr}")
+        major, minor, patch = (int(g) for g in match.groups())
+        return cls(path, (major, minor, patch))
+
+
+@dataclass
+class RenderedBuild:
+    directory: Path
+    template: Path
+    builder: str
+    #: PKR_VAR_* secrets for the Packer process; never written to disk
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    #: ``packer build -only`` stages, run in order (vsphere: base install, then the node clone)
+    stages: tuple[str, ...] = ()
+    files: tuple[Path, ...] = ()
+
+
+def hcl(value: Any) -> str:
+    """A Python value as an HCL2 literal (strings escaped, including ``${`` and ``%{`` template openers)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value).replace("${", "$${").replace("%{", "%%{")
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(hcl(v) for v in value) + "]"
+    raise TypeError(f"no HCL literal for {type(value).__name__}")
+
+
+def template_env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(ROOT)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # noqa: S701 - renders HCL, YAML and kickstart, not HTML
+    )
+    env.filters["hcl"] = hcl
+    env.filters["tojson"] = json.dumps
+    env.filters["b64encode"] = lambda text: base64.b64encode(text.encode()).decode()
+    return env
+
+
+def _keypair(directory: Path) -> tuple[Path, str]:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key = directory / "id_ed25519"
+    if not key.exists():
+        keygen = shutil.which("ssh-keygen")
+        if keygen is None:
+            raise ExternalError("ssh-keygen is not installed", hint="run ./scripts/setup.sh (openssh-client)")
+        subprocess.run(
+            [keygen, "-q", "-t", "ed25519", "-N", "", "-C", "image-builder build key", "-f", str(key)],
+            check=True,
+            timeout=60,
+        )
+    return key, (directory / "id_ed25519.pub").read_text().strip()
+
+
+def build_user(plan: BuildPlan) -> str:
+    """The user Packer logs in as: ours, except on AMIs, whose source image brings its own default user."""
+    return AMI_USER if plan.provider == "ami" else BUILD_USER
+
+
+def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
+    """Variables of the node playbook. Artifacts come from the plan (mirror-resolved); no secrets."""
+
+    def location(uri: str) -> dict[str, str]:
+        if plan.mirror is None:
+            return {"url": uri}
+        where = plan.mirror.locate(uri)
+        return {"src": where} if plan.mirror.is_local else {"url": where}
+
+    binaries = [
+        {"name": a.name, "sha256": a.sha256 or "", **location(a.uri)} for a in plan.artifacts if a.kind == "binary"
+    ]
+    archives = {a.name: {"sha256": a.sha256 or "", **location(a.uri)} for a in plan.artifacts if a.kind == "archive"}
+    images = [
+        {
+            "name": a.name,
+            "ref": a.uri,
+            "sha256": a.sha256 or "",
+            **({"archive": location(a.archive_uri)} if a.archive_uri else {}),
+        }
+        for a in plan.artifacts
+        if a.kind == "image"
+    ]
+    config = plan.config
+    out: dict[str, Any] = {
+        "node_os": plan.os,
+        "node_os_version": plan.os_version.version,
+        "node_provider": plan.provider,
+        "kubernetes_version": plan.kubernetes_version,
+        "kubernetes_release": plan.release_name,
+        "kubernetes_binaries": binaries,
+        "kubernetes_archives": archives,
+        "kubernetes_images": images,
+        "build_user": build_user(plan),
+        "redhat_subscription": plan.os == "redhat",
+        "extra_rpms": (config.extra_rpms or "").split() if isinstance(config, BaremetalConfig) else [],
+        "custom_roles": [],
+    }
+    if isinstance(config, AmiConfig) and config.custom_role:
+        if config.custom_role_name_list:
+            out["custom_roles"] = [Path(p).name for p in config.custom_role_name_list]
+        else:
+            out["custom_roles"] = (config.custom_role_names or "").split()
+    return out
+
+
+def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatus) -> dict[str, Any]:
+    catalog = load_catalog()
+    builder = BUILDERS[plan.provider]
+    key, public_key = _keypair(directory / "ssh")
+    config = plan.config
+    os_version = plan.os_version
+    plugins = list(PLUGINS[builder]) + [ANSIBLE_PLUGIN]
+    ctx: dict[str, Any] = {
+        "plan": plan,
+        "name": plan.output_name,
+        "vm_name": plan.output_name.removesuffix(plan.pair.provider.extension)
+        if plan.pair.provider.extension
+        else plan.output_name,
+        "os": plan.os,
+        "os_version": os_version,
+        "provider": plan.provider,
+        "config": config,
+        "vm": catalog.build_vm,
+        "build_user": build_user(plan),
+        "ssh_private_key": str(key),
+        "ssh_public_key": public_key,
+        "http_directory": str(directory / "http"),
+        "output_directory": str(directory / "output"),
+        "ansible_playbook": str(ROOT / "ansible" / "node.yml"),
+        "ansible_roles_path": str(ROOT / "ansible" / "roles"),
+        "ansible_vars_file": str(directory / "ansible-vars.json"),
+        "ansible_extra_vars": [],
+        "accelerator": kvm.accelerator,
+        "required_plugins": plugins if packer.has_plugin_blocks else [],
+        "secrets": [],
+        "manifest_output": str(directory / "packer-manifest.json"),
+    }
+    if plan.os == "redhat":
+        assert isinstance(config, Os3Fields) and config.iso_url and config.iso_checksum
+        ctx["iso_url"] = config.iso_url
+        ctx["iso_checksum"] = f"{config.iso_checksum_type or 'sha256'}:{config.iso_checksum}"
+        ctx["secrets"] += ["enterprise_username", "enterprise_password"]
+    else:
+        ctx["iso_url"] = os_version.iso_url
+        ctx["iso_checksum"] = os_version.iso_checksum
+    if isinstance(config, AmiConfig):
+        if config.config_mgmt_extra_vars:
+            ctx["ansible_extra_vars"] = [config.config_mgmt_extra_vars]
+        if config.manifest_output:
+            ctx["manifest_output"] = config.manifest_output
+        roles = [str(Path(p).parent) for p in config.custom_role_name_list or []]
+        ctx["ansible_roles_path"] = ":".join([ctx["ansible_roles_path"], *dict.fromkeys(roles)])
+    if isinstance(config, VsphereConfig):
+        ctx["secrets"].append("vsphere_password")
+    if isinstance(config, NutanixConfig):
+        ctx["secrets"].append("nutanix_password")
+    return ctx
+
+
+def _secret_env(plan: BuildPlan) -> dict[str, str]:
+    config = plan.config
+    env: dict[str, str] = {}
+    if isinstance(config, Os3Fields) and plan.os == "redhat":
+        assert config.enterprise_username and config.enterprise_password
+        env["PKR_VAR_enterprise_username"] = config.enterprise_username
+        env["PKR_VAR_enterprise_password"] = config.enterprise_password.get_secret_value()
+    if isinstance(config, VsphereConfig):
+        env["PKR_VAR_vsphere_password"] = config.password.get_secret_value()
+    if isinstance(config, NutanixConfig):
+        env["PKR_VAR_nutanix_password"] = config.hci_password.get_secret_value()
+    return env
+
+
+def _write(path: Path, text: str, perm: int = 0o644) -> Path:
+    with atomic_write(path, perm=perm) as fh:
+        fh.write(text)
+    return path
+
+
+def render_build(
+    plan: BuildPlan,
+    directory: Path,
+    packer: PackerInfo,
+    *,
+    kvm: KvmStatus | None = None,
+    require_artifacts: bool = True,
+) -> RenderedBuild:
+    """Render every file of a Packer build into ``directory``.
+
+    ``require_artifacts`` is False only for linting: a real build needs the release manifest resolved.
+    """
+    if require_artifacts and not plan.artifacts:
+        raise InputError(
+            "the release manifest is not resolved, so the node artifacts are unknown",
+            field="--release-manifest",
+            expected="a reachable manifest, --mirror DIR|URL, or --release-manifest PATH",
+        )
+    if plan.config is None and plan.pair.config == "required":
+        raise InputError("a config file is required", field=plan.pair.provider.config_flag)
+    kvm = kvm or kvm_status()
+    builder = BUILDERS[plan.provider]
+    directory.mkdir(parents=True, exist_ok=True)
+    ctx = _context(plan, directory, packer, kvm)
+    env = template_env()
+    files: list[Path] = []
+
+    if plan.provider in ("vsphere", "baremetal", "cloudstack"):
+        if plan.os == "redhat":
+            ks = env.get_template("templates/kickstart/redhat.ks.j2").render(ctx)
+            files.append(_write(directory / "http" / "ks.cfg", ks))
+        else:
+            files.append(
+                _write(directory / "http" / "user-data", env.get_template("cloud-init/autoinstall.yaml.j2").render(ctx))
+            )
+            files.append(_write(directory / "http" / "meta-data", f"instance-id: {plan.output_name}\n"))
+    if plan.provider == "nutanix":
+        ctx["user_data"] = env.get_template("cloud-init/build-user-data.yaml.j2").render(ctx)
+    files.append(_write(directory / "ansible-vars.json", json.dumps(ansible_vars(plan), indent=2) + "\n"))
+    template = _write(directory / "node.pkr.hcl", env.get_template(f"packer/{builder}/node.pkr.hcl.j2").render(ctx))
+    files.append(template)
+    stages = ("vsphere-iso.base", "vsphere-clone.node") if builder == "vsphere" else ()
+    return RenderedBuild(directory, template, builder, _secret_env(plan), stages, tuple(files))
+
+
+def packer_env(rendered: RenderedBuild) -> dict[str, str]:
+    """Environment of a Packer child: ours plus the build's secrets, with the venv's ansible on PATH."""
+    env = dict(os.environ)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = f"{venv_bin}:{env.get('PATH', '')}"
+    env["PACKER_NO_COLOR"] = "1"
+    env["CHECKPOINT_DISABLE"] = "1"
+    env.update(rendered.env)
+    return env
+
+
+def validate(rendered: RenderedBuild, packer: PackerInfo) -> subprocess.CompletedProcess[str]:
+    """``packer validate`` (``-syntax-only`` for builders the installed Packer cannot load)."""
+    args = [packer.path, "validate"]
+    if rendered.builder in EXTERNAL_ONLY and not packer.has_plugin_blocks:
+        args.append("-syntax-only")
+    args.append(rendered.template.name)
+    return subprocess.run(
+        args, cwd=rendered.directory, env=packer_env(rendered), capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def fmt_check(path: Path, packer: PackerInfo) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [packer.path, "fmt", "-check", "-diff", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
