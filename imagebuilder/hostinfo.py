@@ -13,6 +13,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -123,11 +124,18 @@ def machine() -> str:
     return platform.machine()
 
 
+def tool_search_path() -> str:
+    """PATH for the tools a build runs: this Python's bin directory (the venv's ansible) first, then PATH."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+
+
 def tool_version(tool: str, args: tuple[str, ...] = ("--version",)) -> str | None:
     """First line of ``tool --version``, or None when the tool is not installed."""
-    path = shutil.which(tool)
+    path = shutil.which(tool, path=tool_search_path())
     if path is None:
         return None
+    if not args:
+        return path
     try:
         proc = subprocess.run([path, *args], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import jinja2
 
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write
-from imagebuilder.hostinfo import KvmStatus, kvm_status
+from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_search_path
 from imagebuilder.model import load_catalog
 from imagebuilder.plan import BuildPlan
 from imagebuilder.provider_config import (
@@ -141,6 +140,17 @@ def _keypair(directory: Path) -> tuple[Path, str]:
     return key, (directory / "id_ed25519.pub").read_text().strip()
 
 
+def ebs_performance(volume_type: str, size_gib: int) -> tuple[int | None, int | None]:
+    """(iops, throughput) an EBS root volume needs declared: gp3 its baseline; io1/io2 provisioned IOPS within
+    the per-GiB limit (50 and 500 IOPS per GiB). Other types take none."""
+    if volume_type == "gp3":
+        return 3000, 125
+    if volume_type in ("io1", "io2"):
+        per_gib = 50 if volume_type == "io1" else 500
+        return max(100, min(3000, per_gib * size_gib)), None
+    return None, None
+
+
 def build_user(plan: BuildPlan) -> str:
     """The user Packer logs in as: ours, except on AMIs, whose source image brings its own default user."""
     return AMI_USER if plan.provider == "ami" else BUILD_USER
@@ -158,7 +168,9 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
     binaries = [
         {"name": a.name, "sha256": a.sha256 or "", **location(a.uri)} for a in plan.artifacts if a.kind == "binary"
     ]
-    archives = {a.name: {"sha256": a.sha256 or "", **location(a.uri)} for a in plan.artifacts if a.kind == "archive"}
+    archives = [
+        {"name": a.name, "sha256": a.sha256 or "", **location(a.uri)} for a in plan.artifacts if a.kind == "archive"
+    ]
     images = [
         {
             "name": a.name,
@@ -198,7 +210,7 @@ def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatu
     key, public_key = _keypair(directory / "ssh")
     config = plan.config
     os_version = plan.os_version
-    plugins = list(PLUGINS[builder]) + [ANSIBLE_PLUGIN]
+    plugins = [*PLUGINS[builder], ANSIBLE_PLUGIN]
     ctx: dict[str, Any] = {
         "plan": plan,
         "name": plan.output_name,
@@ -233,6 +245,7 @@ def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatu
         ctx["iso_url"] = os_version.iso_url
         ctx["iso_checksum"] = os_version.iso_checksum
     if isinstance(config, AmiConfig):
+        ctx["volume_iops"], ctx["volume_throughput"] = ebs_performance(config.volume_type, config.volume_size)
         if config.config_mgmt_extra_vars:
             ctx["ansible_extra_vars"] = [config.config_mgmt_extra_vars]
         if config.manifest_output:
@@ -314,8 +327,7 @@ def render_build(
 def packer_env(rendered: RenderedBuild) -> dict[str, str]:
     """Environment of a Packer child: ours plus the build's secrets, with the venv's ansible on PATH."""
     env = dict(os.environ)
-    venv_bin = str(Path(sys.executable).parent)
-    env["PATH"] = f"{venv_bin}:{env.get('PATH', '')}"
+    env["PATH"] = tool_search_path()
     env["PACKER_NO_COLOR"] = "1"
     env["CHECKPOINT_DISABLE"] = "1"
     env.update(rendered.env)

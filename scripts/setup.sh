@@ -10,6 +10,10 @@ SUDO=""
 # System packages. Grouped by the issue that needs them; apt-get skips what is already installed.
 APT_PACKAGES=(
   ca-certificates curl git jq unzip make
+  # builds (issue: Packer bundle): Packer 1.6.6, QEMU for bare metal / CloudStack, ssh-keygen for build keys
+  packer qemu-system-x86 qemu-utils openssh-client
+  # host.prepare tests: a throwaway Debian root
+  debootstrap
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

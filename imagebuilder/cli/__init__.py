@@ -11,6 +11,7 @@ from imagebuilder.cli import build as _build
 from imagebuilder.cli import config as _config
 from imagebuilder.cli import dev as _dev
 from imagebuilder.cli import docs as _docs
+from imagebuilder.cli import host as _host
 
 
 def make_namespace() -> Collection:
@@ -19,7 +20,11 @@ def make_namespace() -> Collection:
     ns.add_task(_docs.docs)
     ns.add_task(_dev.lint)
     ns.add_task(_dev.test)
+    ns.add_task(_host.preflight)
     ns.add_collection(Collection.from_module(_config, name="config"))
+    host = Collection("host")
+    host.add_task(_host.prepare)
+    ns.add_collection(host)
     return ns
 
 

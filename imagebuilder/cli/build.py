@@ -6,6 +6,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task, print_json
+from imagebuilder.cli.host import preflight_or_fail
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.plan import BuildRequest, make_plan
 
@@ -29,12 +30,14 @@ HELP = {
     "dry_run": "validate every input and print the plan; build nothing",
     "output": "plan format: text (default) or json",
     "offline": "do not fetch the release manifest from the network (mirrors are still read)",
+    "skip_check": "skip this preflight check (repeatable; see 'image-builder preflight --help')",
+    "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
 }
 
 ALIASES = {"platform": "vsphere", "orchestrator": "cloudstack", "hci": "nutanix"}
 
 
-@task(help=HELP, auto_shortflags=False)
+@task(help=HELP, iterable=["skip_check"], auto_shortflags=False)
 @cli_task
 def build(
     c: Context,
@@ -57,6 +60,8 @@ def build(
     dry_run: bool = False,
     output: str = "text",
     offline: bool = False,
+    skip_check: list[str] | None = None,
+    min_disk_gb: int = -1,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     if output not in ("text", "json"):
@@ -97,6 +102,7 @@ def build(
     else:
         print(plan.render_text())
     if not dry_run:
+        preflight_or_fail(plan.os, plan.provider, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
         raise ExternalError(
             "this version validates and plans builds; the Packer runner is not part of it yet",
             hint="rerun with --dry-run",

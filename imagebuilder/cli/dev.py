@@ -3,22 +3,40 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 from invoke.context import Context
 from invoke.tasks import task
+
+from imagebuilder.cli._common import cli_task
+from imagebuilder.errors import ExternalError
+from imagebuilder.lint import lint_templates
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
 @task(auto_shortflags=False)
+@cli_task
 def lint(c: Context) -> None:
-    """Static checks of what we ship: ruff, ruff format --check, mypy."""
+    """Static checks: ruff, mypy, ansible-lint, and all seven pairs rendered, packer validate'd and fmt-checked."""
     with c.cd(str(ROOT)):
         c.run(f"{BIN}/ruff check .")
         c.run(f"{BIN}/ruff format --check .")
         c.run(f"{BIN}/mypy")
+        c.run(f"{BIN}/ansible-lint -q ansible/")
+    with tempfile.TemporaryDirectory(prefix="image-builder-lint-") as tmp:
+        results = lint_templates(Path(tmp))
+        for r in results:
+            mode = "validate -syntax-only" if r.syntax_only else "validate"
+            status = "ok" if r.ok else "FAILED"
+            print(f"packer {mode:<21} fmt -check  {r.os:<7} {r.provider:<11} {status}")
+            if not r.ok:
+                print("  " + r.output.replace("\n", "\n  "))
+        failed = [f"{r.os}+{r.provider}" for r in results if not r.ok]
+        if failed:
+            raise ExternalError(f"Packer templates failed their checks: {', '.join(failed)}")
 
 
 @task(

@@ -1,0 +1,106 @@
+"""``preflight`` and ``host.prepare``: the image-builder host (spec 4.3, 8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli._common import cli_task
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.hostprep import HostPrep, proxies_from, require_root_privileges
+from imagebuilder.model import load_catalog
+from imagebuilder.preflight import CHECKS, Check, HostFacts, failed, run_checks
+
+MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
+
+
+def print_checks(checks: list[Check]) -> None:
+    for c in checks:
+        print(f"[{MARK[c.status]}] {c.name:<8} {c.detail}")
+        if c.fix and c.status in ("fail", "warn"):
+            print(f"           fix: {c.fix}")
+
+
+def preflight_or_fail(os_name: str, hypervisor: str, skip: list[str], min_disk_gb: int | None) -> list[Check]:
+    catalog = load_catalog()
+    pair = catalog.build_pair(catalog.os(os_name), catalog.provider(hypervisor))
+    checks = run_checks(pair, HostFacts.gather(pair), skip=tuple(skip), min_disk_gb=min_disk_gb)
+    print_checks(checks)
+    bad = failed(checks)
+    if bad:
+        raise ExternalError(
+            f"preflight failed: {', '.join(c.name for c in bad)}",
+            hint="apply the fixes above, or --skip-check NAME for a check you accept failing",
+        )
+    return checks
+
+
+@task(
+    help={
+        "os": "OS to build: ubuntu (os2) or redhat (os3)",
+        "hypervisor": "provider: vsphere, cloudstack, nutanix, baremetal or ami (or the spec's kind names)",
+        "skip_check": f"skip this check (repeatable): {', '.join(CHECKS)}",
+        "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
+    },
+    iterable=["skip_check"],
+    auto_shortflags=False,
+)
+@cli_task
+def preflight(
+    c: Context, os: str = "", hypervisor: str = "", skip_check: list[str] | None = None, min_disk_gb: int = -1
+) -> None:
+    """Check this host before a build: OS, arch, disk, CPUs, memory, tools, /dev/kvm, SSH config, proxy."""
+    if not os or not hypervisor:
+        raise InputError("required flags: --os and --hypervisor")
+    preflight_or_fail(os, hypervisor, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
+
+
+@task(
+    help={
+        "hypervisor": "providers this host builds for (repeatable); baremetal/cloudstack add the QEMU packages",
+        "user": "the dedicated build user to create (default from config/host.yaml: image-builder)",
+        "root": "filesystem to prepare (default /; a chroot directory for testing)",
+        "http_proxy": "HTTP_PROXY for the build user's shells (spec 4.3)",
+        "https_proxy": "HTTPS_PROXY for the build user's shells",
+        "no_proxy": "NO_PROXY for the build user's shells",
+        "dry_run": "print what would change; change nothing",
+    },
+    iterable=["hypervisor"],
+    auto_shortflags=False,
+)
+@cli_task
+def prepare(
+    c: Context,
+    hypervisor: list[str] | None = None,
+    user: str = "",
+    root: str = "/",
+    http_proxy: str = "",
+    https_proxy: str = "",
+    no_proxy: str = "",
+    dry_run: bool = False,
+) -> None:
+    """Prepare this machine as a build host (spec 4.3): user, packages, kvm, SSH config, proxy. Rerunnable."""
+    catalog = load_catalog()
+    providers = tuple(catalog.provider(h).name for h in hypervisor or [])
+    prep = HostPrep(Path(root), user=user or None, providers=providers)
+    actions = prep.actions(proxies_from(http_proxy, https_proxy, no_proxy))
+    if not actions:
+        print(f"host prepared: nothing to change in {prep.root}")
+        return
+    if dry_run:
+        print(f"would change {prep.root}:")
+        for a in actions:
+            print(f"  - {a.describe}")
+        return
+    require_root_privileges()
+    done = 0
+    for a in actions:
+        if a.needed():
+            print(f"- {a.describe}")
+            a.apply()
+            done += 1
+        else:
+            print(f"- {a.describe}: already done")
+    print(f"host prepared: {done} change(s) in {prep.root}")

@@ -1,0 +1,72 @@
+"""Static checks of the Packer bundle: every buildable pair rendered from config/examples, then Packer's own
+``validate`` and ``fmt -check``. Run by ``invoke lint`` and by the test suite."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuilder.hostinfo import KvmStatus
+from imagebuilder.model import load_catalog
+from imagebuilder.packer import EXTERNAL_ONLY, PackerInfo, RenderedBuild, fmt_check, render_build, validate
+from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.profile import config_dir
+
+#: linting renders without probing KVM (the accelerator does not change what Packer validates)
+LINT_KVM = KvmStatus(False, "not probed for linting")
+
+
+@dataclass(frozen=True)
+class LintResult:
+    os: str
+    provider: str
+    rendered: RenderedBuild
+    validate_ok: bool
+    syntax_only: bool
+    fmt_ok: bool
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.validate_ok and self.fmt_ok
+
+
+def example_config(os_name: str, provider: str) -> Path | None:
+    path = config_dir() / "examples" / f"{provider}-{os_name}.json"
+    return path if path.is_file() else None
+
+
+def render_pair(os_name: str, provider: str, directory: Path, packer: PackerInfo) -> RenderedBuild:
+    config = example_config(os_name, provider)
+    plan = make_plan(
+        BuildRequest(
+            os=os_name,
+            hypervisor=provider,
+            release_channel=next(iter(load_catalog().channels)),
+            configs={provider: str(config)} if config else {},
+            offline=True,
+        )
+    )
+    return render_build(plan, directory, packer, kvm=LINT_KVM, require_artifacts=False)
+
+
+def lint_templates(workdir: Path, packer: PackerInfo | None = None) -> list[LintResult]:
+    packer = packer or PackerInfo.detect()
+    results = []
+    for pair in load_catalog().builds:
+        os_name, provider = pair.os.name, pair.provider.name
+        rendered = render_pair(os_name, provider, workdir / f"{os_name}-{provider}", packer)
+        checked = validate(rendered, packer)
+        fmt = fmt_check(rendered.template, packer)
+        results.append(
+            LintResult(
+                os=os_name,
+                provider=provider,
+                rendered=rendered,
+                validate_ok=checked.returncode == 0,
+                syntax_only=rendered.builder in EXTERNAL_ONLY and not packer.has_plugin_blocks,
+                fmt_ok=fmt.returncode == 0,
+                output=(checked.stdout + checked.stderr + fmt.stdout + fmt.stderr).strip(),
+            )
+        )
+    return results

@@ -1,0 +1,213 @@
+"""Preflight: check the build host before anything boots (spec 4.3, 8).
+
+A 40-minute build that dies on a missing tool or a full disk is the failure this prevents. Facts are gathered
+once from the real host (:meth:`HostFacts.gather`); the checks are pure functions of the facts, so each failure
+and its fix is testable, and every failure names the fix. ``--skip-check NAME`` skips named checks only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from imagebuilder.errors import InputError, did_you_mean
+from imagebuilder.hostconfig import load_host_config
+from imagebuilder.hostinfo import KvmStatus, kvm_status, machine, os_release, tool_version
+from imagebuilder.model import BuildPair
+from imagebuilder.workspace import workspace_root
+
+Status = Literal["ok", "warn", "fail", "skipped"]
+CHECKS = ("host-os", "arch", "disk", "cpus", "memory", "tools", "kvm", "ssh-rsa", "proxy")
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+GIB = 1024**3
+#: how each tool prints its version (empty: the tool has none; its path is shown)
+VERSION_ARGS: dict[str, tuple[str, ...]] = {"packer": ("version",), "ssh-keygen": ()}
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    os_release: dict[str, str]
+    machine: str
+    cpus: int
+    memory_bytes: int
+    disk_path: Path
+    disk_free_bytes: int
+    tools: dict[str, str | None]
+    kvm: KvmStatus | None
+    ssh_config: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def gather(cls, pair: BuildPair, *, home: Path | None = None, workspace: Path | None = None) -> HostFacts:
+        cfg = load_host_config()
+        qemu = pair.provider.name in cfg.qemu_providers
+        tools = cfg.tools.all + (cfg.tools.qemu if qemu else [])
+        disk = _existing_parent(workspace or workspace_root())
+        ssh_config = (home or Path.home()) / ".ssh" / "config"
+        return cls(
+            os_release=os_release(),
+            machine=machine(),
+            cpus=os.cpu_count() or 0,
+            memory_bytes=_mem_total(),
+            disk_path=disk,
+            disk_free_bytes=shutil.disk_usage(disk).free,
+            tools={t: tool_version(t, VERSION_ARGS.get(t, ("--version",))) for t in tools},
+            kvm=kvm_status() if qemu else None,
+            ssh_config=ssh_config.read_text() if ssh_config.is_file() else "",
+            env={k: v for k in PROXY_VARS for v in [os.environ.get(k) or os.environ.get(k.lower())] if v},
+        )
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+
+def _existing_parent(path: Path) -> Path:
+    path = path.expanduser().absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _mem_total() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+def mask_url(value: str) -> str:
+    """Hide credentials in a proxy URL (``http://user:pw@host`` -> ``http://***@host``)."""
+    return re.sub(r"//[^/@]+@", "//***@", value)
+
+
+def check_host_os(pair: BuildPair, facts: HostFacts) -> Check:
+    wanted = load_host_config().host_os.get(pair.os.name, {})
+    os_id, version = facts.os_release.get("ID", "unknown"), facts.os_release.get("VERSION_ID", "")
+    shown = facts.os_release.get("PRETTY_NAME", f"{os_id} {version}")
+    need = ", ".join(f"{k} {v}+" for k, v in wanted.items())
+    if os_id in wanted and _version_tuple(version) >= _version_tuple(wanted[os_id]):
+        return Check("host-os", "ok", f"{shown} (needs {need} for {pair.os.name} images)")
+    return Check(
+        "host-os",
+        "fail",
+        f"{shown} is not a supported host for {pair.os.name} images (needs {need}, spec 8)",
+        f"build on a {need} host, or --skip-check host-os to try anyway",
+    )
+
+
+def run_checks(
+    pair: BuildPair, facts: HostFacts, *, skip: tuple[str, ...] = (), min_disk_gb: int | None = None
+) -> list[Check]:
+    """Every check, in a fixed order; skipped ones are reported as skipped."""
+    for name in skip:
+        if name not in CHECKS:
+            raise InputError(
+                f"unknown check '{name}'{did_you_mean(name, CHECKS)}",
+                field="--skip-check",
+                expected=f"one of {', '.join(CHECKS)}",
+            )
+    cfg = load_host_config()
+    req = cfg.requirements
+    min_disk = req.min_disk_gb if min_disk_gb is None else min_disk_gb
+    checks: list[Check] = [check_host_os(pair, facts)]
+
+    arch_ok = facts.machine in ("x86_64", "amd64")
+    checks.append(
+        Check("arch", "ok" if arch_ok else "fail", facts.machine, None if arch_ok else "use an AMD64 (x86_64) host")
+    )
+
+    free_gb = facts.disk_free_bytes / GIB
+    disk_ok = free_gb >= min_disk
+    checks.append(
+        Check(
+            "disk",
+            "ok" if disk_ok else "fail",
+            f"{free_gb:.1f} GiB free under {facts.disk_path} (needs {min_disk} GiB)",
+            None
+            if disk_ok
+            else f"free space under {facts.disk_path}, point IMAGE_BUILDER_WORKSPACE at a larger disk,"
+            " or lower --min-disk-gb",
+        )
+    )
+
+    cpu_ok = facts.cpus >= req.min_cpus
+    checks.append(
+        Check(
+            "cpus",
+            "ok" if cpu_ok else "fail",
+            f"{facts.cpus} (needs {req.min_cpus})",
+            None if cpu_ok else f"give the host at least {req.min_cpus} vCPUs",
+        )
+    )
+
+    mem_gb = facts.memory_bytes / GIB
+    mem_ok = mem_gb >= req.min_memory_gb - req.memory_tolerance_gb
+    checks.append(
+        Check(
+            "memory",
+            "ok" if mem_ok else "fail",
+            f"{mem_gb:.1f} GiB (needs {req.min_memory_gb:g} GB)",
+            None if mem_ok else f"give the host at least {req.min_memory_gb:g} GB of memory",
+        )
+    )
+
+    missing = [t for t, v in facts.tools.items() if v is None]
+    found = ", ".join(f"{t} ({v})" if v else t for t, v in facts.tools.items() if v is not None)
+    checks.append(
+        Check(
+            "tools",
+            "fail" if missing else "ok",
+            f"missing: {', '.join(missing)}" if missing else found,
+            "run ./scripts/setup.sh (or image-builder host.prepare) to install them" if missing else None,
+        )
+    )
+
+    if facts.kvm is None:
+        checks.append(Check("kvm", "ok", f"not needed for {pair.provider.name} builds"))
+    elif facts.kvm.usable:
+        checks.append(Check("kvm", "ok", facts.kvm.reason))
+    else:
+        checks.append(
+            Check(
+                "kvm",
+                "warn",
+                f"{facts.kvm.reason}; QEMU falls back to TCG (software emulation, many times slower)",
+                "enable hardware virtualization, then run image-builder host.prepare"
+                " (adds the user to group kvm, sets /dev/kvm 0666 root:kvm)",
+            )
+        )
+
+    lines = [ln for ln in cfg.ssh_client_lines if ln not in facts.ssh_config.splitlines()]
+    checks.append(
+        Check(
+            "ssh-rsa",
+            "fail" if lines else "ok",
+            f"~/.ssh/config lacks: {'; '.join(lines)}" if lines else "~/.ssh/config allows ssh-rsa (spec 4.3)",
+            "run image-builder host.prepare (adds the lines once)" if lines else None,
+        )
+    )
+
+    proxies = ", ".join(f"{k}={mask_url(v)}" for k, v in facts.env.items())
+    checks.append(Check("proxy", "ok", proxies or "no proxy variables set (direct connections)"))
+
+    return [Check(c.name, "skipped", c.detail) if c.name in skip else c for c in checks]
+
+
+def failed(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.status == "fail"]

@@ -1,0 +1,123 @@
+"""Preflight: each failure with its fix (from host facts), and the real gathering on this machine."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from imagebuilder.errors import InputError
+from imagebuilder.hostinfo import KvmStatus, kvm_status
+from imagebuilder.model import load_catalog
+from imagebuilder.preflight import CHECKS, GIB, HostFacts, mask_url, run_checks
+from tests.conftest import run
+
+catalog = load_catalog()
+UBUNTU_BM = catalog.build_pair(catalog.os("ubuntu"), catalog.provider("baremetal"))
+REDHAT_CS = catalog.build_pair(catalog.os("redhat"), catalog.provider("cloudstack"))
+UBUNTU_AMI = catalog.build_pair(catalog.os("ubuntu"), catalog.provider("ami"))
+
+GOOD = HostFacts(
+    os_release={"ID": "ubuntu", "VERSION_ID": "22.04", "PRETTY_NAME": "Ubuntu 22.04.4 LTS"},
+    machine="x86_64",
+    cpus=2,
+    memory_bytes=int(7.7 * GIB),
+    disk_path=Path("/var"),
+    disk_free_bytes=60 * GIB,
+    tools={"packer": "Packer v1.9.4", "ansible-playbook": "2.15", "ssh-keygen": "/usr/bin/ssh-keygen"},
+    kvm=KvmStatus(True, "usable"),
+    ssh_config="Host *\nHostKeyAlgorithms +ssh-rsa\nPubkeyAcceptedKeyTypes +ssh-rsa\n",
+)
+
+
+def by_name(checks: list) -> dict:  # type: ignore[type-arg]
+    return {c.name: c for c in checks}
+
+
+def test_a_good_host_passes_every_check() -> None:
+    checks = run_checks(UBUNTU_BM, GOOD)
+    assert [c.name for c in checks] == list(CHECKS)
+    assert {c.status for c in checks} == {"ok"}
+
+
+@pytest.mark.parametrize(
+    ("change", "name", "fix"),
+    [
+        ({"os_release": {"ID": "ubuntu", "VERSION_ID": "20.04"}}, "host-os", "22.04"),
+        ({"os_release": {"ID": "fedora", "VERSION_ID": "39"}}, "host-os", "--skip-check host-os"),
+        ({"machine": "aarch64"}, "arch", "AMD64"),
+        ({"disk_free_bytes": 10 * GIB}, "disk", "IMAGE_BUILDER_WORKSPACE"),
+        ({"cpus": 1}, "cpus", "2 vCPUs"),
+        ({"memory_bytes": 4 * GIB}, "memory", "8 GB"),
+        ({"tools": {"packer": None, "ansible-playbook": "2.15", "ssh-keygen": "x"}}, "tools", "setup.sh"),
+        ({"ssh_config": "HostKeyAlgorithms +ssh-rsa\n"}, "ssh-rsa", "host.prepare"),
+    ],
+)
+def test_each_failure_names_its_fix(change: dict, name: str, fix: str) -> None:  # type: ignore[type-arg]
+    checks = by_name(run_checks(UBUNTU_BM, dataclasses.replace(GOOD, **change)))
+    assert checks[name].status == "fail"
+    assert fix in (checks[name].fix or "")
+    assert [c for c in checks.values() if c.status == "fail"] == [checks[name]]
+
+
+def test_redhat_images_need_a_redhat_family_host() -> None:
+    checks = by_name(run_checks(REDHAT_CS, GOOD))
+    assert checks["host-os"].status == "fail" and "rhel 8.4+" in checks["host-os"].detail
+    rocky = dataclasses.replace(GOOD, os_release={"ID": "rocky", "VERSION_ID": "8.9"})
+    assert by_name(run_checks(REDHAT_CS, rocky))["host-os"].status == "ok"
+    old = dataclasses.replace(GOOD, os_release={"ID": "rhel", "VERSION_ID": "8.2"})
+    assert by_name(run_checks(REDHAT_CS, old))["host-os"].status == "fail"
+
+
+def test_unusable_kvm_warns_and_falls_back_to_tcg() -> None:
+    facts = dataclasses.replace(GOOD, kvm=KvmStatus(False, "/dev/kvm refuses to create a virtual machine"))
+    kvm = by_name(run_checks(UBUNTU_BM, facts))["kvm"]
+    assert kvm.status == "warn" and "TCG" in kvm.detail and "group kvm" in (kvm.fix or "")
+    assert KvmStatus(False, "x").accelerator == "tcg"
+
+
+def test_min_disk_is_configurable_and_skips_are_named_only() -> None:
+    small = dataclasses.replace(GOOD, disk_free_bytes=20 * GIB, cpus=1)
+    checks = by_name(run_checks(UBUNTU_BM, small, min_disk_gb=15, skip=("cpus",)))
+    assert checks["disk"].status == "ok" and checks["cpus"].status == "skipped"
+    with pytest.raises(InputError, match="did you mean 'memory'"):
+        run_checks(UBUNTU_BM, GOOD, skip=("memroy",))
+
+
+def test_proxy_credentials_are_masked() -> None:
+    facts = dataclasses.replace(GOOD, env={"HTTPS_PROXY": "http://alice:s3cret@proxy:3128"})
+    proxy = by_name(run_checks(UBUNTU_BM, facts))["proxy"]
+    assert "s3cret" not in proxy.detail and "proxy:3128" in proxy.detail
+    assert mask_url("http://u:p@h:1") == "http://***@h:1"
+
+
+def test_gathering_real_facts_on_this_host() -> None:
+    facts = HostFacts.gather(UBUNTU_BM)
+    assert facts.cpus >= 1 and facts.memory_bytes > 0 and facts.disk_free_bytes > 0
+    assert facts.tools["packer"] and "Packer" in facts.tools["packer"]
+    assert facts.tools["qemu-img"]
+    assert facts.kvm is not None
+    assert HostFacts.gather(UBUNTU_AMI).kvm is None  # no QEMU, no KVM probe
+
+
+def test_kvm_probe_is_real_and_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
+    status = kvm_status()
+    assert status.accelerator in ("kvm", "tcg") and status.reason
+    assert not kvm_status("/dev/no-such-kvm").usable
+    monkeypatch.setenv("IMAGE_BUILDER_ACCEL", "tcg")
+    assert kvm_status().accelerator == "tcg"
+
+
+def test_preflight_cli(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    env = {"HOME": str(home)}
+    res = run("preflight", "--os", "ubuntu", "--hypervisor", "ami", "--skip-check", "host-os", env=env)
+    assert res.code == 1 and "[FAIL] ssh-rsa" in res.out and "fix: run image-builder host.prepare" in res.out
+    (home / ".ssh" / "config").write_text("HostKeyAlgorithms +ssh-rsa\nPubkeyAcceptedKeyTypes +ssh-rsa\n")
+    ok = run(
+        "preflight", "--os", "os2", "--hypervisor", "ami", "--skip-check", "host-os", "--min-disk-gb", "1", env=env
+    )
+    assert ok.code == 0, ok.out + ok.err
+    assert run("preflight", "--os", "ubuntu", "--hypervisor", "ami", "--skip-check", "nope", env=env).code == 2
