@@ -35,6 +35,7 @@ from imagebuilder.provider_config import (
     BaremetalConfig,
     NutanixConfig,
     Os3Fields,
+    SourceImageFields,
     VsphereConfig,
 )
 
@@ -44,6 +45,14 @@ AMI_USER = "ubuntu"
 
 #: provider -> directory under packer/
 BUILDERS = {"vsphere": "vsphere", "baremetal": "qemu", "cloudstack": "qemu", "ami": "amazon", "nutanix": "nutanix"}
+
+
+def builder_for(plan: BuildPlan) -> str:
+    """The Packer builder directory: a local OVA build (vSphere config without vCenter) runs QEMU here."""
+    if isinstance(plan.config, VsphereConfig) and plan.config.is_local:
+        return "qemu"
+    return BUILDERS[plan.provider]
+
 
 #: plugins a Packer >= 1.7 template declares (built into Packer 1.6)
 PLUGINS = {
@@ -206,7 +215,7 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
 
 def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatus) -> dict[str, Any]:
     catalog = load_catalog()
-    builder = BUILDERS[plan.provider]
+    builder = builder_for(plan)
     key, public_key = _keypair(directory / "ssh")
     config = plan.config
     os_version = plan.os_version
@@ -221,7 +230,10 @@ def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatu
         "os_version": os_version,
         "provider": plan.provider,
         "config": config,
-        "vm": catalog.build_vm,
+        "vm": {**catalog.build_vm, "disk_gb": plan.disk_gb},
+        "disk_format": "raw" if plan.provider == "baremetal" else "qcow2",
+        "source_image": None,
+        "seed_files": [],
         "build_user": build_user(plan),
         "ssh_private_key": str(key),
         "ssh_public_key": public_key,
@@ -241,6 +253,9 @@ def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatu
         ctx["iso_url"] = config.iso_url
         ctx["iso_checksum"] = f"{config.iso_checksum_type or 'sha256'}:{config.iso_checksum}"
         ctx["secrets"] += ["enterprise_username", "enterprise_password"]
+    elif isinstance(config, SourceImageFields) and config.uses_source_image:
+        ctx["source_image"] = {"url": config.source_image_url, "checksum": config.source_image_checksum}
+        ctx["seed_files"] = [str(directory / "seed" / "meta-data"), str(directory / "seed" / "user-data")]
     else:
         ctx["iso_url"] = os_version.iso_url
         ctx["iso_checksum"] = os_version.iso_checksum
@@ -252,7 +267,7 @@ def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatu
             ctx["manifest_output"] = config.manifest_output
         roles = [str(Path(p).parent) for p in config.custom_role_name_list or []]
         ctx["ansible_roles_path"] = ":".join([ctx["ansible_roles_path"], *dict.fromkeys(roles)])
-    if isinstance(config, VsphereConfig):
+    if isinstance(config, VsphereConfig) and not config.is_local:
         ctx["secrets"].append("vsphere_password")
     if isinstance(config, NutanixConfig):
         ctx["secrets"].append("nutanix_password")
@@ -266,7 +281,7 @@ def _secret_env(plan: BuildPlan) -> dict[str, str]:
         assert config.enterprise_username and config.enterprise_password
         env["PKR_VAR_enterprise_username"] = config.enterprise_username
         env["PKR_VAR_enterprise_password"] = config.enterprise_password.get_secret_value()
-    if isinstance(config, VsphereConfig):
+    if isinstance(config, VsphereConfig) and config.password is not None and not config.is_local:
         env["PKR_VAR_vsphere_password"] = config.password.get_secret_value()
     if isinstance(config, NutanixConfig):
         env["PKR_VAR_nutanix_password"] = config.hci_password.get_secret_value()
@@ -300,13 +315,19 @@ def render_build(
     if plan.config is None and plan.pair.config == "required":
         raise InputError("a config file is required", field=plan.pair.provider.config_flag)
     kvm = kvm or kvm_status()
-    builder = BUILDERS[plan.provider]
+    builder = builder_for(plan)
     directory.mkdir(parents=True, exist_ok=True)
     ctx = _context(plan, directory, packer, kvm)
     env = template_env()
     files: list[Path] = []
 
-    if plan.provider in ("vsphere", "baremetal", "cloudstack"):
+    if ctx["source_image"]:
+        # a cloud-style disk image: cloud-init reads this NoCloud seed from a CD labelled cidata
+        files.append(_write(directory / "seed" / "meta-data", f"instance-id: {plan.output_name}\n"))
+        files.append(
+            _write(directory / "seed" / "user-data", env.get_template("cloud-init/build-user-data.yaml.j2").render(ctx))
+        )
+    elif plan.provider in ("vsphere", "baremetal", "cloudstack"):
         if plan.os == "redhat":
             ks = env.get_template("templates/kickstart/redhat.ks.j2").render(ctx)
             files.append(_write(directory / "http" / "ks.cfg", ks))
@@ -321,6 +342,7 @@ def render_build(
     template = _write(directory / "node.pkr.hcl", env.get_template(f"packer/{builder}/node.pkr.hcl.j2").render(ctx))
     files.append(template)
     stages = ("vsphere-iso.base", "vsphere-clone.node") if builder == "vsphere" else ()
+    (directory / "http").mkdir(exist_ok=True)
     return RenderedBuild(directory, template, builder, _secret_env(plan), stages, tuple(files))
 
 

@@ -23,6 +23,7 @@ from imagebuilder.provider_config import (
     NutanixConfig,
     Os3Fields,
     ProviderConfig,
+    SourceImageFields,
     VsphereConfig,
     load_provider_config,
 )
@@ -47,6 +48,7 @@ class BuildRequest:
     name: str | None = None
     output_dir: str = "output"
     offline: bool = False
+    disk_gb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class BuildPlan:
     output_path: Path | None
     workspace: Path
     steps: tuple[str, ...]
+    disk_gb: int
+    offline: bool = False
 
     @property
     def os(self) -> str:
@@ -115,6 +119,7 @@ class BuildPlan:
             "config_file": self.config_path,
             "config": self.config.public_dict() if self.config else None,
             "workspace": str(self.workspace),
+            "disk_gb": self.disk_gb,
             "steps": list(self.steps),
         }
 
@@ -180,7 +185,12 @@ def _steps(pair: BuildPair, config: ProviderConfig | None, name: str, version: s
     node = f"ansible: OS packages, containerd, Kubernetes {version} binaries and images (sha256-verified)"
     subscription = "register the OS-3 subscription for the build; unregister it before the image is sealed"
     sysprep = "sysprep: empty machine-id, remove SSH host keys, cloud-init clean, logs, build user"
-    if isinstance(config, VsphereConfig):
+    source_image = config.source_image_url if isinstance(config, SourceImageFields) else None
+    if isinstance(config, VsphereConfig) and config.is_local:
+        steps.append(f"packer: qemu builder, qcow2 disk, from the source image {source_image} (local OVA, no vCenter)")
+        steps += [node + ", open-vm-tools, VMware guestinfo datasource", sysprep]
+        steps.append(f"convert the disk to a streamOptimized VMDK and package {name} (OVF descriptor, SHA256 manifest)")
+    elif isinstance(config, VsphereConfig):
         place = f"cluster {config.cluster}" if config.cluster else f"resource pool {config.resource_pool}"
         steps.append(
             f"packer: vsphere-iso on {config.platform_server} (datacenter {config.datacenter}, {place},"
@@ -198,7 +208,10 @@ def _steps(pair: BuildPair, config: ProviderConfig | None, name: str, version: s
             steps.append("convert the VM to a template")
     elif pair.provider.name == "baremetal":
         iso = config.iso_url if isinstance(config, Os3Fields) else None
-        source = f"the OS-3 ISO {iso}" if os_name == "redhat" else "the OS-2 image"
+        if os_name == "redhat":
+            source = f"the OS-3 ISO {iso}"
+        else:
+            source = f"the source image {source_image}" if source_image else "the OS-2 live-server ISO (autoinstall)"
         steps.append(f"packer: qemu builder, raw disk, from {source}")
         if os_name == "redhat":
             steps.append(subscription)
@@ -312,6 +325,9 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     name = _artifact_name(os_.name, version, release, provider.extension, request.name)
     output_path = None if provider.output == "ami" else Path(request.output_dir).resolve() / name
     ws = workspace_root()
+    disk_gb = catalog.build_vm["disk_gb"] if request.disk_gb is None else request.disk_gb
+    if not 4 <= disk_gb <= 2048:
+        raise InputError(f"{disk_gb} GiB is not a usable disk size", field="--disk-gb", expected="4 to 2048")
     return BuildPlan(
         pair=pair,
         os_version=os_version,
@@ -328,6 +344,8 @@ def make_plan(request: BuildRequest) -> BuildPlan:
         output_path=output_path,
         workspace=ws,
         steps=tuple(_steps(pair, config, name, version, ws)),
+        disk_gb=disk_gb,
+        offline=request.offline,
     )
 
 

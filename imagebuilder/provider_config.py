@@ -149,6 +149,25 @@ def _ctx(info: ValidationInfo) -> ConfigContext | None:
     return info.context.get("ctx") if isinstance(info.context, dict) else None
 
 
+def _url_or_existing_file(value: str | None, info: ValidationInfo, what: str) -> str | None:
+    """An https URL, or a path to an existing file (relative paths from the config file's folder), made absolute."""
+    if value is None:
+        return None
+    if value.startswith("https://"):
+        if len(value) <= len("https://"):
+            raise ValueError("https URL has no host")
+        return value
+    if "://" in value and not value.startswith("file://"):
+        raise ValueError(f"must be an https URL or a file path, got {value!r}")
+    path = Path(value.removeprefix("file://")).expanduser()
+    ctx = _ctx(info)
+    if not path.is_absolute() and ctx is not None:
+        path = ctx.base_dir / path
+    if not path.is_file():
+        raise ValueError(f"{what} file {str(path)!r} does not exist")
+    return str(path.resolve())
+
+
 # --- models ----------------------------------------------------------------------------------------------------
 
 
@@ -231,21 +250,7 @@ class Os3Fields(ProviderConfig):
     @field_validator("iso_url")
     @classmethod
     def _iso_url(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None:
-            return None
-        if value.startswith("https://"):
-            if len(value) <= len("https://"):
-                raise ValueError("https URL has no host")
-            return value
-        if "://" in value and not value.startswith("file://"):
-            raise ValueError(f"must be an https URL or a file path, got {value!r}")
-        path = Path(value.removeprefix("file://")).expanduser()
-        ctx = _ctx(info)
-        if not path.is_absolute() and ctx is not None:
-            path = ctx.base_dir / path
-        if not path.is_file():
-            raise ValueError(f"ISO file {str(path)!r} does not exist")
-        return str(path.resolve())
+        return _url_or_existing_file(value, info, "ISO")
 
     @classmethod
     def cross_check(cls, data: dict[str, Any], ctx: ConfigContext) -> list[Problem]:
@@ -278,41 +283,116 @@ class Os3Fields(ProviderConfig):
             data["iso_checksum"] = data["iso_checksum"].split(":", 1)[-1].lower()
 
 
-class VsphereConfig(Os3Fields):
+class SourceImageFields(ProviderConfig):
+    """An OS-2 cloud-style disk image to start from instead of the ISO install (bare metal and vSphere).
+
+    Sites without internet, and these test machines, cannot download the official Ubuntu images; ``image.base``
+    makes a Debian-family image of the same shape. On a networked machine the default stays the ISO install.
+    """
+
+    source_image_url: str | None = Field(
+        None, description="OS-2 disk image (qcow2 or raw) to start from: https URL or path (relative to this file)"
+    )
+    source_image_checksum: str | None = Field(
+        None, description="checksum of source_image_url: sha256:<hex>, sha512:<hex> or a bare sha256"
+    )
+
+    @field_validator("source_image_url")
+    @classmethod
+    def _source_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _url_or_existing_file(value, info, "image")
+
+    @field_validator("source_image_checksum")
+    @classmethod
+    def _source_checksum(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        kind, _, digest = value.rpartition(":")
+        kind = kind or "sha256"
+        lengths = {"sha256": 64, "sha512": 128}
+        if kind not in lengths or not re.fullmatch(rf"[0-9a-fA-F]{{{lengths.get(kind, 0)}}}", digest):
+            raise ValueError(f"must be sha256:<64 hex>, sha512:<128 hex> or a bare sha256, got {value!r}")
+        return f"{kind}:{digest.lower()}"
+
+    @classmethod
+    def cross_check(cls, data: dict[str, Any], ctx: ConfigContext) -> list[Problem]:
+        problems = super().cross_check(data, ctx)
+        has_url, has_sum = "source_image_url" in data, "source_image_checksum" in data
+        if ctx.os != "ubuntu" and (has_url or has_sum):
+            field = "source_image_url" if has_url else "source_image_checksum"
+            problems.append(Problem(field, "applies only to --os ubuntu; redhat installs from iso_url"))
+        elif has_url and not has_sum:
+            problems.append(Problem("source_image_checksum", "required with source_image_url", "sha256:<hex>"))
+        elif has_sum and not has_url:
+            problems.append(Problem("source_image_url", "required with source_image_checksum", "a URL or path"))
+        return problems
+
+    @property
+    def uses_source_image(self) -> bool:
+        return self.source_image_url is not None
+
+
+class VsphereConfig(Os3Fields, SourceImageFields):
     """vSphere (platform) build configuration, ``--vsphere-config`` (spec 2.3)."""
 
     provider = "vsphere"
 
-    platform_server: Host = Field(
-        validation_alias=_alias("platform_server", "vcenter_server"), description="vCenter FQDN or IP"
+    platform_server: Host | None = Field(
+        None, validation_alias=_alias("platform_server", "vcenter_server"), description="vCenter FQDN or IP"
     )
-    username: Text = Field(description="vCenter user name")
-    password: Secret = Field(description="vCenter password (secret)")
-    datacenter: Text = Field(description="datacenter used for building")
-    datastore: Text = Field(description="datastore for the template and the build")
-    network: Text = Field(description="network used for building")
-    folder: Text = Field(description="folder in which the temporary VM is created")
+    username: Text | None = Field(None, description="vCenter user name")
+    password: Secret | None = Field(None, description="vCenter password (secret)")
+    datacenter: Text | None = Field(None, description="datacenter used for building")
+    datastore: Text | None = Field(None, description="datastore for the template and the build")
+    network: Text | None = Field(None, description="network used for building")
+    folder: Text | None = Field(None, description="folder in which the temporary VM is created")
     cluster: Text | None = Field(None, description="cluster used for building (this or resource_pool)")
     resource_pool: Text | None = Field(None, description="resource pool for the build VM (this or cluster)")
-    platform_library_name: Text = Field(
-        validation_alias=_alias("platform_library_name", "vsphere_library_name"), description="content library name"
+    platform_library_name: Text | None = Field(
+        None,
+        validation_alias=_alias("platform_library_name", "vsphere_library_name"),
+        description="content library name",
     )
     convert_to_template: BoolStr = Field(False, description='"true" converts the VM to a template')
     create_snapshot: BoolStr = Field(False, description='"true" snapshots the base OVA after the build')
     insecure_connection: BoolStr = Field(False, description='"true" skips TLS verification of vCenter')
     linked_clone: BoolStr = Field(False, description='"true" uses a linked clone')
 
+    #: what a build on vCenter needs; a local OVA build (source image, no platform_server) needs none of them
+    vcenter_required: ClassVar[tuple[str, ...]] = (
+        "platform_server",
+        "username",
+        "password",
+        "datacenter",
+        "datastore",
+        "network",
+        "folder",
+        "platform_library_name",
+    )
+
     @classmethod
     def cross_check(cls, data: dict[str, Any], ctx: ConfigContext) -> list[Problem]:
         problems = super().cross_check(data, ctx)
+        if "source_image_url" in data and "platform_server" not in data:
+            return problems  # local OVA: built with QEMU here, nothing on vCenter
+        problems += [
+            Problem(f, "required field is missing", cls.model_fields[f].description)
+            for f in cls.vcenter_required
+            if f not in data
+        ]
         if not data.get("cluster") and not data.get("resource_pool"):
             problems.append(
                 Problem("cluster", "neither cluster nor resource_pool is set", "a cluster or a resource pool name")
             )
         return problems
 
+    @property
+    def is_local(self) -> bool:
+        """A local OVA build: QEMU here, converted to an OVA; no vCenter involved."""
+        return self.uses_source_image and self.platform_server is None
 
-class BaremetalConfig(Os3Fields):
+
+class BaremetalConfig(Os3Fields, SourceImageFields):
     """Bare metal build configuration, ``--baremetal-config`` (optional for ubuntu, spec 1.6)."""
 
     provider = "baremetal"
@@ -699,4 +779,7 @@ def json_schema(provider: str) -> dict[str, Any]:
             props.setdefault(key, {"$ref": f"#/properties/{name}", "deprecated": True})
     for prop in props.values():
         prop.pop("title", None)
+    if model is VsphereConfig:
+        schema["if"] = {"not": {"required": ["source_image_url"]}}
+        schema["then"] = {"required": list(VsphereConfig.vcenter_required)}
     return schema

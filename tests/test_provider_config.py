@@ -61,7 +61,8 @@ def test_every_provider_and_os_that_needs_a_config_has_an_example() -> None:
 
 
 def test_vsphere_has_the_14_spec_fields() -> None:
-    assert set(MODELS["vsphere"].model_fields) - set(MODELS["vsphere"].os3_fields) == {  # type: ignore[attr-defined]
+    extra = {*MODELS["vsphere"].os3_fields, "source_image_url", "source_image_checksum"}  # type: ignore[attr-defined]
+    assert set(MODELS["vsphere"].model_fields) - extra == {
         "cluster",
         "convert_to_template",
         "create_snapshot",
@@ -393,3 +394,35 @@ def test_errors_name_the_key_as_written() -> None:
     assert "not a URL" in got["vcenter_server"]
     got = problems("ami", "ubuntu", {"ami_regions": ["us-west-2", "Mars"]})
     assert "ami_regions[1]" in got or "ami_regions" in got
+
+
+# --- OS-2 source image and the local OVA ------------------------------------------------------------------------
+
+
+def test_source_image_for_ubuntu(tmp_path: Path) -> None:
+    image = tmp_path / "base.qcow2"
+    image.write_bytes(b"QFI")
+    src = {"source_image_url": "base.qcow2", "source_image_checksum": "A" * 64}
+    cfg = ok("baremetal", "ubuntu", src, source=tmp_path / "bm.json")
+    assert cfg.public_dict()["source_image_url"] == str(image)
+    assert cfg.public_dict()["source_image_checksum"] == "sha256:" + "a" * 64
+    ok("baremetal", "ubuntu", src | {"source_image_checksum": "sha512:" + "b" * 128}, source=tmp_path / "bm.json")
+    assert "source_image_checksum" in problems("baremetal", "ubuntu", {"source_image_url": "https://x/y.img"})
+    assert "source_image_url" in problems("baremetal", "ubuntu", {"source_image_checksum": "a" * 64})
+    assert "source_image_checksum" in problems(
+        "baremetal", "ubuntu", src | {"source_image_checksum": "md5:abc"}, source=tmp_path / "bm.json"
+    )
+    assert "does not exist" in problems("baremetal", "ubuntu", src)["source_image_url"]
+    assert "applies only to --os ubuntu" in problems("baremetal", "redhat", OS3 | src)["source_image_url"]
+
+
+def test_local_ova_needs_no_vcenter(tmp_path: Path) -> None:
+    (tmp_path / "base.qcow2").write_bytes(b"QFI")
+    src = {"source_image_url": "base.qcow2", "source_image_checksum": "a" * 64}
+    cfg = ok("vsphere", "ubuntu", src, source=tmp_path / "vs.json")
+    assert cfg.is_local  # type: ignore[attr-defined]
+    remote = ok("vsphere", "ubuntu", example("vsphere-ubuntu.json"))
+    assert not remote.is_local  # type: ignore[attr-defined]
+    # with a vCenter server, every vCenter field is required again
+    got = problems("vsphere", "ubuntu", src | {"platform_server": "vc.example.com"}, source=tmp_path / "vs.json")
+    assert {"username", "password", "datacenter", "datastore", "network", "folder", "cluster"} <= set(got)

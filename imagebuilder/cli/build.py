@@ -32,6 +32,7 @@ HELP = {
     "offline": "do not fetch the release manifest from the network (mirrors are still read)",
     "skip_check": "skip this preflight check (repeatable; see 'image-builder preflight --help')",
     "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
+    "disk_gb": "size of the image's disk in GiB (default 25, spec 8)",
 }
 
 ALIASES = {"platform": "vsphere", "orchestrator": "cloudstack", "hci": "nutanix"}
@@ -62,6 +63,7 @@ def build(
     offline: bool = False,
     skip_check: list[str] | None = None,
     min_disk_gb: int = -1,
+    disk_gb: int = -1,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     if output not in ("text", "json"):
@@ -95,6 +97,7 @@ def build(
             name=name,
             output_dir=output_dir,
             offline=offline,
+            disk_gb=None if disk_gb < 0 else disk_gb,
         )
     )
     if output == "json":
