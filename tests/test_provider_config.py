@@ -413,7 +413,8 @@ def test_source_image_for_ubuntu(tmp_path: Path) -> None:
         "baremetal", "ubuntu", src | {"source_image_checksum": "md5:abc"}, source=tmp_path / "bm.json"
     )
     assert "does not exist" in problems("baremetal", "ubuntu", src)["source_image_url"]
-    assert "applies only to --os ubuntu" in problems("baremetal", "redhat", OS3 | src)["source_image_url"]
+    remote = {"source_image_url": "https://images.example.com/base.qcow2", "source_image_checksum": "a" * 64}
+    assert "applies only to --os ubuntu" in problems("baremetal", "redhat", OS3 | remote)["source_image_url"]
 
 
 def test_local_ova_needs_no_vcenter(tmp_path: Path) -> None:
