@@ -6,13 +6,23 @@ directory, copied to an air-gapped site and served or used in place, answers for
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
+import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.files import atomic_write
+
+if TYPE_CHECKING:
+    from imagebuilder.release_manifest import ReleaseManifest
 
 MAX_DOCUMENT = 32 * 1024 * 1024
 
@@ -78,3 +88,113 @@ def fetch_bytes(location: str, *, timeout: float = 10.0, what: str = "document")
     if len(data) > MAX_DOCUMENT:
         raise InputError(f"{what} is larger than {MAX_DOCUMENT // (1024 * 1024)} MiB", source=location)
     return data
+
+
+# --- creating a mirror -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MirrorItem:
+    url: str
+    sha256: str
+    path: Path
+    status: str  # "downloaded" | "verified" (already there)
+    size: int
+
+
+def file_sha256(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1024 * 1024):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_verified(
+    location: str, target: Path, sha256: str, *, on_bytes: Callable[[int], None] | None = None, timeout: float = 60
+) -> int:
+    """Stream ``location`` (URL or path) into a temp file beside ``target``; rename only when the sha256 matches."""
+    digest = hashlib.sha256()
+    size = 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if is_url(location):
+                try:
+                    src: Any = urllib.request.urlopen(location, timeout=timeout)  # noqa: S310 (http(s) only)
+                except urllib.error.HTTPError as exc:
+                    raise ExternalError(f"cannot fetch {location}: HTTP {exc.code} {exc.reason}") from None
+                except (urllib.error.URLError, OSError) as exc:
+                    raise ExternalError(f"cannot fetch {location}: {getattr(exc, 'reason', exc)}") from None
+            else:
+                try:
+                    src = Path(location.removeprefix("file://")).open("rb")  # noqa: SIM115 - closed below
+                except OSError as exc:
+                    raise ExternalError(f"cannot read {location}: {exc.strerror}") from None
+            with src:
+                while block := src.read(1024 * 1024):
+                    out.write(block)
+                    digest.update(block)
+                    size += len(block)
+                    if on_bytes:
+                        on_bytes(len(block))
+        if digest.hexdigest() != sha256:
+            raise ExternalError(
+                f"checksum mismatch for {location}: got sha256 {digest.hexdigest()}, the manifest says {sha256}",
+                hint="the source is corrupt or tampered with; nothing was kept",
+            )
+        os.replace(tmp, target)
+        return size
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def mirror_items(manifest: ReleaseManifest) -> list[tuple[str, str]]:
+    """(url, sha256) of every node artifact file the manifest names (images: their OCI tarballs)."""
+    items: list[tuple[str, str]] = []
+    for a in manifest.artifacts:
+        if a.kind != "image" and a.sha256:
+            items.append((a.uri, a.sha256))
+        elif a.archive_uri and a.sha256:
+            items.append((a.archive_uri, a.sha256))
+    return list(dict.fromkeys(items))
+
+
+def create_mirror(
+    manifest_url: str,
+    dest: Path,
+    *,
+    source: Mirror | None = None,
+    on_item: Callable[[str, int], None] | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> tuple[ReleaseManifest, list[MirrorItem]]:
+    """Copy a release manifest and every node artifact it names into ``dest``, keeping the URL paths.
+
+    Each file is checksum-verified; a file already in ``dest`` with the right sha256 is kept (reruns converge).
+    """
+    from imagebuilder.release_manifest import parse_manifest  # local: release_manifest imports this module
+
+    dest.mkdir(parents=True, exist_ok=True)
+    target_mirror = Mirror(str(dest.resolve()))
+    location = source.locate(manifest_url) if source else manifest_url
+    raw = fetch_bytes(location, what="release manifest")
+    manifest = parse_manifest(raw.decode("utf-8"), location)
+    results = []
+    for url, sha in mirror_items(manifest):
+        target = Path(target_mirror.locate(url))
+        if on_item:
+            on_item(url, 0)
+        if file_sha256(target) == sha:
+            results.append(MirrorItem(url, sha, target, "verified", target.stat().st_size))
+            continue
+        size = fetch_verified(source.locate(url) if source else url, target, sha, on_bytes=on_bytes)
+        results.append(MirrorItem(url, sha, target, "downloaded", size))
+    manifest_target = Path(target_mirror.locate(manifest_url))
+    with atomic_write(manifest_target, "wb") as fh:
+        fh.write(raw)
+    return manifest, results

@@ -13,7 +13,6 @@ Secrets never enter these files: the template declares them as ``sensitive`` var
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -22,8 +21,6 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import jinja2
 
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write
@@ -38,6 +35,7 @@ from imagebuilder.provider_config import (
     SourceImageFields,
     VsphereConfig,
 )
+from imagebuilder.render import template_env
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_USER = "builder"
@@ -106,34 +104,6 @@ class RenderedBuild:
     files: tuple[Path, ...] = ()
 
 
-def hcl(value: Any) -> str:
-    """A Python value as an HCL2 literal (strings escaped, including ``${`` and ``%{`` template openers)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return json.dumps(value)
-    if isinstance(value, str):
-        return json.dumps(value).replace("${", "$${").replace("%{", "%%{")
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(hcl(v) for v in value) + "]"
-    raise TypeError(f"no HCL literal for {type(value).__name__}")
-
-
-def template_env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(ROOT)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,  # noqa: S701 - renders HCL, YAML and kickstart, not HTML
-    )
-    env.filters["hcl"] = hcl
-    env.filters["tojson"] = json.dumps
-    env.filters["b64encode"] = lambda text: base64.b64encode(text.encode()).decode()
-    return env
-
-
 def _keypair(directory: Path) -> tuple[Path, str]:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = directory / "id_ed25519"
@@ -190,8 +160,17 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
         for a in plan.artifacts
         if a.kind == "image"
     ]
+    # every file the image receives, under the name it is staged as, with the manifest's sha256
+    stage = [{"stage": b["name"], **b} for b in binaries]
+    stage += [{"stage": f"{a['name']}.tar.gz", **a} for a in archives]
+    stage += [
+        {"stage": f"images/{i['name']}.tar", "name": i["name"], "sha256": i["sha256"], **i["archive"]}
+        for i in images
+        if "archive" in i
+    ]
     config = plan.config
     out: dict[str, Any] = {
+        "kubernetes_stage_items": stage,
         "node_os": plan.os,
         "node_os_version": plan.os_version.version,
         "node_provider": plan.provider,
@@ -204,6 +183,8 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
         "redhat_subscription": plan.os == "redhat",
         "extra_rpms": (config.extra_rpms or "").split() if isinstance(config, BaremetalConfig) else [],
         "custom_roles": [],
+        # images the release ships no tarball for are pulled from their registry, which an offline build lacks
+        "kubernetes_pull_images": not plan.offline,
     }
     if isinstance(config, AmiConfig) and config.custom_role:
         if config.custom_role_name_list:
@@ -338,7 +319,8 @@ def render_build(
             files.append(_write(directory / "http" / "meta-data", f"instance-id: {plan.output_name}\n"))
     if plan.provider == "nutanix":
         ctx["user_data"] = env.get_template("cloud-init/build-user-data.yaml.j2").render(ctx)
-    files.append(_write(directory / "ansible-vars.json", json.dumps(ansible_vars(plan), indent=2) + "\n"))
+    role_vars = {**ansible_vars(plan), "artifact_cache": str(directory / "artifacts")}
+    files.append(_write(directory / "ansible-vars.json", json.dumps(role_vars, indent=2) + "\n"))
     template = _write(directory / "node.pkr.hcl", env.get_template(f"packer/{builder}/node.pkr.hcl.j2").render(ctx))
     files.append(template)
     stages = ("vsphere-iso.base", "vsphere-clone.node") if builder == "vsphere" else ()

@@ -12,8 +12,10 @@ APT_PACKAGES=(
   ca-certificates curl git jq unzip make
   # builds (issue: Packer bundle): Packer 1.6.6, QEMU for bare metal / CloudStack, ssh-keygen for build keys
   packer qemu-system-x86 qemu-utils openssh-client
-  # host.prepare tests: a throwaway Debian root
-  debootstrap
+  # host.prepare tests and image.base: a Debian root, a bootable disk (extlinux), seeds (xorriso), gzip (pigz)
+  debootstrap extlinux syslinux-common xorriso pigz e2fsprogs fdisk
+  # the KVM probe: a syslinux floppy made without root
+  syslinux mtools dosfstools
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

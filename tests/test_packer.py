@@ -13,8 +13,9 @@ import pytest
 from imagebuilder.errors import InputError
 from imagebuilder.hostinfo import KvmStatus
 from imagebuilder.lint import lint_templates, render_pair
-from imagebuilder.packer import PackerInfo, fmt_check, hcl, render_build, validate
+from imagebuilder.packer import PackerInfo, fmt_check, render_build, validate
 from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.render import hcl
 from tests.conftest import BIN, EXAMPLES, PAIRS, ROOT
 
 PACKER = PackerInfo.detect()

@@ -9,19 +9,28 @@ from invoke.collection import Collection
 
 from imagebuilder.cli import build as _build
 from imagebuilder.cli import config as _config
+from imagebuilder.cli import demo as _demo
 from imagebuilder.cli import dev as _dev
 from imagebuilder.cli import docs as _docs
 from imagebuilder.cli import host as _host
+from imagebuilder.cli import image as _image
+from imagebuilder.cli import mirror as _mirror
 
 
 def make_namespace() -> Collection:
     ns = Collection()
     ns.add_task(_build.build)
     ns.add_task(_docs.docs)
+    ns.add_task(_demo.demo)
     ns.add_task(_dev.lint)
     ns.add_task(_dev.test)
     ns.add_task(_host.preflight)
     ns.add_collection(Collection.from_module(_config, name="config"))
+    ns.add_collection(Collection.from_module(_mirror, name="mirror"))
+    image = Collection("image")
+    image.add_task(_image.base)
+    image.add_task(_image.verify)
+    ns.add_collection(image)
     host = Collection("host")
     host.add_task(_host.prepare)
     ns.add_collection(host)

@@ -7,8 +7,9 @@ from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task, print_json
 from imagebuilder.cli.host import preflight_or_fail
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.errors import InputError
 from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.runner import run_build
 
 HELP = {
     "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
@@ -33,6 +34,7 @@ HELP = {
     "skip_check": "skip this preflight check (repeatable; see 'image-builder preflight --help')",
     "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
     "disk_gb": "size of the image's disk in GiB (default 25, spec 8)",
+    "keep_on_error": "keep the build workspace when the build fails (it is removed otherwise)",
 }
 
 ALIASES = {"platform": "vsphere", "orchestrator": "cloudstack", "hci": "nutanix"}
@@ -64,6 +66,7 @@ def build(
     skip_check: list[str] | None = None,
     min_disk_gb: int = -1,
     disk_gb: int = -1,
+    keep_on_error: bool = False,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     if output not in ("text", "json"):
@@ -104,9 +107,10 @@ def build(
         print_json({"dry_run": dry_run, **plan.to_json()})
     else:
         print(plan.render_text())
-    if not dry_run:
-        preflight_or_fail(plan.os, plan.provider, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
-        raise ExternalError(
-            "this version validates and plans builds; the Packer runner is not part of it yet",
-            hint="rerun with --dry-run",
-        )
+    if dry_run:
+        return
+    preflight_or_fail(plan.os, plan.provider, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
+    result = run_build(plan, keep_on_error=keep_on_error)
+    if result.artifact:
+        print(f"image:    {result.artifact}\nsha256:   {result.sha256}")
+    print(f"manifest: {result.manifest}\nlog:      {result.log}")

@@ -1,0 +1,206 @@
+"""``image.base``: a Debian-family, cloud-style base disk image made with debootstrap.
+
+Why: official Ubuntu cloud images cannot be downloaded on air-gapped sites (or on these test machines), but the
+Debian archive (or a local mirror of it) can be reached. The image has the shape of a cloud image: one ext4 root
+partition, a kernel, cloud-init (NoCloud, ConfigDrive, VMware...), openssh-server, and a serial console, so Packer's
+qemu builder starts from it exactly as it would from an Ubuntu cloud image.
+
+Everything the node roles install is baked in, so a build from this image needs no network at all. The disk is
+assembled on a loop device mapped at the partition's offset (no partition device nodes, no udev needed) and booted
+by extlinux (BIOS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.files import atomic_write
+
+PARTITION_OFFSET = 1024 * 1024  # 1 MiB: the first partition starts at sector 2048
+MBR_CANDIDATES = ("/usr/lib/syslinux/mbr/mbr.bin", "/usr/lib/SYSLINUX/mbr.bin", "/usr/share/syslinux/mbr.bin")
+
+#: what debootstrap installs itself (it configures these without a running system)
+BOOTSTRAP = ["systemd-sysv", "udev", "kmod", "procps", "iproute2", "ifupdown", "isc-dhcp-client", "e2fsprogs"]
+#: the rest of the base OS plus every package the node roles want (installed with apt in the chroot), so a
+#: build from this image needs no package archive
+PACKAGES = [
+    "linux-image-amd64", "openssh-server", "sudo", "python3", "python3-apt", "cloud-init", "cloud-guest-utils",
+    "ca-certificates", "conntrack", "curl", "ebtables", "ethtool", "iptables", "jq", "socat", "tar",
+    "apt-transport-https", "nfs-common", "containerd", "open-vm-tools",
+]  # fmt: skip
+
+Log = Callable[[str], None]
+
+
+def _run(*args: str, log: Log | None = None, timeout: int = 3600, env: dict[str, str] | None = None) -> str:
+    if log:
+        log("$ " + " ".join(args))
+    proc = subprocess.run(
+        list(args), capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, check=False
+    )
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
+        raise ExternalError(f"'{' '.join(args[:3])}...' failed (exit {proc.returncode}): {tail}")
+    return proc.stdout
+
+
+@contextlib.contextmanager
+def _loop(image: Path, offset: int, size: int) -> Iterator[str]:
+    dev = _run("losetup", "--find", "--show", "--offset", str(offset), "--sizelimit", str(size), str(image)).strip()
+    try:
+        yield dev
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)
+
+
+@contextlib.contextmanager
+def _mounted(dev: str, target: Path, *options: str) -> Iterator[Path]:
+    target.mkdir(parents=True, exist_ok=True)
+    _run("mount", *(["-o", ",".join(options)] if options else []), dev, str(target))
+    try:
+        yield target
+    finally:
+        for attempt in range(5):
+            if subprocess.run(["umount", str(target)], check=False, capture_output=True).returncode == 0:
+                break
+            subprocess.run(["sync"], check=False)
+            if attempt == 4:
+                subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+@contextlib.contextmanager
+def _chroot_mounts(root: Path) -> Iterator[None]:
+    """/proc, /sys, /dev and /dev/pts for package scripts; services must not start (policy-rc.d)."""
+    mounts = [("proc", "proc", ["-t", "proc"]), ("sys", "sys", ["-t", "sysfs"]), ("/dev", "dev", ["--bind"]),
+              ("devpts", "dev/pts", ["-t", "devpts"])]  # fmt: skip
+    done: list[Path] = []
+    policy = root / "usr" / "sbin" / "policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    try:
+        for source, target, opts in mounts:
+            path = root / target
+            path.mkdir(parents=True, exist_ok=True)
+            _run("mount", *opts, source, str(path))
+            done.append(path)
+        yield
+    finally:
+        for path in reversed(done):
+            if subprocess.run(["umount", str(path)], check=False, capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", str(path)], check=False)
+        policy.unlink(missing_ok=True)
+        (root / "etc" / "resolv.conf").write_text("")
+
+
+def sha256_file(path: Path, chunk: int = 4 * 1024 * 1024) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _configure(root: Path, uuid: str) -> None:
+    boot = root / "boot"
+    kernels = sorted(boot.glob("vmlinuz-*"))
+    initrds = sorted(boot.glob("initrd.img-*"))
+    if not kernels or not initrds:
+        raise ExternalError("debootstrap installed no kernel/initrd (linux-image-amd64)")
+    (root / "etc" / "fstab").write_text(f"UUID={uuid} / ext4 defaults,errors=remount-ro 0 1\n")
+    (root / "etc" / "hostname").write_text("localhost\n")
+    (root / "etc" / "network" / "interfaces.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc" / "cloud" / "cloud.cfg.d" / "90-image-builder-base.cfg").write_text(
+        "# image-builder base image: look for NoCloud/ConfigDrive/VMware seeds, fall back to none\n"
+        "datasource_list: [NoCloud, ConfigDrive, VMware, OVF, None]\n"
+    )
+    extlinux = boot / "extlinux"
+    extlinux.mkdir(exist_ok=True)
+    (extlinux / "extlinux.conf").write_text(
+        "DEFAULT linux\nTIMEOUT 1\nPROMPT 0\n"
+        "LABEL linux\n"
+        f"  LINUX /boot/{kernels[-1].name}\n"
+        f"  INITRD /boot/{initrds[-1].name}\n"
+        f"  APPEND root=UUID={uuid} ro console=tty0 console=ttyS0,115200n8 net.ifnames=0\n"
+    )
+    # a clone must not share the identity of this image
+    (root / "etc" / "machine-id").write_text("")
+    for key in (root / "etc" / "ssh").glob("ssh_host_*"):
+        key.unlink()
+    shutil.rmtree(root / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+    (root / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+
+
+def make_base_image(
+    dest: Path,
+    *,
+    suite: str = "bookworm",
+    mirror: str = "http://deb.debian.org/debian",
+    size_gb: int = 4,
+    log: Log | None = None,
+) -> tuple[Path, str]:
+    """Build the base image at ``dest`` (qcow2) and ``dest.sha256``; returns the path and its sha256."""
+    if os.geteuid() != 0:
+        raise ExternalError("image.base needs root (loop devices, mount, debootstrap)", hint="run it as root")
+    for tool in ("debootstrap", "losetup", "mkfs.ext4", "sfdisk", "extlinux", "qemu-img"):
+        if shutil.which(tool) is None:
+            raise ExternalError(f"{tool} is not installed", hint="run ./scripts/setup.sh")
+    mbr = next((Path(p) for p in MBR_CANDIDATES if Path(p).is_file()), None)
+    if mbr is None:
+        raise ExternalError("syslinux's mbr.bin is missing", hint="run ./scripts/setup.sh (package syslinux-common)")
+    if not 2 <= size_gb <= 64:
+        raise InputError(f"{size_gb} GiB is not a usable base image size", field="--size-gb", expected="2 to 64")
+    dest = dest.resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".image-base-", dir=dest.parent) as tmp:
+        work = Path(tmp)
+        raw = work / "disk.raw"
+        size = size_gb * 1024**3
+        with raw.open("wb") as fh:
+            fh.truncate(size)
+        subprocess.run(
+            ["sfdisk", "--quiet", str(raw)], input="label: dos\nstart=2048, type=83, bootable\n", text=True, check=True
+        )
+        with _loop(raw, PARTITION_OFFSET, size - PARTITION_OFFSET) as dev:
+            # extlinux reads ext4 without the 64bit and metadata_csum_seed features
+            _run("mkfs.ext4", "-q", "-F", "-L", "root", "-O", "^64bit,^metadata_csum_seed", dev, log=log)
+            uuid = _run("blkid", "-s", "UUID", "-o", "value", dev).strip()
+            with _mounted(dev, work / "mnt") as root:
+                _run(
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={','.join(BOOTSTRAP)}",
+                    suite,
+                    str(root),
+                    mirror,
+                    log=log,
+                    timeout=3600,
+                    env={"DEBIAN_FRONTEND": "noninteractive"},
+                )
+                with _chroot_mounts(root):
+                    _run("chroot", str(root), "apt-get", "update", "-qq", log=log)
+                    _run(
+                        "chroot", str(root), "apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES,
+                        log=log, timeout=3600, env={"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"},
+                    )  # fmt: skip
+                    _run("chroot", str(root), "apt-get", "clean", log=log)
+                _configure(root, uuid)
+                _run("extlinux", "--install", str(root / "boot" / "extlinux"), log=log)
+        with raw.open("r+b") as fh:
+            fh.write(mbr.read_bytes()[:440])
+        tmp_out = work / "base.qcow2"
+        _run("qemu-img", "convert", "-O", "qcow2", str(raw), str(tmp_out), log=log)
+        raw.unlink()
+        digest = sha256_file(tmp_out)
+        os.replace(tmp_out, dest)
+    with atomic_write(dest.with_name(dest.name + ".sha256")) as fh:
+        fh.write(f"{digest}  {dest.name}\n")
+    return dest, digest

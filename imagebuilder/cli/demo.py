@@ -1,0 +1,48 @@
+"""``demo``: the offline flow end to end (base image, mirror, bare-metal build, image.verify)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli._common import cli_task
+from imagebuilder.cli.image import print_findings
+from imagebuilder.demo import run_demo
+from imagebuilder.errors import ExternalError
+
+
+@task(
+    help={
+        "dest": "working directory for the base image, mirror and output (default ./demo)",
+        "release_channel": "release channel to build (default 1-24)",
+        "disk_gb": "image disk size in GiB (default 4: a demo image)",
+        "no_boot": "skip the boot test of the built image",
+        "skip_check": "preflight check to skip (repeatable)",
+    },
+    iterable=["skip_check"],
+    auto_shortflags=False,
+)
+@cli_task
+def demo(
+    c: Context,
+    dest: str = "demo",
+    release_channel: str = "1-24",
+    disk_gb: int = 4,
+    no_boot: bool = False,
+    skip_check: list[str] | None = None,
+) -> None:
+    """Run the offline flow end to end: base image, mirror, bare-metal build, image.verify."""
+    result = run_demo(
+        Path(dest),
+        channel=release_channel,
+        disk_gb=disk_gb,
+        boot=not no_boot,
+        skip_checks=tuple(skip_check or ()),
+    )
+    print_findings(result.findings)
+    bad = [f.name for f in result.findings if not f.ok]
+    if bad:
+        raise ExternalError(f"the demo image failed verification: {', '.join(bad)}")
+    print(f"\ndemo image: {result.build.artifact}\nmanifest:   {result.build.manifest}")

@@ -1,0 +1,63 @@
+"""``image.*``: the OS-2 base image and verification of built images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.baseimage import make_base_image
+from imagebuilder.cli._common import cli_task
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.verify import Finding, verify_image
+
+
+@task(
+    help={
+        "dest": "where to write the qcow2 (and <dest>.sha256)",
+        "suite": "Debian suite (default bookworm)",
+        "mirror": "Debian archive or a local mirror of it (default http://deb.debian.org/debian)",
+        "size_gb": "disk size in GiB (default 4; builds grow it with --disk-gb)",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def base(
+    c: Context, dest: str = "", suite: str = "bookworm", mirror: str = "http://deb.debian.org/debian", size_gb: int = 4
+) -> None:
+    """Make a Debian-family cloud-style base image (debootstrap): kernel, cloud-init, openssh-server."""
+    if not dest:
+        raise InputError("required flag missing", field="--dest", expected="a path for the qcow2")
+    path, digest = make_base_image(Path(dest), suite=suite, mirror=mirror, size_gb=size_gb, log=print)
+    print(f"base image: {path}\nsha256:     {digest}")
+    print(f'use it: "source_image_url": "{path}", "source_image_checksum": "sha256:{digest}"')
+
+
+def print_findings(findings: list[Finding]) -> None:
+    for f in findings:
+        print(f"[{'ok  ' if f.ok else 'FAIL'}] {f.name:<20} {f.detail}")
+
+
+@task(
+    help={
+        "image": "the built image: .gz (bare metal), .ova, .qcow2 or raw",
+        "manifest": "its build manifest (default: <name>.build-manifest.json beside the image)",
+        "no_boot": "skip the boot test (offline checks only)",
+        "boot_timeout": "seconds to wait for the login prompt (default 600)",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def verify(c: Context, image: str = "", manifest: str = "", no_boot: bool = False, boot_timeout: int = 600) -> None:
+    """Check a built image with testinfra (mounted read-only) and boot it to a login prompt."""
+    if not image:
+        raise InputError("required flag missing", field="--image", expected="a built image")
+    findings = verify_image(
+        Path(image), manifest=Path(manifest) if manifest else None, boot=not no_boot, boot_timeout=boot_timeout
+    )
+    print_findings(findings)
+    bad = [f.name for f in findings if not f.ok]
+    if bad:
+        raise ExternalError(f"image {image} failed: {', '.join(bad)}")
+    print(f"image {image}: all {len(findings)} checks passed")

@@ -1,0 +1,160 @@
+"""A stand-in distro release: a manifest of the real format and small stand-in artifacts at the upstream paths.
+
+The real artifacts cannot be downloaded on air-gapped machines (nor on these test machines), yet the offline
+flow (mirror, build, verify) must run end to end. Everything here is labelled a stand-in: the binaries are shell
+scripts that say so, the images are one-file images. Checksums are real, so every verification runs for real.
+Only ``invoke demo`` and the tests use it; a real build uses the channel's manifest or ``--release-manifest``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from imagebuilder.files import atomic_write
+from imagebuilder.model import ReleaseChannel
+from imagebuilder.profile import load_profile
+from imagebuilder.release_manifest import IMAGES
+
+STANDIN_NOTE = "image-builder stand-in artifact: not a real Kubernetes binary"
+REGISTRY = "public.ecr.aws/eks-distro"
+IMAGE_REPOS = {
+    "pause": "kubernetes/pause",
+    "coredns": "coredns/coredns",
+    "etcd": "etcd-io/etcd",
+    "kube-apiserver": "kubernetes/kube-apiserver",
+    "kube-controller-manager": "kubernetes/kube-controller-manager",
+    "kube-scheduler": "kubernetes/kube-scheduler",
+    "kube-proxy": "kubernetes/kube-proxy",
+}
+
+
+@dataclass(frozen=True)
+class StandinRelease:
+    manifest_url: str
+    manifest_path: Path
+    root: Path
+
+
+def _script(name: str, version: str) -> bytes:
+    return f'#!/bin/sh\n# {STANDIN_NOTE}\necho "{name} {version} ({STANDIN_NOTE})"\n'.encode()
+
+
+def _tar_gz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    # a fixed mtime keeps the bytes (and so the checksums) the same on every run
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o755, 0
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def image_archive(ref: str) -> bytes:
+    """A one-layer image in docker-archive form, which ``ctr images import`` accepts."""
+    layer = _tar({"standin.txt": f"{ref}\n{STANDIN_NOTE}\n".encode()})
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Labels": {"org.opencontainers.image.description": STANDIN_NOTE}},
+            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
+        }
+    ).encode()
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": ["layer/layer.tar"]}]).encode()
+    return _tar({"manifest.json": manifest, config_name: config, "layer/layer.tar": layer})
+
+
+def _asset(name: str, url: str, data: bytes, kind: str = "Archive", arch: str = "amd64") -> dict[str, object]:
+    return {
+        "arch": [arch],
+        "archive": {
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "sha512": hashlib.sha512(data).hexdigest(),
+            "uri": url,
+        },
+        "description": f"{name} ({STANDIN_NOTE})",
+        "name": name,
+        "os": "linux",
+        "type": kind,
+    }
+
+
+def make_standin_release(dest: Path, channel: ReleaseChannel) -> StandinRelease:
+    """Write a stand-in release for ``channel`` under ``dest`` at the upstream URL paths."""
+    profile = load_profile()
+    version, number, ch = channel.kubernetes_version, channel.release, channel.name
+    base = f"https://{profile.hosts.distro}/kubernetes-{ch}/releases/{number}/artifacts"
+    tag = f"{version}-{profile.distro.name}-{ch}-{number}"
+    files: dict[str, bytes] = {}
+    components: dict[str, list[dict[str, object]]] = {"kubernetes": [], "cni-plugins": [], "etcd": [], "coredns": []}
+
+    for binary in ("kubelet", "kubeadm", "kubectl"):
+        url = f"{base}/kubernetes/{version}/bin/linux/amd64/{binary}"
+        files[url] = _script(binary, version)
+        components["kubernetes"].append(_asset(f"bin/linux/amd64/{binary}", url, files[url]))
+    cni_version = "v1.1.1"
+    cni_url = f"{base}/plugins/{cni_version}/cni-plugins-linux-amd64-{cni_version}.tar.gz"
+    files[cni_url] = _tar_gz({f"./{p}": _script(p, cni_version) for p in ("bridge", "host-local", "loopback")})
+    components["cni-plugins"].append(_asset(f"cni-plugins-linux-amd64-{cni_version}.tar.gz", cni_url, files[cni_url]))
+    etcd_version = "v3.5.6"
+    etcd_url = f"{base}/etcd/{etcd_version}/etcd-linux-amd64-{etcd_version}.tar.gz"
+    files[etcd_url] = _tar_gz(
+        {f"etcd-{etcd_version}-linux-amd64/{b}": _script(b, etcd_version) for b in ("etcd", "etcdctl")}
+    )
+    components["etcd"].append(_asset(f"etcd-linux-amd64-{etcd_version}.tar.gz", etcd_url, files[etcd_url]))
+
+    for image in IMAGES:
+        ref = f"{REGISTRY}/{IMAGE_REPOS[image]}:{tag}"
+        component = {"pause": "kubernetes", "etcd": "etcd", "coredns": "coredns"}.get(image, "kubernetes")
+        url = f"{base}/kubernetes/{version}/bin/linux/amd64/{image}.tar"
+        files[url] = image_archive(ref)
+        components[component].append(_asset(f"bin/linux/amd64/{image}.tar", url, files[url]))
+        components[component].append(
+            {
+                "arch": ["amd64", "arm64"],
+                "description": f"{image} container image ({STANDIN_NOTE})",
+                "image": {"uri": ref},
+                "name": f"{image}-image",
+                "os": "linux",
+                "type": "Image",
+            }
+        )
+    git_tags = {"kubernetes": version, "cni-plugins": cni_version, "etcd": etcd_version, "coredns": "v1.8.7"}
+    manifest = {
+        "apiVersion": "distro.eks.amazonaws.com/v1alpha1",
+        "kind": "Release",
+        "metadata": {"name": profile.release_name(ch, number), "annotations": {"description": STANDIN_NOTE}},
+        "spec": {"channel": ch, "number": number},
+        "status": {
+            "components": [{"assets": a, "gitTag": git_tags[n], "name": n} for n, a in components.items()],
+            "date": "2022-12-01T00:00:00Z",
+        },
+    }
+    manifest_url = channel.manifest_url
+    files[manifest_url] = yaml.safe_dump(manifest, sort_keys=False).encode()
+    for url, data in files.items():
+        target = dest / urlsplit(url).path.lstrip("/")
+        with atomic_write(target, "wb") as fh:
+            fh.write(data)
+    return StandinRelease(manifest_url, dest / urlsplit(manifest_url).path.lstrip("/"), dest)

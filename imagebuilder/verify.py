@@ -1,0 +1,235 @@
+"""``image.verify``: check a built image the way a cluster will meet it.
+
+Two parts:
+- offline: the image's root filesystem is mounted read-only and testinfra (chroot backend) checks what the
+  build promised: Kubernetes binaries with the release manifest's checksums, containerd and kubelet enabled, swap
+  off, sysctls and modules configured, and nothing of the build VM left (machine-id, SSH host keys, cloud-init
+  state, build user, passwords);
+- boot: a throwaway copy boots under QEMU until a login prompt appears on the serial console.
+The expected checksums come from the build manifest written beside the image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.hostinfo import KvmStatus, kvm_status
+
+SECTOR = 512
+ZERO = bytes(1024 * 1024)
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    ok: bool
+    detail: str
+
+
+def _run(*args: str, timeout: int = 600) -> str:
+    proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise ExternalError(f"'{' '.join(args[:4])}' failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+    return proc.stdout
+
+
+def gunzip_sparse(src: Path, dest: Path) -> None:
+    """Decompress a .gz disk image, seeking over zero blocks so the raw file stays sparse."""
+    with gzip.open(src, "rb") as fin, dest.open("wb") as fout:
+        while block := fin.read(len(ZERO)):
+            if block == ZERO[: len(block)]:
+                fout.seek(len(block), 1)
+            else:
+                fout.write(block)
+        fout.truncate()
+
+
+@contextlib.contextmanager
+def raw_disk(image: Path) -> Iterator[Path]:
+    """A raw view of a .gz, .ova, .qcow2 or .raw image, in a temp dir removed afterwards."""
+    if not image.is_file():
+        raise InputError("image not found", source=image)
+    with tempfile.TemporaryDirectory(prefix="image-verify-") as tmp:
+        work = Path(tmp)
+        name = image.name
+        if name.endswith(".gz"):
+            out = work / "disk.raw"
+            gunzip_sparse(image, out)
+            yield out
+        elif name.endswith(".ova"):
+            with tarfile.open(image) as tar:
+                members = tar.getnames()
+                if not members or not members[0].endswith(".ovf"):
+                    raise ExternalError(f"{image}: the OVF descriptor is not the first file of the OVA")
+                vmdk = next((m for m in tar.getmembers() if m.name.endswith(".vmdk")), None)
+                if vmdk is None:
+                    raise ExternalError(f"{image}: no .vmdk disk in the OVA")
+                tar.extract(vmdk, work, filter="data")
+            out = work / "disk.raw"
+            _run("qemu-img", "convert", "-O", "raw", str(work / vmdk.name), str(out), timeout=3600)
+            yield out
+        else:
+            fmt = json.loads(_run("qemu-img", "info", "--output=json", str(image)))["format"]
+            if fmt == "raw":
+                yield image
+            else:
+                out = work / "disk.raw"
+                _run("qemu-img", "convert", "-O", "raw", str(image), str(out), timeout=3600)
+                yield out
+
+
+def root_partition(raw: Path) -> tuple[int, int]:
+    """(offset, size) in bytes of the largest Linux partition."""
+    table = json.loads(_run("sfdisk", "--json", str(raw)))["partitiontable"]
+    parts = [p for p in table.get("partitions", []) if p.get("type") in ("83", "0FC63DAF-8483-4772-8E79-3D69D8477DE4")]
+    if not parts:
+        raise ExternalError(f"{raw}: no Linux partition in the partition table")
+    best = max(parts, key=lambda p: p["size"])
+    return best["start"] * SECTOR, best["size"] * SECTOR
+
+
+@contextlib.contextmanager
+def mounted_root(image: Path) -> Iterator[Path]:
+    with raw_disk(image) as raw, tempfile.TemporaryDirectory(prefix="image-root-") as mnt:
+        offset, size = root_partition(raw)
+        dev = _run(
+            "losetup", "--find", "--show", "--read-only", "--offset", str(offset), "--sizelimit", str(size), str(raw)
+        ).strip()
+        try:
+            _run("mount", "-o", "ro,noload", dev, mnt)
+            try:
+                yield Path(mnt)
+            finally:
+                subprocess.run(["umount", mnt], check=False)
+        finally:
+            subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def expectations(image: Path, manifest: Path | None = None) -> dict[str, Any]:
+    """The build manifest written beside the image (``<name>.build-manifest.json``)."""
+    stem = image.name
+    for ext in (".gz", ".ova", ".qcow2"):
+        stem = stem.removesuffix(ext)
+    path = manifest or image.with_name(f"{stem}.build-manifest.json")
+    if not path.is_file():
+        raise InputError("build manifest not found", source=path, expected="the manifest written by the build")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
+    import testinfra  # imported here: a test dependency, needed only when verifying
+
+    host = testinfra.get_host(str(root), connection="chroot")
+    plan = expected["plan"]
+    build_user = "ubuntu" if plan["provider"] == "ami" else "builder"
+    findings: list[Finding] = []
+
+    def add(name: str, ok: bool, detail: str) -> None:
+        findings.append(Finding(name, bool(ok), detail))
+
+    for artifact in plan["artifacts"]:
+        if artifact["kind"] != "binary":
+            continue
+        f = host.file(f"/usr/bin/{artifact['name']}")
+        ok = f.exists and f.mode & 0o111 and f.sha256sum == artifact["sha256"]
+        add(
+            f"{artifact['name']} binary",
+            ok,
+            f"/usr/bin/{artifact['name']} sha256 {'matches' if ok else 'DIFFERS from'} the manifest",
+        )
+    add("cni plugins", host.file("/opt/cni/bin/bridge").exists, "/opt/cni/bin/bridge")
+    add("containerd", host.exists("containerd") or host.file("/usr/bin/containerd").exists, "containerd installed")
+    for unit in ("containerd", "kubelet"):
+        state = host.run(f"systemctl is-enabled {unit}.service").stdout.strip()
+        add(f"{unit} enabled", state == "enabled", f"systemctl is-enabled {unit}: {state or 'unknown'}")
+    fstab = host.file("/etc/fstab").content_string if host.file("/etc/fstab").exists else ""
+    swaps = [ln for ln in fstab.splitlines() if ln.split() and not ln.startswith("#") and "swap" in ln.split()[2:3]]
+    add("swap off", not swaps, "no swap in /etc/fstab" if not swaps else f"swap entries: {swaps}")
+    sysctl = host.file("/etc/sysctl.d/99-kubernetes.conf")
+    add("sysctls", sysctl.exists and "net.ipv4.ip_forward = 1" in sysctl.content_string, sysctl.path)
+    modules = host.file("/etc/modules-load.d/k8s.conf")
+    add("kernel modules", modules.exists and "br_netfilter" in modules.content_string, modules.path)
+    machine_id = host.file("/etc/machine-id")
+    add("machine-id empty", machine_id.exists and machine_id.size == 0, "/etc/machine-id")
+    keys = host.run("ls /etc/ssh/ssh_host_* 2>/dev/null").stdout.split()
+    add("no SSH host keys", not keys, "none" if not keys else " ".join(keys))
+    instances = host.run("ls -A /var/lib/cloud/instances 2>/dev/null").stdout.split()
+    add("cloud-init cleaned", not instances, "/var/lib/cloud/instances empty" if not instances else str(instances))
+    if plan["provider"] != "ami":
+        add("no build user", not host.user(build_user).exists, f"user {build_user} absent")
+    add("no build sudo rule", not host.file(f"/etc/sudoers.d/{build_user}").exists, f"/etc/sudoers.d/{build_user}")
+    shadow = host.file("/etc/shadow").content_string
+    with_password = [
+        ln.split(":")[0]
+        for ln in shadow.splitlines()
+        if ln.count(":") > 2 and ln.split(":")[1][:1] not in ("", "*", "!")
+    ]
+    add(
+        "no passwords",
+        not with_password,
+        "every account locked" if not with_password else f"passwords: {with_password}",
+    )
+    add("no seal script left", not host.file("/usr/local/sbin/image-builder-seal").exists, "seal step ran")
+    return findings
+
+
+def boot_test(image: Path, *, timeout: float = 600, kvm: KvmStatus | None = None) -> Finding:
+    """Boot a throwaway copy under QEMU (``-snapshot``) until a login prompt shows on the serial console."""
+    kvm = kvm or kvm_status()
+    qemu = shutil.which("qemu-system-x86_64")
+    if qemu is None:
+        raise ExternalError("qemu-system-x86_64 is not installed", hint="run ./scripts/setup.sh")
+    with raw_disk(image) as raw, tempfile.TemporaryDirectory(prefix="image-boot-") as tmp:
+        serial = Path(tmp) / "serial.log"
+        serial.touch()
+        cmd = [qemu, "-accel", kvm.accelerator, "-m", "1024", "-smp", "2", "-snapshot", "-display", "none",
+               "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
+               "-drive", f"file={raw},if=virtio,format=raw",
+               "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < timeout:
+                text = serial.read_text(errors="replace")
+                if "login:" in text:
+                    return Finding(
+                        "boot", True, f"login prompt after {time.monotonic() - start:.0f} s ({kvm.accelerator})"
+                    )
+                if proc.poll() is not None:
+                    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                    return Finding(
+                        "boot", False, f"QEMU exited ({proc.returncode}) before a login prompt: {err[-300:]}"
+                    )
+                time.sleep(1)
+            tail = serial.read_text(errors="replace")[-400:].replace("\n", " | ")
+            return Finding("boot", False, f"no login prompt within {timeout:.0f} s; console ends: {tail}")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stderr:
+                proc.stderr.close()
+
+
+def verify_image(
+    image: Path, *, manifest: Path | None = None, boot: bool = True, boot_timeout: float = 600
+) -> list[Finding]:
+    expected = expectations(image, manifest)
+    with mounted_root(image) as root:
+        findings = offline_checks(root, expected)
+    if boot:
+        findings.append(boot_test(image, timeout=boot_timeout))
+    return findings
