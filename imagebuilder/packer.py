@@ -150,7 +150,7 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
     archives = [
         {"name": a.name, "sha256": a.sha256 or "", **location(a.uri)} for a in plan.artifacts if a.kind == "archive"
     ]
-    images = [
+    images: list[dict[str, Any]] = [
         {
             "name": a.name,
             "ref": a.uri,
@@ -161,7 +161,7 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
         if a.kind == "image"
     ]
     # every file the image receives, under the name it is staged as, with the manifest's sha256
-    stage = [{"stage": b["name"], **b} for b in binaries]
+    stage: list[dict[str, Any]] = [{"stage": b["name"], **b} for b in binaries]
     stage += [{"stage": f"{a['name']}.tar.gz", **a} for a in archives]
     stage += [
         {"stage": f"images/{i['name']}.tar", "name": i["name"], "sha256": i["sha256"], **i["archive"]}
@@ -204,9 +204,7 @@ def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatu
     ctx: dict[str, Any] = {
         "plan": plan,
         "name": plan.output_name,
-        "vm_name": plan.output_name.removesuffix(plan.pair.provider.extension)
-        if plan.pair.provider.extension
-        else plan.output_name,
+        "vm_name": plan.output_stem,
         "os": plan.os,
         "os_version": os_version,
         "provider": plan.provider,
@@ -275,6 +273,16 @@ def _write(path: Path, text: str, perm: int = 0o644) -> Path:
     return path
 
 
+def check_buildable(plan: BuildPlan) -> None:
+    """What a real build needs beyond a valid plan: the node artifacts (a resolved release manifest)."""
+    if not plan.artifacts:
+        raise InputError(
+            "the release manifest is not resolved, so the node artifacts are unknown",
+            field="--release-manifest",
+            expected="a reachable manifest, --mirror DIR|URL, or --release-manifest PATH",
+        )
+
+
 def render_build(
     plan: BuildPlan,
     directory: Path,
@@ -287,14 +295,8 @@ def render_build(
 
     ``require_artifacts`` is False only for linting: a real build needs the release manifest resolved.
     """
-    if require_artifacts and not plan.artifacts:
-        raise InputError(
-            "the release manifest is not resolved, so the node artifacts are unknown",
-            field="--release-manifest",
-            expected="a reachable manifest, --mirror DIR|URL, or --release-manifest PATH",
-        )
-    if plan.config is None and plan.pair.config == "required":
-        raise InputError("a config file is required", field=plan.pair.provider.config_flag)
+    if require_artifacts:
+        check_buildable(plan)
     kvm = kvm or kvm_status()
     builder = builder_for(plan)
     directory.mkdir(parents=True, exist_ok=True)

@@ -86,6 +86,12 @@ class BuildPlan:
     def provider(self) -> str:
         return self.pair.provider.name
 
+    @property
+    def output_stem(self) -> str:
+        """The output name without the provider's extension (``ubuntu-v1.24.8-eks-5-amd64``)."""
+        ext = self.pair.provider.extension
+        return self.output_name.removesuffix(ext) if ext else self.output_name
+
     def to_json(self) -> dict[str, Any]:
         def artifact(a: NodeArtifact) -> dict[str, Any]:
             out = a.to_json()

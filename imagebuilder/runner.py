@@ -31,7 +31,14 @@ from imagebuilder.errors import ExternalError
 from imagebuilder.files import atomic_write
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_version
 from imagebuilder.ova import make_ova
-from imagebuilder.packer import PackerInfo, RenderedBuild, builder_for, packer_env, render_build
+from imagebuilder.packer import (
+    PackerInfo,
+    RenderedBuild,
+    builder_for,
+    check_buildable,
+    packer_env,
+    render_build,
+)
 from imagebuilder.plan import BuildPlan
 from imagebuilder.provider_config import VsphereConfig
 
@@ -197,6 +204,7 @@ def run_build(
     console: Console | None = None,
 ) -> BuildResult:
     """Execute ``plan``. Raises :class:`ExternalError` with the log's path when something outside us fails."""
+    check_buildable(plan)  # bad input fails here, before anything is written
     console = console or Console(stderr=True)
     packer = packer or PackerInfo.detect()
     out_dir = plan.output_path.parent if plan.output_path else Path("output").resolve()
@@ -255,7 +263,7 @@ def run_build(
         "log": str(log_path),
         **result_extra,
     }
-    manifest_path = out_dir / f"{plan.output_name}.build-manifest.json"
+    manifest_path = out_dir / f"{plan.output_stem}.build-manifest.json"
     with atomic_write(manifest_path) as fh:
         fh.write(redact(json.dumps(manifest, indent=2)) + "\n")
     return BuildResult(build_id, artifact, sha, size, manifest_path, log_path, steps, result_extra)
@@ -274,7 +282,7 @@ def _package(
         extra["packer_manifest"] = _read_packer_manifest(plan, rendered)
         return None, None, None
     output = rendered.directory / "output"
-    vm_name = plan.output_name.removesuffix(plan.pair.provider.extension)
+    vm_name = plan.output_stem
     disk = output / vm_name
     if builder_for(plan) == "qemu" and (not disk.is_file() or disk.stat().st_size == 0):
         raise ExternalError(

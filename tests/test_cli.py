@@ -315,17 +315,18 @@ def test_unreachable_upstream_plans_without_artifacts() -> None:
     assert "not resolved offline" in res.out
 
 
-def test_without_dry_run_runs_preflight_then_says_builds_are_not_available_yet(tmp_path: Path) -> None:
+def test_a_real_build_runs_preflight_first_and_needs_the_artifacts(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     args = [*build_args("ubuntu", "ami"), "--offline", "--output-dir", str(tmp_path / "out"), "--skip-check", "host-os"]
     failing = run(*args, env={"HOME": str(home)})
     assert failing.code == 1 and "[FAIL] ssh-rsa" in failing.out and "preflight failed: ssh-rsa" in failing.err
     (home / ".ssh" / "config").write_text("HostKeyAlgorithms +ssh-rsa\nPubkeyAcceptedKeyTypes +ssh-rsa\n")
-    res = run(*args, "--min-disk-gb", "1", env={"HOME": str(home)})
-    assert res.code == 1
-    assert "rerun with --dry-run" in res.err
-    assert not (tmp_path / "out").exists()
+    res = run(*args, "--min-disk-gb", "1", env={"HOME": str(home), "IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")})
+    # offline with no mirror the node artifacts are unknown: stopped before anything boots
+    assert res.code == 2, res.err
+    assert "release manifest is not resolved" in res.err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ws").exists()
 
 
 @pytest.mark.parametrize("provider", ["vsphere", "platform", "cloudstack", "nutanix", "hci", "ami", "baremetal"])
