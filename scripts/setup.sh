@@ -16,6 +16,8 @@ APT_PACKAGES=(
   debootstrap extlinux syslinux-common xorriso pigz e2fsprogs fdisk
   # the KVM probe: a syslinux floppy made without root
   syslinux mtools dosfstools
+  # DHCP host (spec 4.9) and its tests: the server, a client, captures, network namespaces
+  isc-dhcp-server busybox tcpdump iproute2
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

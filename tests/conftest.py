@@ -81,6 +81,16 @@ def make_manifest(channel: str, number: int, version: str) -> str:
     return text.replace("v1.21.2", version)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # an interrupted run (CI timeout, Ctrl-C of a parent) must still detach loop devices and unmount
+    import signal
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
+
+
 @pytest.fixture
 def mirror_dir(tmp_path: Path) -> Path:
     """A mirror directory holding the 1-24 channel manifest at its upstream path."""

@@ -97,7 +97,7 @@ def mirror(offline_ns: str, upstream_server: str, home: Path, tmp_path_factory: 
     res = in_ns(offline_ns, str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24",
                 "--dest", str(dest), "--source", upstream_server, home=home)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "13 artifacts (13 downloaded, all sha256-verified)" in res.stdout
+    assert "12 artifacts (12 downloaded, all sha256-verified)" in res.stdout
     again = in_ns(offline_ns, str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24",
                   "--dest", str(dest), "--source", upstream_server, home=home)  # fmt: skip
     assert "(0 downloaded" in again.stdout  # a rerun converges
@@ -200,3 +200,17 @@ def test_offline_local_ova_is_valid_and_verified(
     assert SECRET not in res.stdout + res.stderr
     assert not scan_for(SECRET, out, home / "work"), "a secret leaked into a file"
     assert not [c for c in argv.seen if SECRET in c], "a secret was in a child's argv"
+
+
+def test_verify_fails_an_image_that_was_not_provisioned(base_image: tuple[Path, str], tmp_path: Path) -> None:
+    from imagebuilder.plan import BuildRequest, make_plan
+
+    mirror_root = tmp_path / "m"
+    make_standin_release(mirror_root, load_catalog().channel("1-24"))
+    plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", mirror=str(mirror_root)))
+    manifest = tmp_path / "expected.json"
+    manifest.write_text(json.dumps({"plan": plan.to_json()}))
+    findings = {f.name: f for f in verify_image(base_image[0], manifest=manifest, boot=False)}
+    for name in ("kubelet binary", "kubeadm binary", "cni plugins", "kubelet enabled", "sysctls", "kernel modules"):
+        assert not findings[name].ok, name
+    assert findings["machine-id empty"].ok and findings["no build user"].ok

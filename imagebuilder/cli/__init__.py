@@ -11,6 +11,7 @@ from imagebuilder.cli import build as _build
 from imagebuilder.cli import config as _config
 from imagebuilder.cli import demo as _demo
 from imagebuilder.cli import dev as _dev
+from imagebuilder.cli import dhcp as _dhcp
 from imagebuilder.cli import docs as _docs
 from imagebuilder.cli import host as _host
 from imagebuilder.cli import image as _image
@@ -31,6 +32,12 @@ def make_namespace() -> Collection:
     image.add_task(_image.base)
     image.add_task(_image.verify)
     ns.add_collection(image)
+    dhcp = Collection("dhcp")
+    dhcp.add_task(_dhcp.render_files, name="render")
+    dhcp.add_task(_dhcp.install_server, name="install")
+    dhcp.add_task(_dhcp.verify)
+    dhcp.add_task(_dhcp.schema)
+    ns.add_collection(dhcp)
     host = Collection("host")
     host.add_task(_host.prepare)
     ns.add_collection(host)

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Benchmarks, one command: ``.venv/bin/python bench/run.py``. Results go to bench/results.json and the README.
+
+e2e: the offline bare-metal flow of ``invoke demo`` (base image reused when present), timed end to end, with
+the share of the build spent outside Packer (rendering, compression, checksum, manifest) from the build
+manifest's step durations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from imagebuilder.demo import run_demo  # noqa: E402
+from imagebuilder.hostinfo import kvm_status  # noqa: E402
+
+START = "<!-- bench:start (written by bench/run.py; do not edit) -->"
+END = "<!-- bench:end -->"
+
+
+def bench_e2e(work: Path) -> dict[str, object]:
+    t0 = time.monotonic()
+    result = run_demo(work, boot=False, say=lambda m: print(m, flush=True))
+    total = time.monotonic() - t0
+    steps = result.build.steps
+    build_total = sum(steps.values())
+    outside = build_total - steps.get("packer", 0.0)
+    return {
+        "flow_wall_s": round(total, 1),
+        "build_wall_s": round(build_total, 1),
+        "packer_s": round(steps.get("packer", 0.0), 1),
+        "outside_packer_s": round(outside, 1),
+        "outside_packer_share": round(outside / build_total, 4) if build_total else None,
+        "steps": steps,
+        "accelerator": kvm_status().accelerator,
+        "image_bytes": result.build.size,
+    }
+
+
+def write_readme(results: dict[str, object]) -> None:
+    e2e = results["e2e"]
+    assert isinstance(e2e, dict)
+    table = "\n".join(
+        [
+            START,
+            "",
+            f"Measured {results['date']} on {results['machine']} (QEMU accelerator: {e2e['accelerator']}).",
+            "",
+            "| benchmark | result |",
+            "|---|---|",
+            "| offline flow end to end (mirror, bare-metal build, offline verify; base image reused) "
+            f"| {e2e['flow_wall_s']} s |",
+            f"| the build alone | {e2e['build_wall_s']} s |",
+            f"| of which Packer (VM boot, Ansible, shutdown) | {e2e['packer_s']} s |",
+            f"| outside Packer (render, pigz compression, checksum, manifest) | {e2e['outside_packer_s']} s "
+            f"({100 * float(e2e['outside_packer_share'] or 0):.1f} %) |",
+            "",
+            END,
+        ]
+    )
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: table, text, flags=re.S)
+    readme.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
+    args = parser.parse_args()
+    results = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
+        "e2e": bench_e2e(Path(args.work)),
+    }
+    (ROOT / "bench" / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_readme(results)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Artifact handling with the real tools: pigz, qemu-img, a mirror served over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from imagebuilder.errors import ExternalError
+from imagebuilder.mirror import Mirror, create_mirror, fetch_verified
+from imagebuilder.model import load_catalog
+from imagebuilder.ova import make_ova
+from imagebuilder.packer import RenderedBuild
+from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.release_manifest import load_manifest
+from imagebuilder.runner import Redactor, _package, gzip_parallel
+from imagebuilder.standin import STANDIN_NOTE, make_standin_release
+
+CHANNEL = load_catalog().channel("1-24")
+
+
+def test_redactor_masks_every_secret() -> None:
+    redact = Redactor(["s3cret", "longer-s3cret-value", ""])
+    assert redact("pw=longer-s3cret-value and s3cret") == "pw=******** and ********"
+
+
+def test_gzip_parallel_round_trip(tmp_path: Path) -> None:
+    src = tmp_path / "disk.raw"
+    with src.open("wb") as fh:
+        fh.write(os.urandom(8 * 1024 * 1024))
+        fh.truncate(64 * 1024 * 1024)  # a sparse tail, like a disk image
+    seen = []
+    digest, size = gzip_parallel(src, tmp_path / "out" / "disk.gz", on_bytes=seen.append)
+    gz = tmp_path / "out" / "disk.gz"
+    assert hashlib.sha256(gz.read_bytes()).hexdigest() == digest and gz.stat().st_size == size
+    with gzip.open(gz) as fh:
+        assert hashlib.sha256(fh.read()).digest() == hashlib.sha256(src.read_bytes()).digest()
+    assert sum(seen) == src.stat().st_size
+    assert sorted(p.name for p in gz.parent.iterdir()) == ["disk.gz"]
+
+
+def test_gzip_failure_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ExternalError, match="pigz failed"):
+        gzip_parallel(tmp_path / "missing.raw", tmp_path / "out.gz")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ova_layout_capacity_and_manifest(tmp_path: Path) -> None:
+    disk = tmp_path / "disk.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), "96M"], check=True)
+    ova = make_ova(
+        disk, tmp_path / "out" / "node.ova", name="node", guest_os_type="ubuntu64Guest", cpus=2, memory_mb=4096
+    )
+    with tarfile.open(ova) as tar:
+        names = tar.getnames()
+        assert names == ["node.ovf", "node.mf", "node-disk1.vmdk"]
+        tar.extractall(tmp_path / "x", filter="data")
+    ovf = (tmp_path / "x" / "node.ovf").read_text()
+    assert 'ovf:capacity="100663296"' in ovf and 'vmw:osType="ubuntu64Guest"' in ovf
+    vmdk = tmp_path / "x" / "node-disk1.vmdk"
+    assert f'ovf:size="{vmdk.stat().st_size}"' in ovf
+    for line in (tmp_path / "x" / "node.mf").read_text().splitlines():
+        name, digest = line.removeprefix("SHA256(").split(")= ")
+        assert hashlib.sha256((tmp_path / "x" / name).read_bytes()).hexdigest() == digest
+    info = json.loads(
+        subprocess.run(["qemu-img", "info", "--output=json", str(vmdk)], capture_output=True, text=True).stdout
+    )
+    assert info["format"] == "vmdk" and info["format-specific"]["data"]["create-type"] == "streamOptimized"
+    assert sorted(p.name for p in ova.parent.iterdir()) == ["node.ova"]
+
+
+def test_packer_producing_nothing_is_a_clear_error(tmp_path: Path, mirror_dir: Path) -> None:
+    plan = make_plan(
+        BuildRequest(
+            os="ubuntu",
+            hypervisor="baremetal",
+            release_channel="1-24",
+            mirror=str(mirror_dir),
+            output_dir=str(tmp_path / "out"),
+        )
+    )
+    (tmp_path / "b" / "output").mkdir(parents=True)
+    rendered = RenderedBuild(tmp_path / "b", tmp_path / "b" / "node.pkr.hcl", "qemu")
+    with pytest.raises(ExternalError, match="Packer finished but produced no image"):
+        _package(plan, rendered, tmp_path / "out", None, lambda _: None, {})  # type: ignore[arg-type]
+
+
+def test_standin_release_is_of_the_real_format(tmp_path: Path) -> None:
+    release = make_standin_release(tmp_path, CHANNEL)
+    manifest = load_manifest(str(release.manifest_path))
+    assert (manifest.channel, manifest.number, manifest.kubernetes_version) == ("1-24", 5, "v1.24.8")
+    kubelet = Mirror(str(tmp_path)).locate(manifest.artifact("kubelet", "binary").uri)
+    assert STANDIN_NOTE in Path(kubelet).read_text()
+    # the bytes (and so the checksums) are the same on every run
+    again = make_standin_release(tmp_path / "again", CHANNEL)
+    assert release.manifest_path.read_bytes() == again.manifest_path.read_bytes()
+
+
+def test_mirror_create_verifies_converges_and_rejects_tampering(
+    tmp_path: Path, http_server: str, mirror_dir: Path
+) -> None:
+    make_standin_release(mirror_dir, CHANNEL)  # the HTTP server serves mirror_dir
+    dest = tmp_path / "copy"
+    manifest, items = create_mirror(CHANNEL.manifest_url, dest, source=Mirror.parse(http_server))
+    assert len(items) == 12 and {i.status for i in items} == {"downloaded"}
+    assert (dest / "kubernetes-1-24" / "kubernetes-1-24-eks-5.yaml").is_file()
+    _, again = create_mirror(CHANNEL.manifest_url, dest, source=Mirror.parse(http_server))
+    assert {i.status for i in again} == {"verified"}
+    # tamper with one artifact at the source: refused, and nothing lands at its final path
+    kubelet_uri = manifest.artifact("kubelet", "binary").uri
+    Path(Mirror(str(mirror_dir)).locate(kubelet_uri)).write_bytes(b"#!/bin/sh\necho evil\n")
+    target = Path(Mirror(str(dest)).locate(kubelet_uri))
+    target.unlink()
+    with pytest.raises(ExternalError, match="checksum mismatch"):
+        create_mirror(CHANNEL.manifest_url, dest, source=Mirror.parse(http_server))
+    assert not target.exists()
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_fetch_verified_unreachable(tmp_path: Path) -> None:
+    with pytest.raises(ExternalError, match="cannot fetch"):
+        fetch_verified("http://127.0.0.1:9/nothing", tmp_path / "x", "0" * 64)
+    assert list(tmp_path.iterdir()) == []
