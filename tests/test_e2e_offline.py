@@ -24,6 +24,8 @@ from imagebuilder.verify import verify_image
 from tests.conftest import BIN, ROOT
 
 NETNS = f"ib-offline-{os.getpid()}"
+# a QEMU build under TCG takes minutes; the first test also pays for the base image fixture
+pytestmark = pytest.mark.timeout(1800)
 SECRET = "vc-Pa55-never-logged-7731"
 
 
