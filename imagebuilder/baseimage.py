@@ -13,7 +13,6 @@ by extlinux (BIOS).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import subprocess
@@ -22,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import atomic_write
+from imagebuilder.files import atomic_write, run_checked, sha256_file
 
 PARTITION_OFFSET = 1024 * 1024  # 1 MiB: the first partition starts at sector 2048
 MBR_CANDIDATES = ("/usr/lib/syslinux/mbr/mbr.bin", "/usr/lib/SYSLINUX/mbr.bin", "/usr/share/syslinux/mbr.bin")
@@ -43,13 +42,7 @@ Log = Callable[[str], None]
 def _run(*args: str, log: Log | None = None, timeout: int = 3600, env: dict[str, str] | None = None) -> str:
     if log:
         log("$ " + " ".join(args))
-    proc = subprocess.run(
-        list(args), capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, check=False
-    )
-    if proc.returncode != 0:
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
-        raise ExternalError(f"'{' '.join(args[:3])}...' failed (exit {proc.returncode}): {tail}")
-    return proc.stdout
+    return run_checked(*args, timeout=timeout, env=env)
 
 
 @contextlib.contextmanager
@@ -99,14 +92,6 @@ def _chroot_mounts(root: Path) -> Iterator[None]:
                 subprocess.run(["umount", "-l", str(path)], check=False)
         policy.unlink(missing_ok=True)
         (root / "etc" / "resolv.conf").write_text("")
-
-
-def sha256_file(path: Path, chunk: int = 4 * 1024 * 1024) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _configure(root: Path, uuid: str) -> None:

@@ -5,8 +5,10 @@ Every writer goes through :func:`atomic_write` so an interrupted run never leave
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -15,7 +17,7 @@ from typing import IO, Any
 
 import yaml
 
-from imagebuilder.errors import InputError
+from imagebuilder.errors import ExternalError, InputError
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
@@ -79,3 +81,23 @@ def atomic_write(path: str | Path, mode: str = "w", perm: int = 0o644) -> Iterat
         with suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def sha256_file(path: Path, chunk: int = 4 * 1024 * 1024) -> str:
+    """Hex SHA-256 of a file, read in chunks (images are gigabytes)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_checked(*args: str, timeout: int = 3600, env: dict[str, str] | None = None) -> str:
+    """Run a command; its stdout, or :class:`ExternalError` with the end of what it said."""
+    proc = subprocess.run(
+        list(args), capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, check=False
+    )
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
+        raise ExternalError(f"'{' '.join(args[:4])}' failed (exit {proc.returncode}): {tail}")
+    return proc.stdout

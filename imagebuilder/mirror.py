@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import atomic_write
+from imagebuilder.files import atomic_write, sha256_file
 
 if TYPE_CHECKING:
     from imagebuilder.release_manifest import ReleaseManifest
@@ -103,13 +103,8 @@ class MirrorItem:
 
 
 def file_sha256(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1024 * 1024):
-            digest.update(block)
-    return digest.hexdigest()
+    """SHA-256 of a file, or None when it does not exist."""
+    return sha256_file(path) if path.is_file() else None
 
 
 def fetch_verified(

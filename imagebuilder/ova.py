@@ -7,7 +7,6 @@ descriptor is the virtual size of the real disk (``qemu-img info``), and the fil
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -17,15 +16,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from imagebuilder.errors import ExternalError
+from imagebuilder.files import sha256_file
 from imagebuilder.render import template_env
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(4 * 1024 * 1024):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def disk_info(path: Path) -> dict[str, int | str]:
@@ -80,7 +72,7 @@ def make_ova(
             )
         )
         mf = work / f"{name}.mf"
-        mf.write_text("".join(f"SHA256({p.name})= {_sha256(p)}\n" for p in (ovf, vmdk)))
+        mf.write_text("".join(f"SHA256({p.name})= {sha256_file(p)}\n" for p in (ovf, vmdk)))
         tmp_ova = work / "out.ova"
         with tarfile.open(tmp_ova, "w", format=tarfile.USTAR_FORMAT) as tar:
             for member in (ovf, mf, vmdk):  # the descriptor first, then the manifest (DSP0243)

@@ -28,7 +28,7 @@ from rich.console import Console
 
 from imagebuilder import __version__
 from imagebuilder.errors import ExternalError
-from imagebuilder.files import atomic_write
+from imagebuilder.files import atomic_write, sha256_file
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_version
 from imagebuilder.ova import make_ova
 from imagebuilder.packer import (
@@ -76,14 +76,6 @@ def _step(steps: dict[str, float], name: str) -> Iterator[None]:
         yield
     finally:
         steps[name] = round(time.monotonic() - start, 3)
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def gzip_parallel(src: Path, dest: Path, *, on_bytes: Callable[[int], None] | None = None) -> tuple[str, int]:
@@ -134,7 +126,7 @@ def _bytes_read(pid: int, path: Path) -> int | None:
 
 def _place(src: Path, dest: Path) -> tuple[str, int]:
     """Move ``src`` to ``dest`` atomically (copying across filesystems); returns (sha256, size)."""
-    digest = _sha256_of(src)
+    digest = sha256_file(src)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.tmp")
     try:
@@ -304,7 +296,7 @@ def _package(
             name=vm_name,
             guest_os_type=plan.os_version.guest_os_type or "otherLinux64Guest",
         )
-        return final, _sha256_of(final), final.stat().st_size
+        return final, sha256_file(final), final.stat().st_size
     sha, size = _place(disk, final)
     return final, sha, size
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.files import run_checked
 from imagebuilder.hostinfo import KvmStatus, kvm_status
 
 SECTOR = 512
@@ -36,13 +37,6 @@ class Finding:
     name: str
     ok: bool
     detail: str
-
-
-def _run(*args: str, timeout: int = 600) -> str:
-    proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)
-    if proc.returncode != 0:
-        raise ExternalError(f"'{' '.join(args[:4])}' failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
-    return proc.stdout
 
 
 def gunzip_sparse(src: Path, dest: Path) -> None:
@@ -78,21 +72,21 @@ def raw_disk(image: Path) -> Iterator[Path]:
                     raise ExternalError(f"{image}: no .vmdk disk in the OVA")
                 tar.extract(vmdk, work, filter="data")
             out = work / "disk.raw"
-            _run("qemu-img", "convert", "-O", "raw", str(work / vmdk.name), str(out), timeout=3600)
+            run_checked("qemu-img", "convert", "-O", "raw", str(work / vmdk.name), str(out), timeout=3600)
             yield out
         else:
-            fmt = json.loads(_run("qemu-img", "info", "--output=json", str(image)))["format"]
+            fmt = json.loads(run_checked("qemu-img", "info", "--output=json", str(image)))["format"]
             if fmt == "raw":
                 yield image
             else:
                 out = work / "disk.raw"
-                _run("qemu-img", "convert", "-O", "raw", str(image), str(out), timeout=3600)
+                run_checked("qemu-img", "convert", "-O", "raw", str(image), str(out), timeout=3600)
                 yield out
 
 
 def root_partition(raw: Path) -> tuple[int, int]:
     """(offset, size) in bytes of the largest Linux partition."""
-    table = json.loads(_run("sfdisk", "--json", str(raw)))["partitiontable"]
+    table = json.loads(run_checked("sfdisk", "--json", str(raw)))["partitiontable"]
     parts = [p for p in table.get("partitions", []) if p.get("type") in ("83", "0FC63DAF-8483-4772-8E79-3D69D8477DE4")]
     if not parts:
         raise ExternalError(f"{raw}: no Linux partition in the partition table")
@@ -104,11 +98,11 @@ def root_partition(raw: Path) -> tuple[int, int]:
 def mounted_root(image: Path) -> Iterator[Path]:
     with raw_disk(image) as raw, tempfile.TemporaryDirectory(prefix="image-root-") as mnt:
         offset, size = root_partition(raw)
-        dev = _run(
+        dev = run_checked(
             "losetup", "--find", "--show", "--read-only", "--offset", str(offset), "--sizelimit", str(size), str(raw)
         ).strip()
         try:
-            _run("mount", "-o", "ro,noload", dev, mnt)
+            run_checked("mount", "-o", "ro,noload", dev, mnt)
             try:
                 yield Path(mnt)
             finally:
