@@ -316,14 +316,12 @@ def test_unreachable_upstream_plans_without_artifacts() -> None:
 
 
 def test_a_real_build_runs_preflight_first_and_needs_the_artifacts(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
+    env = {"HOME": str(tmp_path / "home"), "IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")}
     args = [*build_args("ubuntu", "ami"), "--offline", "--output-dir", str(tmp_path / "out"), "--skip-check", "host-os"]
-    failing = run(*args, env={"HOME": str(home)})
-    assert failing.code == 1 and "[FAIL] ssh-rsa" in failing.out and "preflight failed: ssh-rsa" in failing.err
-    (home / ".ssh" / "config").write_text("HostKeyAlgorithms +ssh-rsa\nPubkeyAcceptedKeyTypes +ssh-rsa\n")
-    res = run(*args, "--min-disk-gb", "1", env={"HOME": str(home), "IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")})
-    # offline with no mirror the node artifacts are unknown: stopped before anything boots
+    failing = run(*args, "--min-disk-gb", "999999", env=env)
+    assert failing.code == 1 and "[FAIL] disk" in failing.out and "preflight failed: disk" in failing.err
+    res = run(*args, "--min-disk-gb", "1", env=env)
+    # offline with no mirror the node artifacts are unknown: stopped before anything boots or is written
     assert res.code == 2, res.err
     assert "release manifest is not resolved" in res.err
     assert not (tmp_path / "out").exists() and not (tmp_path / "ws").exists()

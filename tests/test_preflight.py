@@ -51,7 +51,6 @@ def test_a_good_host_passes_every_check() -> None:
         ({"cpus": 1}, "cpus", "2 vCPUs"),
         ({"memory_bytes": 4 * GIB}, "memory", "8 GB"),
         ({"tools": {"packer": None, "ansible-playbook": "2.15", "ssh-keygen": "x"}}, "tools", "setup.sh"),
-        ({"ssh_config": "HostKeyAlgorithms +ssh-rsa\n"}, "ssh-rsa", "host.prepare"),
     ],
 )
 def test_each_failure_names_its_fix(change: dict, name: str, fix: str) -> None:  # type: ignore[type-arg]
@@ -59,6 +58,12 @@ def test_each_failure_names_its_fix(change: dict, name: str, fix: str) -> None: 
     assert checks[name].status == "fail"
     assert fix in (checks[name].fix or "")
     assert [c for c in checks.values() if c.status == "fail"] == [checks[name]]
+
+
+def test_missing_ssh_rsa_lines_warn_with_the_fix() -> None:
+    check = by_name(run_checks(UBUNTU_BM, dataclasses.replace(GOOD, ssh_config="HostKeyAlgorithms +ssh-rsa\n")))
+    assert check["ssh-rsa"].status == "warn"
+    assert "PubkeyAcceptedKeyTypes" in check["ssh-rsa"].detail and "host.prepare" in (check["ssh-rsa"].fix or "")
 
 
 def test_redhat_images_need_a_redhat_family_host() -> None:
@@ -113,9 +118,20 @@ def test_preflight_cli(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     env = {"HOME": str(home)}
-    res = run("preflight", "--os", "ubuntu", "--hypervisor", "ami", "--skip-check", "host-os", env=env)
-    assert res.code == 1 and "[FAIL] ssh-rsa" in res.out and "fix: run image-builder host.prepare" in res.out
-    (home / ".ssh" / "config").write_text("HostKeyAlgorithms +ssh-rsa\nPubkeyAcceptedKeyTypes +ssh-rsa\n")
+    res = run(
+        "preflight",
+        "--os",
+        "ubuntu",
+        "--hypervisor",
+        "ami",
+        "--skip-check",
+        "host-os",
+        "--min-disk-gb",
+        "999999",
+        env=env,
+    )
+    assert res.code == 1 and "[FAIL] disk" in res.out and "fix: free space" in res.out
+    assert "[WARN] ssh-rsa" in res.out and "preflight failed: disk" in res.err
     ok = run(
         "preflight", "--os", "os2", "--hypervisor", "ami", "--skip-check", "host-os", "--min-disk-gb", "1", env=env
     )
