@@ -59,15 +59,15 @@ def config_reference() -> str:
     return "\n".join(out)
 
 
-def update_readme(path: Path) -> bool:
-    """Rewrite the generated section of the README; True when it changed."""
+def update_readme(path: Path, *, write: bool = True) -> bool:
+    """Rewrite the generated section of the README; True when it changed (or would, with ``write=False``)."""
     text = read_text(path, "README")
     pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
     if not pattern.search(text):
         raise InputError("has no generated config-reference section", source=path, expected=f"a line {START!r}")
     new = pattern.sub(lambda _: config_reference(), text)
-    if new == text:
-        return False
+    if new == text or not write:
+        return new != text
     with atomic_write(path) as fh:
         fh.write(new)
     return True

@@ -20,6 +20,7 @@ from imagebuilder.errors import ExternalError
         "disk_gb": "image disk size in GiB (default 4: a demo image)",
         "no_boot": "skip the boot test of the built image",
         "skip_check": "preflight check to skip (repeatable)",
+        "dry_run": "print the steps; do nothing",
     },
     iterable=["skip_check"],
     auto_shortflags=False,
@@ -32,8 +33,21 @@ def demo(
     disk_gb: int = 4,
     no_boot: bool = False,
     skip_check: list[str] | None = None,
+    dry_run: bool = False,
 ) -> None:
     """Run the offline flow end to end: base image, mirror, bare-metal build, image.verify."""
+    if dry_run:
+        root = Path(dest).resolve()
+        for step in (
+            f"image.base --dest {root}/base/debian-base.qcow2 (reused when its sha256 still matches)",
+            f"stand-in release {release_channel} under {root}/upstream",
+            f"mirror.create --release-channel {release_channel} --dest {root}/mirror --source {root}/upstream",
+            f"build --os ubuntu --hypervisor baremetal --release-channel {release_channel} --mirror {root}/mirror"
+            f" --offline --disk-gb {disk_gb} --output-dir {root}/output",
+            "image.verify" + (" --no-boot" if no_boot else ""),
+        ):
+            print(f"would run: {step}")
+        return
     result = run_demo(
         Path(dest),
         channel=release_channel,

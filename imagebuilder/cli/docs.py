@@ -11,9 +11,18 @@ from imagebuilder.cli._common import cli_task
 from imagebuilder.docs import update_readme
 
 
-@task(help={"readme": "README file to update (default: the project's README.md)"}, auto_shortflags=False)
+@task(
+    help={
+        "readme": "README file to update (default: the project's README.md)",
+        "dry_run": "say whether the README would change; write nothing",
+    },
+    auto_shortflags=False,
+)
 @cli_task
-def docs(c: Context, readme: str = "") -> None:
+def docs(c: Context, readme: str = "", dry_run: bool = False) -> None:
     """Regenerate the README's config reference from the config models."""
     path = Path(readme) if readme else Path(__file__).resolve().parents[2] / "README.md"
+    if dry_run:
+        print(f"{'would update' if update_readme(path, write=False) else 'up to date'}: {path}")
+        return
     print(f"{'updated' if update_readme(path) else 'up to date'}: {path}")

@@ -7,7 +7,7 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
-from imagebuilder.baseimage import make_base_image
+from imagebuilder.baseimage import BOOTSTRAP, PACKAGES, make_base_image
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.verify import Finding, verify_image
@@ -19,16 +19,27 @@ from imagebuilder.verify import Finding, verify_image
         "suite": "Debian suite (default bookworm)",
         "mirror": "Debian archive or a local mirror of it (default http://deb.debian.org/debian)",
         "size_gb": "disk size in GiB (default 4; builds grow it with --disk-gb)",
+        "dry_run": "print what would be built; build nothing",
     },
     auto_shortflags=False,
 )
 @cli_task
 def base(
-    c: Context, dest: str = "", suite: str = "bookworm", mirror: str = "http://deb.debian.org/debian", size_gb: int = 4
+    c: Context,
+    dest: str = "",
+    suite: str = "bookworm",
+    mirror: str = "http://deb.debian.org/debian",
+    size_gb: int = 4,
+    dry_run: bool = False,
 ) -> None:
     """Make a Debian-family cloud-style base image (debootstrap): kernel, cloud-init, openssh-server."""
     if not dest:
         raise InputError("required flag missing", field="--dest", expected="a path for the qcow2")
+    if dry_run:
+        print(f"would build {Path(dest).resolve()} (+ .sha256): Debian {suite} from {mirror}, {size_gb} GiB disk,")
+        print(f"  debootstrap: {' '.join(BOOTSTRAP)}\n  then apt-get install: {' '.join(PACKAGES)}")
+        print("  extlinux (BIOS), serial console, empty machine-id, no SSH host keys")
+        return
     path, digest = make_base_image(Path(dest), suite=suite, mirror=mirror, size_gb=size_gb, log=print)
     print(f"base image: {path}\nsha256:     {digest}")
     print(f'use it: "source_image_url": "{path}", "source_image_checksum": "sha256:{digest}"')

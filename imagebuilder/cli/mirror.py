@@ -10,8 +10,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import InputError
-from imagebuilder.mirror import Mirror, create_mirror
+from imagebuilder.mirror import Mirror, create_mirror, file_sha256, mirror_items
 from imagebuilder.model import load_catalog
+from imagebuilder.release_manifest import load_manifest
 
 
 @task(
@@ -20,17 +21,33 @@ from imagebuilder.model import load_catalog
         "dest": "mirror directory (created; upstream URL paths are kept)",
         "release_manifest": "mirror this manifest (URL) instead of the channel's",
         "source": "read from this mirror (directory or URL) instead of upstream",
+        "dry_run": "read the manifest and list what would be downloaded; write nothing",
     },
     auto_shortflags=False,
 )
 @cli_task
-def create(c: Context, release_channel: str = "", dest: str = "", release_manifest: str = "", source: str = "") -> None:
+def create(
+    c: Context,
+    release_channel: str = "",
+    dest: str = "",
+    release_manifest: str = "",
+    source: str = "",
+    dry_run: bool = False,
+) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
     if not release_channel or not dest:
         raise InputError("required flags missing", field="--release-channel, --dest")
     channel = load_catalog().channel(release_channel)
     url = release_manifest or channel.manifest_url
     src = Mirror.parse(source, "--source") if source else None
+    if dry_run:
+        manifest = load_manifest(url, src)
+        target = Mirror(str(Path(dest).resolve()))
+        for item_url, sha in mirror_items(manifest):
+            path = Path(target.locate(item_url))
+            state = "present" if file_sha256(path) == sha else "would download"
+            print(f"{state:<15} {path}")
+        return
     with Progress(
         TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True
     ) as progress:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from typing import Any
 
 from invoke.exceptions import Exit, ParseError
@@ -56,4 +58,9 @@ program = Program(namespace=namespace, name="image-builder", binary="image-build
 
 
 def main() -> None:
-    program.run()
+    try:
+        program.run()
+    except BrokenPipeError:
+        # whoever read our output went away (``| head``): not an error to report, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
