@@ -346,3 +346,23 @@ def test_config_schema_to_file_and_bad_provider(tmp_path: Path) -> None:
 
 def test_readme_config_reference_is_current() -> None:
     assert config_reference() in (ROOT / "README.md").read_text(), "run 'invoke docs'"
+
+
+def test_dry_runs_write_nothing(tmp_path: Path, mirror_dir: Path) -> None:
+    demo = run("demo", "--dry-run", "--dest", str(tmp_path / "demo"))
+    assert demo.code == 0 and "would run: build --os ubuntu --hypervisor baremetal" in demo.out
+    base = run("image.base", "--dest", str(tmp_path / "base.qcow2"), "--dry-run")
+    assert base.code == 0 and "cloud-init" in base.out
+    mirror = run(
+        "mirror.create",
+        "--release-channel",
+        "1-24",
+        "--dest",
+        str(tmp_path / "m"),
+        "--source",
+        str(mirror_dir),
+        "--dry-run",
+    )
+    assert mirror.code == 0 and mirror.out.count("would download") == 9  # 5 binaries/tarballs, 4 image tarballs
+    assert run("docs", "--dry-run").out.startswith("up to date")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror"]  # only the fixture's own directory
