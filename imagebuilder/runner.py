@@ -284,8 +284,15 @@ def _package(
     assert plan.output_path is not None
     final = plan.output_path
     if plan.provider == "baremetal":
-        status(f"compressing {disk.stat().st_size / 2**30:.1f} GiB with pigz")
-        sha, size = gzip_parallel(disk, final)
+        total, done = disk.stat().st_size, 0
+
+        def progress(n: int) -> None:
+            nonlocal done
+            done += n
+            status(f"compressing {total / 2**30:.1f} GiB with pigz: {100 * done // max(total, 1)} %")
+
+        progress(0)
+        sha, size = gzip_parallel(disk, final, on_bytes=progress)
         return final, sha, size
     if isinstance(plan.config, VsphereConfig):
         status("packaging the OVA (streamOptimized VMDK, OVF, manifest)")
