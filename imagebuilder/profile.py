@@ -45,6 +45,8 @@ class VsphereUser(_Strict):
 class Distro(_Strict):
     name: str
     manifest_url: str
+    manifest_api_version: str
+    image_registry: str
 
 
 class Tags(_Strict):

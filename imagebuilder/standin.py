@@ -25,7 +25,6 @@ from imagebuilder.profile import load_profile
 from imagebuilder.release_manifest import IMAGES
 
 STANDIN_NOTE = "image-builder stand-in artifact: not a real Kubernetes binary"
-REGISTRY = "public.ecr.aws/eks-distro"
 IMAGE_REPOS = {
     "pause": "kubernetes/pause",
     "coredns": "coredns/coredns",
@@ -125,7 +124,7 @@ def make_standin_release(dest: Path, channel: ReleaseChannel) -> StandinRelease:
     components["etcd"].append(_asset(f"etcd-linux-amd64-{etcd_version}.tar.gz", etcd_url, files[etcd_url]))
 
     for image in IMAGES:
-        ref = f"{REGISTRY}/{IMAGE_REPOS[image]}:{tag}"
+        ref = f"{profile.distro.image_registry}/{IMAGE_REPOS[image]}:{tag}"
         component = {"pause": "kubernetes", "etcd": "etcd", "coredns": "coredns"}.get(image, "kubernetes")
         url = f"{base}/kubernetes/{version}/bin/linux/amd64/{image}.tar"
         files[url] = image_archive(ref)
@@ -142,7 +141,7 @@ def make_standin_release(dest: Path, channel: ReleaseChannel) -> StandinRelease:
         )
     git_tags = {"kubernetes": version, "cni-plugins": cni_version, "etcd": etcd_version, "coredns": "v1.8.7"}
     manifest = {
-        "apiVersion": "distro.eks.amazonaws.com/v1alpha1",
+        "apiVersion": profile.distro.manifest_api_version,
         "kind": "Release",
         "metadata": {"name": profile.release_name(ch, number), "annotations": {"description": STANDIN_NOTE}},
         "spec": {"channel": ch, "number": number},
