@@ -15,6 +15,7 @@ PRODUCT_VALUES = [
     r"eks-anywhere",
     r"amazonaws\.com",
     r"bottlerocket\.aws",
+    r"public\.ecr\.aws",
     r"eksdRelease",
     r"vSphereUser",
     r"CloudAdminRole",
