@@ -75,14 +75,14 @@ def write_readme(results: dict[str, object]) -> None:
     readme.write_text(text)
 
 
-def rewrite_readme_only() -> None:
-    write_readme(json.loads((ROOT / "bench" / "results.json").read_text()))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
+    parser.add_argument("--readme-only", action="store_true", help="rewrite the README table from bench/results.json")
     args = parser.parse_args()
+    if args.readme_only:
+        write_readme(json.loads((ROOT / "bench" / "results.json").read_text()))
+        return
     results = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
