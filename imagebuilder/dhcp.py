@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
 from imagebuilder.files import atomic_write, load_yaml_mapping
+from imagebuilder.provider_config import pydantic_problems
 from imagebuilder.render import template_env
 
 Method = Literal["outside", "shrink", "reserve"]
@@ -133,19 +134,6 @@ def dummy_mac(ip: IP) -> str:
     return "02:00:" + ":".join(f"{b:02x}" for b in ip.packed)
 
 
-def _problems_from_pydantic(exc: ValidationError) -> list[tuple[str, str]]:
-    out = []
-    for err in exc.errors():
-        loc = ""
-        for part in err["loc"]:
-            loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
-        msg = {"missing": "required field is missing", "extra_forbidden": "unknown field"}.get(
-            err["type"], str(err["msg"]).removeprefix("Value error, ")
-        )
-        out.append((loc, msg))
-    return out
-
-
 def resolve(config: DhcpConfig, source: str | Path = "dhcp config") -> Pool:
     """Check the rules that span fields and apply the exclusions; every problem is reported at once."""
     problems: list[tuple[str, str]] = []
@@ -240,7 +228,10 @@ def load_dhcp_config(path: str | Path) -> Pool:
     try:
         config = DhcpConfig.model_validate({k: v for k, v in raw.items() if k not in unknown})
     except ValidationError as exc:
-        problems += _problems_from_pydantic(exc)
+        problems += [
+            (p.field, p.message + (f" (expected {p.expected})" if p.expected else ""))
+            for p in pydantic_problems(exc, DhcpConfig)
+        ]
     if problems:
         raise InputErrors([InputError(msg, source=path, field=f) for f, msg in problems])
     assert config is not None

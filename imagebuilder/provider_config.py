@@ -690,7 +690,9 @@ _MESSAGES = {
 }
 
 
-def _pydantic_problems(exc: ValidationError, model: type[ProviderConfig]) -> list[Problem]:
+def pydantic_problems(exc: ValidationError, model: type[BaseModel] | None = None) -> list[Problem]:
+    """A pydantic error as our problems: the field path as the user writes it, a plain message, and (for a
+    missing field of ``model``) what is expected."""
     problems = []
     for err in exc.errors():
         field = _loc(err["loc"])
@@ -698,7 +700,7 @@ def _pydantic_problems(exc: ValidationError, model: type[ProviderConfig]) -> lis
         msg = _MESSAGES.get(kind) or str(err["msg"]).removeprefix("Value error, ")
         expected = None
         top = err["loc"][0] if err["loc"] else None
-        info = model.model_fields.get(str(top)) if top is not None else None
+        info = model.model_fields.get(str(top)) if model is not None and top is not None else None
         if kind == "missing" and info is not None:
             expected = info.description
         elif kind == "literal_error":
@@ -746,7 +748,7 @@ def validate_provider_config(model: type[ProviderConfig], raw: dict[str, Any], c
     try:
         config = model.model_validate(data, context={"ctx": ctx})
     except ValidationError as exc:
-        problems += _pydantic_problems(exc, model)
+        problems += pydantic_problems(exc, model)
     if problems:
         seen: set[tuple[str, str]] = set()
         errors = []
