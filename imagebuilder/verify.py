@@ -96,7 +96,14 @@ def root_partition(raw: Path) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def mounted_root(image: Path) -> Iterator[Path]:
-    with raw_disk(image) as raw, tempfile.TemporaryDirectory(prefix="image-root-") as mnt:
+    with raw_disk(image) as raw, mounted_raw_root(raw) as root:
+        yield root
+
+
+@contextlib.contextmanager
+def mounted_raw_root(raw: Path) -> Iterator[Path]:
+    """The root partition of a raw disk, mounted read-only."""
+    with tempfile.TemporaryDirectory(prefix="image-root-") as mnt:
         offset, size = root_partition(raw)
         dev = run_checked(
             "losetup", "--find", "--show", "--read-only", "--offset", str(offset), "--sizelimit", str(size), str(raw)
@@ -182,11 +189,17 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
 
 def boot_test(image: Path, *, timeout: float = 600, kvm: KvmStatus | None = None) -> Finding:
     """Boot a throwaway copy under QEMU (``-snapshot``) until a login prompt shows on the serial console."""
+    with raw_disk(image) as raw:
+        return boot_raw(raw, timeout=timeout, kvm=kvm)
+
+
+def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None) -> Finding:
+    """:func:`boot_test` on a raw disk (QEMU's ``-snapshot`` leaves it untouched)."""
     kvm = kvm or kvm_status()
     qemu = shutil.which("qemu-system-x86_64")
     if qemu is None:
         raise ExternalError("qemu-system-x86_64 is not installed", hint="run ./scripts/setup.sh")
-    with raw_disk(image) as raw, tempfile.TemporaryDirectory(prefix="image-boot-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="image-boot-") as tmp:
         serial = Path(tmp) / "serial.log"
         serial.touch()
         cmd = [qemu, "-accel", kvm.accelerator, "-m", "1024", "-smp", "2", "-snapshot", "-display", "none",
@@ -222,8 +235,10 @@ def verify_image(
     image: Path, *, manifest: Path | None = None, boot: bool = True, boot_timeout: float = 600
 ) -> list[Finding]:
     expected = expectations(image, manifest)
-    with mounted_root(image) as root:
-        findings = offline_checks(root, expected)
-    if boot:
-        findings.append(boot_test(image, timeout=boot_timeout))
+    # one raw view serves both parts: a .gz or an OVA is decompressed or converted once, not twice
+    with raw_disk(image) as raw:
+        with mounted_raw_root(raw) as root:
+            findings = offline_checks(root, expected)
+        if boot:
+            findings.append(boot_raw(raw, timeout=boot_timeout))
     return findings
