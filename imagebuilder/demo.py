@@ -17,6 +17,7 @@ from imagebuilder.files import atomic_write
 from imagebuilder.mirror import Mirror, create_mirror, file_sha256
 from imagebuilder.model import load_catalog
 from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.preflight import require
 from imagebuilder.runner import BuildResult, run_build
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import Finding, verify_image
@@ -80,9 +81,7 @@ def run_demo(
             disk_gb=disk_gb,
         )
     )
-    from imagebuilder.cli.host import preflight_or_fail  # the same gate as 'build'
-
-    preflight_or_fail(plan.os, plan.provider, list(skip_checks), None)
+    require(plan.os, plan.provider, skip_checks, say=say)  # the same gate as 'build'
     say(f"build: {plan.output_name} (Packer + Ansible, offline)")
     build = run_build(plan)
     assert build.artifact is not None

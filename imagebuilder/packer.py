@@ -35,9 +35,8 @@ from imagebuilder.provider_config import (
     SourceImageFields,
     VsphereConfig,
 )
-from imagebuilder.render import template_env
+from imagebuilder.render import ROOT, template_env
 
-ROOT = Path(__file__).resolve().parent.parent
 BUILD_USER = "builder"
 AMI_USER = "ubuntu"
 

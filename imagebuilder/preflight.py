@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from imagebuilder.errors import InputError, did_you_mean
+from imagebuilder.errors import ExternalError, InputError, did_you_mean
 from imagebuilder.hostconfig import load_host_config
 from imagebuilder.hostinfo import KvmStatus, kvm_status, machine, os_release, tool_version
-from imagebuilder.model import BuildPair
+from imagebuilder.model import BuildPair, load_catalog
 from imagebuilder.workspace import workspace_root
 
 Status = Literal["ok", "warn", "fail", "skipped"]
@@ -215,3 +216,36 @@ def run_checks(
 
 def failed(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.status == "fail"]
+
+
+MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
+
+
+def format_checks(checks: list[Check]) -> str:
+    lines = []
+    for c in checks:
+        lines.append(f"[{MARK[c.status]}] {c.name:<8} {c.detail}")
+        if c.fix and c.status in ("fail", "warn"):
+            lines.append(f"           fix: {c.fix}")
+    return "\n".join(lines)
+
+
+def require(
+    os_name: str,
+    hypervisor: str,
+    skip: list[str] | tuple[str, ...] = (),
+    min_disk_gb: int | None = None,
+    say: Callable[[str], None] = print,
+) -> list[Check]:
+    """The gate before a build: gather, check, report; :class:`ExternalError` when a check fails."""
+    catalog = load_catalog()
+    pair = catalog.build_pair(catalog.os(os_name), catalog.provider(hypervisor))
+    checks = run_checks(pair, HostFacts.gather(pair), skip=tuple(skip), min_disk_gb=min_disk_gb)
+    say(format_checks(checks))
+    bad = failed(checks)
+    if bad:
+        raise ExternalError(
+            f"preflight failed: {', '.join(c.name for c in bad)}",
+            hint="apply the fixes above, or --skip-check NAME for a check you accept failing",
+        )
+    return checks

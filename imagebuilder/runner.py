@@ -40,7 +40,7 @@ from imagebuilder.packer import (
     render_build,
 )
 from imagebuilder.plan import BuildPlan
-from imagebuilder.provider_config import VsphereConfig
+from imagebuilder.provider_config import AmiConfig, VsphereConfig
 
 CHUNK = 4 * 1024 * 1024
 
@@ -316,8 +316,6 @@ def _exported_disk(output: Path) -> Path:
 
 
 def _read_packer_manifest(plan: BuildPlan, rendered: RenderedBuild) -> Any:
-    from imagebuilder.provider_config import AmiConfig
-
     path = rendered.directory / "packer-manifest.json"
     if isinstance(plan.config, AmiConfig) and plan.config.manifest_output:
         path = Path(plan.config.manifest_output)

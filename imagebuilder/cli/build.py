@@ -6,9 +6,9 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task, print_json
-from imagebuilder.cli.host import preflight_or_fail
 from imagebuilder.errors import InputError
 from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.preflight import require
 from imagebuilder.runner import run_build
 
 HELP = {
@@ -109,7 +109,7 @@ def build(
         print(plan.render_text())
     if dry_run:
         return
-    preflight_or_fail(plan.os, plan.provider, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
+    require(plan.os, plan.provider, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
     result = run_build(plan, keep_on_error=keep_on_error)
     if result.artifact:
         print(f"image:    {result.artifact}\nsha256:   {result.sha256}")

@@ -8,33 +8,10 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.errors import InputError
 from imagebuilder.hostprep import HostPrep, proxies_from, require_root_privileges
 from imagebuilder.model import load_catalog
-from imagebuilder.preflight import CHECKS, Check, HostFacts, failed, run_checks
-
-MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
-
-
-def print_checks(checks: list[Check]) -> None:
-    for c in checks:
-        print(f"[{MARK[c.status]}] {c.name:<8} {c.detail}")
-        if c.fix and c.status in ("fail", "warn"):
-            print(f"           fix: {c.fix}")
-
-
-def preflight_or_fail(os_name: str, hypervisor: str, skip: list[str], min_disk_gb: int | None) -> list[Check]:
-    catalog = load_catalog()
-    pair = catalog.build_pair(catalog.os(os_name), catalog.provider(hypervisor))
-    checks = run_checks(pair, HostFacts.gather(pair), skip=tuple(skip), min_disk_gb=min_disk_gb)
-    print_checks(checks)
-    bad = failed(checks)
-    if bad:
-        raise ExternalError(
-            f"preflight failed: {', '.join(c.name for c in bad)}",
-            hint="apply the fixes above, or --skip-check NAME for a check you accept failing",
-        )
-    return checks
+from imagebuilder.preflight import CHECKS, require
 
 
 @task(
@@ -54,7 +31,7 @@ def preflight(
     """Check this host before a build: OS, arch, disk, CPUs, memory, tools, /dev/kvm, SSH config, proxy."""
     if not os or not hypervisor:
         raise InputError("required flags: --os and --hypervisor")
-    preflight_or_fail(os, hypervisor, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
+    require(os, hypervisor, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
 
 
 @task(
