@@ -34,6 +34,14 @@ class OsVersion:
 
 
 @dataclass(frozen=True)
+class TemplateDisk:
+    """A disk of an imported template that must be grown: ``label`` (as vSphere names it) to ``size_gb``."""
+
+    label: str
+    size_gb: int
+
+
+@dataclass(frozen=True)
 class OperatingSystem:
     name: str
     kind: str
@@ -41,6 +49,19 @@ class OperatingSystem:
     buildable: bool
     versions: tuple[OsVersion, ...] = ()
     download_task: str | None = None
+    #: Kubernetes minor ("1.21") or "newer" -> the disk template.import resizes (spec 3)
+    template_disks: tuple[tuple[str, TemplateDisk], ...] = ()
+
+    def template_disk(self, kubernetes_minor: str) -> TemplateDisk | None:
+        """The disk to resize for a template of this OS on ``kubernetes_minor`` (``1.24``), if any."""
+        table = dict(self.template_disks)
+        if kubernetes_minor in table:
+            return table[kubernetes_minor]
+        listed = [tuple(int(x) for x in k.split(".")) for k in table if k != "newer"]
+        version = tuple(int(x) for x in kubernetes_minor.split("."))
+        if "newer" in table and listed and all(version > v for v in listed):
+            return table["newer"]
+        return None
 
     @property
     def default_version(self) -> OsVersion | None:
@@ -208,6 +229,10 @@ def load_catalog() -> Catalog:
                     for ver, v in (o.get("versions") or {}).items()
                 ),
                 download_task=o.get("download_task"),
+                template_disks=tuple(
+                    (str(k), TemplateDisk(str(d["label"]), int(d["size_gb"])))
+                    for k, d in (o.get("template_disks") or {}).items()
+                ),
             )
             for name, o in raw["operating_systems"].items()
         }

@@ -12,6 +12,7 @@ import os
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -38,32 +39,42 @@ def make_ova(
     guest_os_type: str = "ubuntu64Guest",
     cpus: int = 2,
     memory_mb: int = 4096,
+    extra_disks: Sequence[Path] = (),
 ) -> Path:
-    """Write ``dest`` (an OVA) from ``disk`` (any format qemu-img reads); nothing appears at ``dest`` on failure."""
-    capacity = int(disk_info(disk)["virtual-size"])
+    """Write ``dest`` (an OVA) from ``disk`` (any format qemu-img reads) and any ``extra_disks`` (Hard disk 2, ...);
+    nothing appears at ``dest`` on failure."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
         work = Path(tmp)
-        vmdk = work / f"{name}-disk1.vmdk"
-        proc = subprocess.run(
-            ["qemu-img", "convert", "-O", "vmdk", "-o", "subformat=streamOptimized", str(disk), str(vmdk)],
-            capture_output=True,
-            text=True,
-            timeout=7200,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise ExternalError(f"converting {disk} to a streamOptimized VMDK failed: {proc.stderr.strip()}")
-        populated = int(disk_info(vmdk).get("actual-size", 0))
+        disks = []
+        for n, source in enumerate((disk, *extra_disks), start=1):
+            capacity = int(disk_info(source)["virtual-size"])
+            vmdk = work / f"{name}-disk{n}.vmdk"
+            proc = subprocess.run(
+                ["qemu-img", "convert", "-O", "vmdk", "-o", "subformat=streamOptimized", str(source), str(vmdk)],
+                capture_output=True,
+                text=True,
+                timeout=7200,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise ExternalError(f"converting {source} to a streamOptimized VMDK failed: {proc.stderr.strip()}")
+            disks.append(
+                {
+                    "n": n,
+                    "path": vmdk,
+                    "file": escape(vmdk.name),
+                    "size": vmdk.stat().st_size,
+                    "capacity": capacity,
+                    "populated": int(disk_info(vmdk).get("actual-size", 0)),
+                }
+            )
         ovf = work / f"{name}.ovf"
         ovf.write_text(
             template_env()
             .get_template("templates/ovf/node.ovf.j2")
             .render(
-                disk_file=escape(vmdk.name),
-                disk_size=vmdk.stat().st_size,
-                capacity=capacity,
-                populated=populated,
+                disks=disks,
                 name=escape(name),
                 os_id=94 if "ubuntu" in guest_os_type else 80,
                 guest_os_type=escape(guest_os_type),
@@ -72,10 +83,11 @@ def make_ova(
             )
         )
         mf = work / f"{name}.mf"
-        mf.write_text("".join(f"SHA256({p.name})= {sha256_file(p)}\n" for p in (ovf, vmdk)))
+        files = [ovf, *(d["path"] for d in disks)]
+        mf.write_text("".join(f"SHA256({p.name})= {sha256_file(p)}\n" for p in files))
         tmp_ova = work / "out.ova"
         with tarfile.open(tmp_ova, "w", format=tarfile.USTAR_FORMAT) as tar:
-            for member in (ovf, mf, vmdk):  # the descriptor first, then the manifest (DSP0243)
+            for member in (ovf, mf, *files[1:]):  # the descriptor first, then the manifest (DSP0243)
                 info = tar.gettarinfo(str(member), arcname=member.name)
                 info.uid = info.gid = 0
                 info.uname = info.gname = "root"

@@ -42,6 +42,19 @@ class VsphereUser(_Strict):
     admin_role: str
 
 
+class VsphereTemplates(_Strict):
+    library: str
+    folder: str
+    name: str
+
+
+class ClusterSpec(_Strict):
+    api_version: str
+    cluster_kind: str
+    datacenter_kind: str
+    machine_kind: str
+
+
 class Distro(_Strict):
     name: str
     manifest_url: str
@@ -70,6 +83,8 @@ class Versions(_Strict):
 class Profile(_Strict):
     product: Product
     vsphere_user: VsphereUser
+    vsphere_templates: VsphereTemplates
+    cluster_spec: ClusterSpec
     distro: Distro
     tags: Tags
     hosts: Hosts

@@ -42,4 +42,23 @@ fi
 echo "==> pip install -e .[dev]"
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[dev]'
+# vcsim (the vCenter simulator the vSphere tests run against) and govc (the benchmark's peer), one pinned govmomi
+# release (>= v0.45: older ones lack the SSO admin simulator and reject ContentLibrary/Tagging privileges).
+GOVMOMI_VERSION=v0.46.0
+TOOLS_BIN="$PWD/.tools/bin"
+mkdir -p "$TOOLS_BIN"
+for tool in vcsim govc; do
+  stamp="$TOOLS_BIN/.$tool-$GOVMOMI_VERSION"
+  if [ ! -x "$TOOLS_BIN/$tool" ] || [ ! -e "$stamp" ]; then
+    command -v go >/dev/null || {
+      echo "error: Go is needed to install $tool (go install github.com/vmware/govmomi/$tool@$GOVMOMI_VERSION)" >&2
+      exit 1
+    }
+    echo "==> go install github.com/vmware/govmomi/$tool@$GOVMOMI_VERSION"
+    GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "github.com/vmware/govmomi/$tool@$GOVMOMI_VERSION"
+    rm -f "$TOOLS_BIN/.$tool-"*
+    touch "$stamp"
+  fi
+done
+
 echo "==> setup done: activate with 'source .venv/bin/activate' (or call .venv/bin/invoke / .venv/bin/image-builder)"

@@ -1,0 +1,208 @@
+"""``vsphere.setup-user`` (spec 2.4, 2.7, 4.6, 4.7): the SSO user and group, three roles, and their permissions.
+
+The work is a plan first -- every object compared with the server -- then the plan applied. ``--dry-run`` prints
+the plan, which is the diff between the server and the desired state. Reruns converge: what exists is kept.
+``--force`` additionally overwrites the group's permission (role, propagation) on each object and brings each
+role's privileges back to the shipped lists, which the reference tool never does (a role edited by hand keeps
+working differently from what the product expects).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.profile import config_dir
+from imagebuilder.vsphere import inventory
+from imagebuilder.vsphere.session import VSphere
+from imagebuilder.vsphere.userconfig import UserConfig
+
+ROLE_FILES = {"global": "global.json", "user": "user.json", "admin": "admin.json"}
+#: privileges vCenter adds to every role by itself
+IMPLICIT = frozenset({"System.Anonymous", "System.Read", "System.View"})
+
+
+def shipped_privileges(kind: str) -> list[str]:
+    """``config/privileges/<kind>.json``: the privilege IDs of a role (spec 2.7)."""
+    path = config_dir() / "privileges" / ROLE_FILES[kind]
+    data = json.loads(path.read_text())
+    assert isinstance(data, list) and all(isinstance(p, str) for p in data), f"{path}: expected a list of strings"
+    return data
+
+
+@dataclass
+class Step:
+    """One line of the plan: ``+`` create, ``~`` change, ``=`` already right, ``!`` differs (``--force`` fixes)."""
+
+    mark: str
+    text: str
+    apply: Any = None  # a callable doing the change, or None
+
+    def __str__(self) -> str:
+        return f"{self.mark} {self.text}"
+
+
+@dataclass
+class Plan:
+    steps: list[Step] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, mark: str, text: str, apply: Any = None) -> None:
+        self.steps.append(Step(mark, text, apply))
+
+    @property
+    def changes(self) -> list[Step]:
+        return [s for s in self.steps if s.apply is not None]
+
+
+def _principal_key(name: str) -> str:
+    """``VSPHERE.LOCAL\\EKSAUsers`` and ``EKSAUsers@vsphere.local`` are the same principal."""
+    if "\\" in name:
+        domain, _, user = name.partition("\\")
+    else:
+        user, _, domain = name.partition("@")
+    return f"{user}@{domain.lower()}"
+
+
+def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: bool) -> Plan:
+    from pyVmomi import vim
+
+    plan = Plan(notes=list(cfg.notes))
+    sso = vs.sso
+    user = f"{cfg.username}@{cfg.domain}"
+
+    # SSO user, group, membership
+    user_exists = sso.person_user_exists(cfg.username, cfg.domain)
+    if user_exists:
+        plan.add("=", f"user {user} exists" + (" (its password is left unchanged)" if password else ""))
+    elif password:
+        plan.add("+", f"create user {user}", lambda: sso.create_person_user(cfg.username, password, "image-builder"))
+    else:
+        raise InputError(
+            f"user {user} does not exist on {vs.target.server}, and --force cannot create it",
+            field="--password",
+            expected="--password (from a file or prompt; see --help) to create the user",
+        )
+    if sso.group_exists(cfg.group, cfg.domain):
+        plan.add("=", f"group {cfg.principal} exists")
+    else:
+        plan.add("+", f"create group {cfg.principal}", lambda: sso.create_group(cfg.group, "image-builder users"))
+    if user_exists and cfg.group in sso.parent_groups(cfg.username, cfg.domain):
+        plan.add("=", f"{user} is a member of {cfg.group}")
+    else:
+        plan.add("+", f"add {user} to {cfg.group}", lambda: sso.add_user_to_group(cfg.username, cfg.domain, cfg.group))
+
+    # roles
+    auth = vs.content.authorizationManager
+    roles = {r.name: r for r in auth.roleList}
+    known = {p.privId for p in auth.privilegeList}
+    admin = next((r for r in auth.roleList if r.roleId == -1), None)
+    desired = {
+        cfg.global_role: shipped_privileges("global"),
+        cfg.user_role: shipped_privileges("user"),
+        # the admin role is the server's own Administrator role's privileges (spec 2.7), not a copied list
+        cfg.admin_role: list(admin.privilege) if admin is not None else shipped_privileges("admin"),
+    }
+    role_ids: dict[str, Any] = {}
+    for name, privs in desired.items():
+        unknown = sorted(set(privs) - known)
+        if unknown:
+            raise ExternalError(
+                f"vCenter {vs.target.server} does not know the privileges {', '.join(unknown)} of role {name}",
+                hint="vSphere 7 or later is required (spec 8)",
+            )
+        want = set(privs) | IMPLICIT
+        role = roles.get(name)
+        if role is None:
+            role_ids[name] = None
+
+            def create(name: str = name, privs: list[str] = privs) -> None:
+                role_ids[name] = auth.AddAuthorizationRole(name=name, privIds=privs)
+
+            plan.add("+", f"create role {name} with {len(want)} privileges", create)
+            continue
+        role_ids[name] = role.roleId
+        have = set(role.privilege) | IMPLICIT
+        if have == want:
+            plan.add("=", f"role {name} has its {len(want)} privileges")
+            continue
+        diff = _diff(want - have, have - want)
+        if force:
+
+            def update(role: Any = role, privs: list[str] = privs) -> None:
+                auth.UpdateAuthorizationRole(roleId=role.roleId, newName=role.name, privIds=privs)
+
+            plan.add("~", f"reset role {name} privileges: {diff}", update)
+        else:
+            plan.add("!", f"role {name} privileges differ from the list: {diff} (--force resets them)")
+
+    # folders, then permissions
+    for path in dict.fromkeys(cfg.folders + cfg.templates):
+        if inventory.find(vs, path) is None:
+            plan.add("+", f"create folder {path}", lambda path=path: inventory.ensure_folder(vs, path))
+        else:
+            plan.add("=", f"folder {path} exists")
+    targets: list[tuple[str, str]] = [("/", cfg.global_role)]
+    targets += [(p, cfg.admin_role) for p in dict.fromkeys(cfg.folders + cfg.templates)]
+    targets += [(p, cfg.user_role) for p in cfg.networks + cfg.datastores + cfg.resource_pools]
+    me = _principal_key(cfg.principal)
+    names = {r.roleId: r.name for r in auth.roleList}
+    for path, role_name in targets:
+        entity = vs.content.rootFolder if path == "/" else inventory.find(vs, path)
+        if entity is None and not any(path == p for p in cfg.folders + cfg.templates):
+            raise ExternalError(
+                f"{path} (in {cfg.source}) does not exist on {vs.target.server}",
+                hint="fix the path in user.yaml; list the inventory with: govc ls /" + cfg.datacenter,
+            )
+        current = None
+        if entity is not None:
+            for perm in auth.RetrieveEntityPermissions(entity=entity, inherited=False):
+                if _principal_key(perm.principal) == me:
+                    current = perm
+        label = f"{cfg.principal} -> {role_name} on {path} (propagating)"
+
+        def grant(path: str = path, role_name: str = role_name) -> None:
+            target = vs.content.rootFolder if path == "/" else inventory.need(vs, path, "object")
+            perm = vim.AuthorizationManager.Permission(
+                principal=cfg.principal, group=True, roleId=role_ids[role_name], propagate=True
+            )
+            auth.SetEntityPermissions(entity=target, permission=[perm])
+
+        if current is None:
+            plan.add("+", f"grant {label}", grant)
+        elif names.get(current.roleId) == role_name and current.propagate and current.group:
+            plan.add("=", f"permission {label} exists")
+        elif force:
+            plan.add("~", f"overwrite {names.get(current.roleId, current.roleId)} with {label}", grant)
+        else:
+            plan.add("!", f"{cfg.principal} has role {names.get(current.roleId, current.roleId)} on {path}, "
+                          f"not {role_name} (--force overwrites)")
+    return plan
+
+
+def _diff(missing: set[str], extra: set[str]) -> str:
+    parts = []
+    if missing:
+        parts.append("missing " + ", ".join(sorted(missing)))
+    if extra:
+        parts.append("extra " + ", ".join(sorted(extra)))
+    return "; ".join(parts)
+
+
+def apply(plan: Plan) -> None:
+    for step in plan.changes:
+        step.apply()
+
+
+def global_permission_step(cfg: UserConfig) -> str:
+    """Spec 4.7: global permissions have no public API; the exact manual step."""
+    return (
+        "Manual step (spec 4.7): global permissions cannot be set through a public API. In the vSphere Client open "
+        "Administration > Access Control > Global Permissions, click Add, and set\n"
+        f"  Domain: {cfg.domain}\n"
+        f"  User/Group: {cfg.group} (the group {cfg.principal})\n"
+        f"  Role: {cfg.global_role}\n"
+        "  Propagate to children: checked"
+    )

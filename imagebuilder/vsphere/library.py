@@ -1,0 +1,180 @@
+"""Content library (spec 3, 4.6 ``library.import`` / ``library.deploy``) over REST.
+
+An OVA goes into a datastore-backed local library as one item: a local file is pushed through an update session
+(with a progress bar and its SHA256, so the server rejects a corrupted upload), a URL is pulled by the server
+itself. vCenter unpacks the OVA. An item that exists but has no files -- an upload that was interrupted -- is
+filled on the next run instead of being duplicated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from imagebuilder.errors import ExternalError
+from imagebuilder.files import sha256_file
+from imagebuilder.vsphere.rest import Call, RestClient
+
+FIND_LIBRARY = Call("POST", "/content/library", "/com/vmware/content/library", "spec")
+CREATE_LIBRARY = Call("POST", "/content/local-library", "/com/vmware/content/local-library", "create_spec")
+FIND_ITEM = Call("POST", "/content/library/item", "/com/vmware/content/library/item", "spec")
+CREATE_ITEM = Call("POST", "/content/library/item", "/com/vmware/content/library/item", "create_spec")
+ITEM_FILES = Call("GET", "/content/library/item/{id}/file", "/com/vmware/content/library/item/file")
+CREATE_SESSION = Call(
+    "POST", "/content/library/item/update-session", "/com/vmware/content/library/item/update-session", "create_spec"
+)
+SESSION = Call("GET", "/content/library/item/update-session/{id}", "/com/vmware/content/library/item/update-session/{id}")
+SESSION_ACTION = Call(
+    "POST", "/content/library/item/update-session/{id}", "/com/vmware/content/library/item/update-session/{id}"
+)
+ADD_FILE = Call(
+    "POST", "/content/library/item/updatesession/{id}/file", "/com/vmware/content/library/item/updatesession/file/{id}",
+    "file_spec",
+)
+DEPLOY = Call("POST", "/vcenter/ovf/library-item/{id}", "/com/vmware/vcenter/ovf/library-item/{id}")
+
+Progress = Callable[[int], None]
+#: given the total byte count, returns the function that advances the progress display
+ProgressFactory = Callable[[int], Progress]
+
+
+class Library:
+    def __init__(self, rest: RestClient) -> None:
+        self.rest = rest
+
+    def find(self, name: str) -> str | None:
+        ids = self.rest(FIND_LIBRARY, {"name": name}, action="find") or []
+        return str(ids[0]) if ids else None
+
+    def ensure(self, name: str, datastore_moid: str, created: list[str]) -> str:
+        """The id of local library ``name``, created on ``datastore_moid`` when missing."""
+        found = self.find(name)
+        if found:
+            return found
+        spec = {
+            "name": name,
+            "type": "LOCAL",
+            "storage_backings": [{"type": "DATASTORE", "datastore_id": datastore_moid}],
+        }
+        created.append(f"content library {name}")
+        return str(self.rest(CREATE_LIBRARY, spec))
+
+    def find_item(self, library_id: str, name: str) -> str | None:
+        ids = self.rest(FIND_ITEM, {"library_id": library_id, "name": name}, action="find") or []
+        return str(ids[0]) if ids else None
+
+    def item_files(self, item_id: str) -> list[dict[str, Any]]:
+        if self.rest.dialect == "api":
+            return list(self.rest(ITEM_FILES, ident=item_id) or [])
+        return list(self.rest(ITEM_FILES, params={"library_item_id": item_id}) or [])
+
+    def create_item(self, library_id: str, name: str, description: str) -> str:
+        spec = {"library_id": library_id, "name": name, "type": "ovf", "description": description}
+        return str(self.rest(CREATE_ITEM, spec))
+
+    def upload(self, item_id: str, source: str, progress: ProgressFactory | None = None) -> None:
+        """Put ``source`` (a local OVA path or an http(s) URL) into the item and wait until the server has it."""
+        session = str(self.rest(CREATE_SESSION, {"library_item_id": item_id}))
+        try:
+            name = Path(source.split("?", 1)[0]).name if "://" in source else Path(source).name
+            if "://" in source:
+                spec: dict[str, Any] = {"name": name, "source_type": "PULL", "source_endpoint": {"uri": source}}
+                self.rest(ADD_FILE, spec, ident=session, action="add")
+            else:
+                path = Path(source)
+                size = path.stat().st_size
+                spec = {
+                    "name": name,
+                    "source_type": "PUSH",
+                    "size": size,
+                    "checksum_info": {"algorithm": "SHA256", "checksum": sha256_file(path)},
+                }
+                info = self.rest(ADD_FILE, spec, ident=session, action="add")
+                self._push(info["upload_endpoint"]["uri"], path, size, progress)
+            self.rest(SESSION_ACTION, ident=session, action="complete")
+            self._wait(session)
+        except BaseException:
+            # a failed or interrupted session is marked failed so the server drops its partial files
+            try:
+                self.rest(SESSION_ACTION, ident=session, action="fail")
+            except Exception:  # noqa: BLE001 -- the original error is the one to report
+                pass
+            raise
+
+    def _push(self, uri: str, path: Path, size: int, progress: ProgressFactory | None) -> None:
+        advance = progress(size) if progress else None
+        reader = _Reader(path, size, advance)
+        self.rest.calls.rest += 1
+        with reader:
+            res = self.rest.http.put(
+                uri,
+                data=reader,
+                headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+                timeout=3600,
+                verify=self.rest.verify,
+            )
+        if not res.ok:
+            raise ExternalError(f"uploading {path.name} to the content library failed: HTTP {res.status_code}")
+
+    def _wait(self, session: str, timeout: float = 3600) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.rest(SESSION, ident=session)
+            state = info.get("state")
+            if state == "DONE":
+                return
+            if state in ("ERROR", "CANCELED"):
+                msg = (info.get("error_message") or {}).get("default_message", state)
+                raise ExternalError(f"content library import failed: {msg}", hint="check the OVA (or its URL) and rerun")
+            if time.monotonic() > deadline:
+                raise ExternalError("content library import did not finish in time")
+            time.sleep(0.2)
+
+    def deploy(self, item_id: str, name: str, pool_moid: str, folder_moid: str, datastore_moid: str) -> str:
+        """Deploy the OVF item as VM ``name``, thin provisioned, into the folder and pool; returns the VM's moid.
+
+        The VM is not powered on: powering on an imported OVA directly can corrupt the template (spec 7.4).
+        """
+        spec = {
+            "target": {"resource_pool_id": pool_moid, "folder_id": folder_moid},
+            "deployment_spec": {
+                "name": name,
+                "accept_all_EULA": True,
+                "storage_provisioning": "thin",
+                "default_datastore_id": datastore_moid,
+            },
+        }
+        result = self.rest(DEPLOY, spec, ident=item_id, action="deploy")
+        if not result or not result.get("succeeded"):
+            errors = ((result or {}).get("error") or {}).get("errors") or []
+            text = "; ".join(
+                m.get("default_message", "") for e in errors for m in (e.get("error") or {}).get("messages", [])
+            )
+            raise ExternalError(f"deploying {name} from the content library failed: {text or result}")
+        return str(result["resource_id"]["id"])
+
+
+class _Reader:
+    """A file read in 1 MiB chunks for an HTTP body, reporting progress; has a length so no chunked encoding."""
+
+    def __init__(self, path: Path, size: int, advance: Progress | None) -> None:
+        self.fh = path.open("rb")
+        self.size = size
+        self.advance = advance
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.fh.close()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Any:
+        while chunk := self.fh.read(1024 * 1024):
+            if self.advance:
+                self.advance(len(chunk))
+            yield chunk

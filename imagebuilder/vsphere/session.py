@@ -1,0 +1,331 @@
+"""The vCenter connection: server, credentials, TLS trust, and the logged-in SOAP session.
+
+Credentials come only from the environment (spec 5): ``<PREFIX>_VSPHERE_USERNAME``/``_PASSWORD`` (the product's
+prefix, from the profile) or govc's ``GOVC_USERNAME``/``GOVC_PASSWORD``/``GOVC_URL``. They are never read from argv
+(another user could see them in ``ps``) and never printed; :class:`Credentials` hides the password from ``repr``.
+
+TLS is verified by default. A self-signed vCenter is either pinned by its SHA1 thumbprint (what the cluster spec's
+``thumbprint`` field holds, spec 2.5) or, knowingly, ``insecure``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import os
+import re
+import socket
+import ssl
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.profile import load_profile
+
+if TYPE_CHECKING:
+    from imagebuilder.vsphere.rest import RestClient
+    from imagebuilder.vsphere.sso import SsoAdmin
+
+#: a SHA1 thumbprint as vSphere writes it: 20 upper-case hex pairs joined by colons
+THUMBPRINT_RE = re.compile(r"^(?:[0-9A-F]{2}:){19}[0-9A-F]{2}$")
+THUMBPRINT_EXPECTED = "the SHA1 thumbprint: 20 hex pairs joined by ':' (image-builder vsphere.thumbprint --server HOST)"
+
+
+def split_server(value: str) -> tuple[str, int]:
+    """``vc.example.com``, ``vc:8443``, ``https://vc/sdk`` or ``https://u:p@vc:8443/sdk`` -> (host, port)."""
+    text = value.strip()
+    parts = urlsplit(text if "://" in text else f"https://{text}")
+    if not parts.hostname:
+        raise InputError(f"'{value}' is not a server address", field="server", expected="a host name, IP or URL")
+    return parts.hostname, parts.port or 443
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which vCenter, and how its certificate is trusted."""
+
+    server: str
+    insecure: bool = False
+    thumbprint: str | None = None
+
+    @property
+    def host(self) -> str:
+        return split_server(self.server)[0]
+
+    @property
+    def port(self) -> int:
+        return split_server(self.server)[1]
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"https://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str
+    password: str = field(repr=False)
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def target_from(server: str | None, insecure: bool | None, thumbprint: str | None, env: Mapping[str, str]) -> Target:
+    """The target from flags (or a config file), falling back to govc's ``GOVC_URL``/``GOVC_INSECURE``/
+    ``GOVC_TLS_KNOWN_HOSTS``-free thumbprint variable ``GOVC_THUMBPRINT``."""
+    server = server or env.get("GOVC_URL")
+    if not server:
+        raise InputError(
+            "no vCenter given", field="--server", expected="--server HOST (or GOVC_URL in the environment)"
+        )
+    if insecure is None:
+        insecure = _truthy(env.get("GOVC_INSECURE"))
+    thumbprint = thumbprint or env.get("GOVC_THUMBPRINT") or None
+    if thumbprint:
+        thumbprint = thumbprint.strip().upper()
+        if not THUMBPRINT_RE.match(thumbprint):
+            raise InputError(f"'{thumbprint}' is not a thumbprint", field="--thumbprint", expected=THUMBPRINT_EXPECTED)
+    # userinfo in GOVC_URL is a credential; only host and port are kept
+    host, port = split_server(server)
+    return Target(f"{host}:{port}", insecure=insecure, thumbprint=thumbprint)
+
+
+def credentials_from_env(env: Mapping[str, str] | None = None) -> Credentials:
+    """``<PREFIX>_VSPHERE_USERNAME``/``_PASSWORD``, else ``GOVC_USERNAME``/``GOVC_PASSWORD``, else the user info of
+    ``GOVC_URL`` (spec 5)."""
+    env = os.environ if env is None else env
+    prefix = f"{load_profile().product.env_prefix}_VSPHERE"
+    for user_var, pass_var in ((f"{prefix}_USERNAME", f"{prefix}_PASSWORD"), ("GOVC_USERNAME", "GOVC_PASSWORD")):
+        if env.get(user_var) and env.get(pass_var):
+            return Credentials(env[user_var], env[pass_var])
+    url = env.get("GOVC_URL", "")
+    if "://" in url or "@" in url:
+        parts = urlsplit(url if "://" in url else f"https://{url}")
+        if parts.username and parts.password:
+            from urllib.parse import unquote
+
+            return Credentials(unquote(parts.username), unquote(parts.password))
+    raise InputError(
+        "no vCenter credentials in the environment",
+        field="environment",
+        expected=f"{prefix}_USERNAME and {prefix}_PASSWORD (or GOVC_USERNAME and GOVC_PASSWORD); never on the command line",
+    )
+
+
+def fetch_certificate(host: str, port: int = 443, timeout: float = 10.0) -> bytes:
+    """The server's leaf certificate (DER), read without trusting it: this is how the thumbprint is learned."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock, ctx.wrap_socket(
+            sock, server_hostname=host
+        ) as tls:
+            der = tls.getpeercert(binary_form=True)
+    except OSError as exc:
+        raise ExternalError(
+            f"cannot read the TLS certificate of {host}:{port}: {exc}", hint="check the server name, port and network"
+        ) from None
+    if not der:
+        raise ExternalError(f"{host}:{port} presented no certificate")
+    return der
+
+
+def sha1_thumbprint(der: bytes) -> str:
+    """``AA:BB:...`` -- the SHA1 of the DER certificate, upper-case pairs, as vSphere and the cluster spec write it."""
+    digest = hashlib.sha1(der, usedforsecurity=False).hexdigest().upper()
+    return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
+
+
+def server_thumbprint(target: Target) -> str:
+    return sha1_thumbprint(fetch_certificate(target.host, target.port))
+
+
+def ssl_context(target: Target) -> ssl.SSLContext:
+    """Verify against the system CAs, or -- for a pinned or insecure target -- accept the certificate here and check
+    the pin separately (pyvmomi checks it on every connection; :func:`check_pin` before REST calls)."""
+    if target.insecure or target.thumbprint:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    return ssl.create_default_context()
+
+
+def quiet_unverified(target: Target) -> None:
+    """A pinned or knowingly insecure target: urllib3's per-request warning would only repeat the user's choice."""
+    if target.insecure or target.thumbprint:
+        import urllib3
+
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+
+
+def check_pin(target: Target) -> None:
+    quiet_unverified(target)
+    if target.thumbprint and not target.insecure:
+        actual = server_thumbprint(target)
+        if actual != target.thumbprint:
+            raise ExternalError(
+                f"the certificate of {target.server} has thumbprint {actual}, not the pinned {target.thumbprint}",
+                hint="if the vCenter certificate was replaced, check it and pass the new thumbprint",
+            )
+
+
+_TLS_HINT = "pin it with --thumbprint (image-builder vsphere.thumbprint --server HOST prints it) or pass --insecure"
+
+
+@contextlib.contextmanager
+def external_errors(what: str) -> Iterator[None]:
+    """Turn a vCenter, HTTP or socket failure into an :class:`ExternalError` (exit 1) naming ``what`` failed."""
+    import requests
+    from pyVmomi import vmodl
+
+    try:
+        yield
+    except ssl.SSLCertVerificationError as exc:
+        raise ExternalError(f"{what}: the server certificate is not trusted ({exc.verify_message})", hint=_TLS_HINT) from None
+    except requests.exceptions.SSLError as exc:
+        raise ExternalError(f"{what}: TLS failed ({exc})", hint=_TLS_HINT) from None
+    except vmodl.MethodFault as exc:
+        raise ExternalError(f"{what}: vCenter refused: {fault_text(exc)}") from None
+    except (requests.RequestException, OSError, http.client.HTTPException) as exc:
+        raise ExternalError(
+            f"{what}: lost the connection to vCenter ({type(exc).__name__}: {exc})",
+            hint="check that vCenter is up and reachable, then rerun: completed steps are kept and not repeated",
+        ) from None
+
+
+def fault_text(exc: Any) -> str:
+    msg = getattr(exc, "msg", "") or ""
+    name = type(exc).__name__.rsplit(".", 1)[-1]
+    return f"{name}: {msg}" if msg else name
+
+
+class CallCounter:
+    """API calls made, by kind: the benchmark reports calls per template."""
+
+    def __init__(self) -> None:
+        self.soap = 0
+        self.rest = 0
+
+    @property
+    def total(self) -> int:
+        return self.soap + self.rest
+
+
+class VSphere:
+    """A logged-in vCenter: pyvmomi's ``content`` plus, on first use, the REST and SSO admin sessions.
+
+    Use as a context manager; every session is logged out on exit.
+    """
+
+    def __init__(self, target: Target, credentials: Credentials) -> None:
+        self.target = target
+        self.credentials = credentials
+        self.calls = CallCounter()
+        self._si: Any = None
+
+    def __enter__(self) -> VSphere:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def connect(self) -> None:
+        from pyVim.connect import SmartConnect
+        from pyVmomi import vim
+
+        with external_errors(f"connecting to vCenter {self.target.server}"):
+            try:
+                self._si = SmartConnect(
+                    host=self.target.host,
+                    port=self.target.port,
+                    user=self.credentials.username,
+                    pwd=self.credentials.password,
+                    sslContext=ssl_context(self.target),
+                    thumbprint=None if self.target.insecure else self.target.thumbprint,
+                    connectionPoolTimeout=-1,
+                )
+            except vim.fault.InvalidLogin:
+                raise ExternalError(
+                    f"vCenter {self.target.server} refused the login of {self.credentials.username}",
+                    hint="check the user name and password in the environment (spec 5)",
+                ) from None
+            except vim.fault.HostConnectFault as exc:
+                raise ExternalError(f"cannot connect to vCenter {self.target.server}: {exc.msg}") from None
+            except (ssl.SSLError, OSError) as exc:
+                if "thumbprint" in str(exc).lower():
+                    raise ExternalError(
+                        f"the certificate of {self.target.server} does not match the pinned thumbprint",
+                        hint="check the thumbprint: image-builder vsphere.thumbprint --server HOST",
+                    ) from None
+                raise
+        self._count_calls()
+
+    def _count_calls(self) -> None:
+        stub = self._si._stub
+        invoke_method, invoke_accessor = stub.InvokeMethod, stub.InvokeAccessor
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            self.calls.soap += 1
+            return invoke_method(*args, **kwargs)
+
+        def accessor(*args: Any, **kwargs: Any) -> Any:
+            self.calls.soap += 1
+            return invoke_accessor(*args, **kwargs)
+
+        stub.InvokeMethod, stub.InvokeAccessor = method, accessor
+
+    @property
+    def si(self) -> Any:
+        assert self._si is not None, "not connected"
+        return self._si
+
+    @cached_property
+    def content(self) -> Any:
+        return self.si.RetrieveContent()
+
+    @cached_property
+    def rest(self) -> RestClient:
+        from imagebuilder.vsphere.rest import RestClient
+
+        return RestClient(self.target, self.credentials, self.calls)
+
+    @cached_property
+    def sso(self) -> SsoAdmin:
+        from imagebuilder.vsphere.sso import SsoAdmin
+
+        return SsoAdmin(self)
+
+    def setting(self, key: str) -> str | None:
+        """A vpxd advanced setting (``config.vpxd.sso.admin.uri`` and the like), or None."""
+        try:
+            values = self.content.setting.QueryView(key)
+        except Exception:  # noqa: BLE001 -- an unknown key is an InvalidName fault
+            return None
+        return str(values[0].value) if values else None
+
+    @property
+    def soap_session(self) -> str:
+        """The SOAP session id (the ``vmware_soap_session`` cookie)."""
+        cookie = str(self.si._stub.cookie or "")
+        return cookie.partition("=")[2].partition(";")[0].strip('"')
+
+    def close(self) -> None:
+        if "rest" in self.__dict__:
+            self.rest.close()
+        if "sso" in self.__dict__:
+            self.sso.close()
+        if self._si is not None:
+            from pyVim.connect import Disconnect
+
+            with contextlib.suppress(Exception):
+                Disconnect(self._si)
+            self._si = None
