@@ -14,6 +14,7 @@ import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from xml.sax.saxutils import escape
 
 from imagebuilder.errors import ExternalError
@@ -46,7 +47,7 @@ def make_ova(
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
         work = Path(tmp)
-        disks = []
+        disks: list[dict[str, Any]] = []
         for n, source in enumerate((disk, *extra_disks), start=1):
             capacity = int(disk_info(source)["virtual-size"])
             vmdk = work / f"{name}-disk{n}.vmdk"
@@ -83,7 +84,7 @@ def make_ova(
             )
         )
         mf = work / f"{name}.mf"
-        files = [ovf, *(d["path"] for d in disks)]
+        files: list[Path] = [ovf, *(d["path"] for d in disks)]
         mf.write_text("".join(f"SHA256({p.name})= {sha256_file(p)}\n" for p in files))
         tmp_ova = work / "out.ova"
         with tarfile.open(tmp_ova, "w", format=tarfile.USTAR_FORMAT) as tar:

@@ -16,6 +16,7 @@ from imagebuilder.cli import docs as _docs
 from imagebuilder.cli import host as _host
 from imagebuilder.cli import image as _image
 from imagebuilder.cli import mirror as _mirror
+from imagebuilder.cli import vsphere as _vsphere
 
 
 def make_namespace() -> Collection:
@@ -38,6 +39,18 @@ def make_namespace() -> Collection:
     dhcp.add_task(_dhcp.verify)
     dhcp.add_task(_dhcp.schema)
     ns.add_collection(dhcp)
+    vsphere = Collection("vsphere")
+    vsphere.add_task(_vsphere.setup_user, name="setup-user")
+    vsphere.add_task(_vsphere.thumbprint)
+    ns.add_collection(vsphere)
+    template = Collection("template")
+    template.add_task(_vsphere.import_ova, name="import")
+    template.add_task(_vsphere.tag)
+    template.add_task(_vsphere.validate)
+    ns.add_collection(template)
+    cluster = Collection("cluster")
+    cluster.add_task(_vsphere.cluster_validate, name="validate")
+    ns.add_collection(cluster)
     host = Collection("host")
     host.add_task(_host.prepare)
     ns.add_collection(host)

@@ -97,8 +97,9 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
     # roles
     auth = vs.content.authorizationManager
     roles = {r.name: r for r in auth.roleList}
-    known = {p.privId for p in auth.privilegeList}
     admin = next((r for r in auth.roleList if r.roleId == -1), None)
+    # the Administrator role holds every privilege the server defines (vcsim's privilegeList is empty)
+    known = {p.privId for p in auth.privilegeList} | set(admin.privilege if admin is not None else ())
     desired = {
         cfg.global_role: shipped_privileges("global"),
         cfg.user_role: shipped_privileges("user"),
@@ -119,7 +120,9 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
             role_ids[name] = None
 
             def create(name: str = name, privs: list[str] = privs) -> None:
-                role_ids[name] = auth.AddAuthorizationRole(name=name, privIds=privs)
+                auth.AddAuthorizationRole(name=name, privIds=privs)
+                # the id is read back by name: vcsim answers AddAuthorizationRole with 0, not the new id
+                role_ids[name] = next(r.roleId for r in auth.roleList if r.name == name)
 
             plan.add("+", f"create role {name} with {len(want)} privileges", create)
             continue
@@ -177,8 +180,11 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
         elif force:
             plan.add("~", f"overwrite {names.get(current.roleId, current.roleId)} with {label}", grant)
         else:
-            plan.add("!", f"{cfg.principal} has role {names.get(current.roleId, current.roleId)} on {path}, "
-                          f"not {role_name} (--force overwrites)")
+            plan.add(
+                "!",
+                f"{cfg.principal} has role {names.get(current.roleId, current.roleId)} on {path}, "
+                f"not {role_name} (--force overwrites)",
+            )
     return plan
 
 

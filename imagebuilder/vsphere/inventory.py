@@ -30,7 +30,9 @@ def need(vs: VSphere, path: str, what: str, field: str | None = None) -> Any:
     if obj is None:
         parts = split_path(path)
         hint = "check the path in the vSphere client or with: govc ls " + "/" + "/".join(parts[:-1])
-        raise ExternalError(f"{what} {path} does not exist on {vs.target.server}" + (f" ({field})" if field else ""), hint=hint)
+        raise ExternalError(
+            f"{what} {path} does not exist on {vs.target.server}" + (f" ({field})" if field else ""), hint=hint
+        )
     return obj
 
 
@@ -84,7 +86,7 @@ def resource_pool(vs: VSphere, path: str) -> Any:
     return obj
 
 
-def only_child(vs: VSphere, path: str, kind: type, what: str, flag: str) -> str:
+def only_child(vs: VSphere, path: str, kind: Any, what: str, flag: str) -> str:
     """The single object of ``kind`` under ``path``; several or none is an input error asking for ``flag``."""
     parent = need(vs, path, what)
     names = [c.name for c in getattr(parent, "childEntity", []) if isinstance(c, kind)]

@@ -8,6 +8,7 @@ filled on the next run instead of being duplicated.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,12 +26,16 @@ ITEM_FILES = Call("GET", "/content/library/item/{id}/file", "/com/vmware/content
 CREATE_SESSION = Call(
     "POST", "/content/library/item/update-session", "/com/vmware/content/library/item/update-session", "create_spec"
 )
-SESSION = Call("GET", "/content/library/item/update-session/{id}", "/com/vmware/content/library/item/update-session/{id}")
+SESSION = Call(
+    "GET", "/content/library/item/update-session/{id}", "/com/vmware/content/library/item/update-session/{id}"
+)
 SESSION_ACTION = Call(
     "POST", "/content/library/item/update-session/{id}", "/com/vmware/content/library/item/update-session/{id}"
 )
 ADD_FILE = Call(
-    "POST", "/content/library/item/updatesession/{id}/file", "/com/vmware/content/library/item/updatesession/file/{id}",
+    "POST",
+    "/content/library/item/updatesession/{id}/file",
+    "/com/vmware/content/library/item/updatesession/file/{id}",
     "file_spec",
 )
 DEPLOY = Call("POST", "/vcenter/ovf/library-item/{id}", "/com/vmware/vcenter/ovf/library-item/{id}")
@@ -97,10 +102,8 @@ class Library:
             self._wait(session)
         except BaseException:
             # a failed or interrupted session is marked failed so the server drops its partial files
-            try:
+            with contextlib.suppress(Exception):
                 self.rest(SESSION_ACTION, ident=session, action="fail")
-            except Exception:  # noqa: BLE001 -- the original error is the one to report
-                pass
             raise
 
     def _push(self, uri: str, path: Path, size: int, progress: ProgressFactory | None) -> None:
@@ -127,7 +130,9 @@ class Library:
                 return
             if state in ("ERROR", "CANCELED"):
                 msg = (info.get("error_message") or {}).get("default_message", state)
-                raise ExternalError(f"content library import failed: {msg}", hint="check the OVA (or its URL) and rerun")
+                raise ExternalError(
+                    f"content library import failed: {msg}", hint="check the OVA (or its URL) and rerun"
+                )
             if time.monotonic() > deadline:
                 raise ExternalError("content library import did not finish in time")
             time.sleep(0.2)

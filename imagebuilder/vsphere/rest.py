@@ -99,7 +99,12 @@ class RestClient:
             body = {call.wrap: body}
         self.calls.rest += 1
         res = self.http.request(
-            call.method, self.base + self.url(call, ident, action), json=body, params=params, timeout=self.timeout, verify=self.verify
+            call.method,
+            self.base + self.url(call, ident, action),
+            json=body,
+            params=params,
+            timeout=self.timeout,
+            verify=self.verify,
         )
         if res.status_code == 404 and ok_missing:
             return None

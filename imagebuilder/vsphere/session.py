@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.profile import load_profile
@@ -108,13 +108,11 @@ def credentials_from_env(env: Mapping[str, str] | None = None) -> Credentials:
     if "://" in url or "@" in url:
         parts = urlsplit(url if "://" in url else f"https://{url}")
         if parts.username and parts.password:
-            from urllib.parse import unquote
-
             return Credentials(unquote(parts.username), unquote(parts.password))
     raise InputError(
         "no vCenter credentials in the environment",
         field="environment",
-        expected=f"{prefix}_USERNAME and {prefix}_PASSWORD (or GOVC_USERNAME and GOVC_PASSWORD); never on the command line",
+        expected=f"{prefix}_USERNAME and {prefix}_PASSWORD (or GOVC_USERNAME and GOVC_PASSWORD), not flags",
     )
 
 
@@ -124,9 +122,10 @@ def fetch_certificate(host: str, port: int = 443, timeout: float = 10.0) -> byte
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock, ctx.wrap_socket(
-            sock, server_hostname=host
-        ) as tls:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as sock,
+            ctx.wrap_socket(sock, server_hostname=host) as tls,
+        ):
             der = tls.getpeercert(binary_form=True)
     except OSError as exc:
         raise ExternalError(
@@ -189,7 +188,9 @@ def external_errors(what: str) -> Iterator[None]:
     try:
         yield
     except ssl.SSLCertVerificationError as exc:
-        raise ExternalError(f"{what}: the server certificate is not trusted ({exc.verify_message})", hint=_TLS_HINT) from None
+        raise ExternalError(
+            f"{what}: the server certificate is not trusted ({exc.verify_message})", hint=_TLS_HINT
+        ) from None
     except requests.exceptions.SSLError as exc:
         raise ExternalError(f"{what}: TLS failed ({exc})", hint=_TLS_HINT) from None
     except vmodl.MethodFault as exc:
@@ -308,7 +309,7 @@ class VSphere:
         """A vpxd advanced setting (``config.vpxd.sso.admin.uri`` and the like), or None."""
         try:
             values = self.content.setting.QueryView(key)
-        except Exception:  # noqa: BLE001 -- an unknown key is an InvalidName fault
+        except Exception:
             return None
         return str(values[0].value) if values else None
 

@@ -12,6 +12,7 @@ with the standard paths as fallback. The password travels only in request bodies
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
 import requests
+from defusedxml.ElementTree import fromstring as defused_fromstring
 
 from imagebuilder.errors import ExternalError
 from imagebuilder.vsphere.session import check_pin
@@ -104,7 +106,7 @@ class SsoAdmin:
             verify=self.verify,
         )
         try:
-            root = ET.fromstring(res.content)
+            root = defused_fromstring(res.content)
         except ET.ParseError:
             raise ExternalError(f"SSO endpoint {url} answered HTTP {res.status_code} without SOAP") from None
         fault = root.find(f".//{{{SOAP_NS}}}Fault")
@@ -169,10 +171,8 @@ class SsoAdmin:
         self._call("Login", self._this("sessionManager"), security)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(ExternalError, requests.RequestException):
             self._call("Logout", self._this("sessionManager"))
-        except (ExternalError, requests.RequestException):
-            pass
         self.http.close()
 
     # -- principals -------------------------------------------------------------------------------------------

@@ -30,7 +30,9 @@ SNAPSHOT_WARNING = "a snapshotted template cannot have its cluster VM disk size 
 def default_name(os: OperatingSystem, channel: ReleaseChannel) -> str:
     """The template (and library item) name when ``--name`` is not given: ``ubuntu-kubernetes-1-24-eks-5``."""
     p = load_profile()
-    return p.vsphere_templates.name.format(os=os.name, channel=channel.name, distro=p.distro.name, number=channel.release)
+    return p.vsphere_templates.name.format(
+        os=os.name, channel=channel.name, distro=p.distro.name, number=channel.release
+    )
 
 
 @dataclass(frozen=True)
@@ -117,13 +119,15 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
             out.kept.append(f"library item {req.name} already holds the OVA")
         else:
             lib.upload(item, req.source, progress)
-            out.done.append(f"{'pulled' if '://' in req.source else 'uploaded'} {req.source} into {req.library}/{req.name}")
+            out.done.append(
+                f"{'pulled' if '://' in req.source else 'uploaded'} {req.source} into {req.library}/{req.name}"
+            )
         moid = lib.deploy(item, req.name, inventory.moid(pool), inventory.moid(folder), inventory.moid(ds))
         vm = vim.VirtualMachine(moid, vs.si._stub)
         out.done.append(f"deployed {req.path}")
     else:
         out.kept.append(f"VM {req.path} exists (an earlier run stopped before it became a template); continuing")
-    if vm.runtime.powerState != vim.VirtualMachinePowerState.poweredOff:
+    if vm.runtime.powerState != "poweredOff":
         raise ExternalError(
             f"{req.path} is powered on; an imported OVA must not be powered on (spec 7.4)",
             hint="power it off, or delete it and rerun the import",
@@ -133,8 +137,10 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
         if _has_snapshot(vm, SNAPSHOT):
             out.kept.append(f"snapshot '{SNAPSHOT}' exists")
         else:
-            _wait(vm.CreateSnapshot_Task(name=SNAPSHOT, description="image-builder", memory=False, quiesce=False),
-                  f"snapshot of {req.path}")
+            _wait(
+                vm.CreateSnapshot_Task(name=SNAPSHOT, description="image-builder", memory=False, quiesce=False),
+                f"snapshot of {req.path}",
+            )
             out.done.append(f"snapshot '{SNAPSHOT}'")
         out.warnings.append(SNAPSHOT_WARNING)
     vm.MarkAsTemplate()
@@ -171,7 +177,7 @@ def resize_disk(vm: Any, req: ImportRequest, out: Outcome) -> None:
         out.kept.append(f"{disk.label} is already {found.capacityInKB // (1024 * 1024)}G")
         return
     found.capacityInKB = want_kb
-    found.capacityInBytes = want_kb * 1024
+    found.capacityInBytes = int(want_kb) * 1024
     change = vim.vm.device.VirtualDeviceSpec(operation=vim.vm.device.VirtualDeviceSpec.Operation.edit, device=found)
     _wait(vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(deviceChange=[change])), f"resizing {disk.label} of {req.path}")
     out.done.append(f"resized {disk.label} to {disk.size_gb}G")
@@ -257,8 +263,11 @@ def resolve_request(
             dc = inventory.datacenter_of(given, "--folder/--datastore/--resource-pool")
     if not dc:
         dc = inventory.only_child(vs, "/", vim.Datacenter, "datacenter", "--datacenter").strip("/")
-    for flag, value, root in (("--folder", folder, "vm"), ("--datastore", datastore, "datastore"),
-                              ("--resource-pool", resource_pool, "host")):
+    for flag, value, root in (
+        ("--folder", folder, "vm"),
+        ("--datastore", datastore, "datastore"),
+        ("--resource-pool", resource_pool, "host"),
+    ):
         if value:
             parts = inventory.split_path(value)
             if len(parts) < 2 or parts[0] != dc or parts[1] != root:
@@ -276,4 +285,3 @@ def resolve_request(
         or inventory.only_child(vs, f"/{dc}/host", vim.ClusterComputeResource, "cluster", "--resource-pool"),
         snapshot=snapshot,
     )
-

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
 from imagebuilder.errors import InputError, InputErrors, did_you_mean
 from imagebuilder.files import load_yaml_mapping
 from imagebuilder.profile import load_profile
@@ -24,7 +25,17 @@ OBJECT_SHAPES: dict[str, tuple[str, int, str]] = {
     "folders": ("vm", 3, "/<datacenter>/vm/<folder path>"),
     "templates": ("vm", 3, "/<datacenter>/vm/<template folder path>"),
 }
-SPEC_KEYS = ("username", "group", "globalRole", "userRole", "adminRole", "datacenter", DOMAIN_KEY, "connection", "objects")
+SPEC_KEYS = (
+    "username",
+    "group",
+    "globalRole",
+    "userRole",
+    "adminRole",
+    "datacenter",
+    DOMAIN_KEY,
+    "connection",
+    "objects",
+)
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,11 @@ def load_user_config(path: str | Path) -> UserConfig:
 
     username = text("username", load_profile().product.short_name, "the SSO user name")
     if len(username) > MAX_USERNAME:
-        problem("spec.username", f"is {len(username)} characters long", f"at most {MAX_USERNAME} (it cannot be changed later)")
+        problem(
+            "spec.username",
+            f"is {len(username)} characters long",
+            f"at most {MAX_USERNAME} (it cannot be changed later)",
+        )
     group = text("group", vu.group, "the SSO group name")
     global_role = text("globalRole", vu.global_role, "a role name")
     user_role = text("userRole", vu.user_role, "a role name")
@@ -110,8 +125,11 @@ def load_user_config(path: str | Path) -> UserConfig:
     connection = spec.get("connection")
     server, insecure = "", False
     if not isinstance(connection, dict):
-        problem("spec.connection", "required mapping is missing" if connection is None else "must be a mapping",
-                "server and insecure")
+        problem(
+            "spec.connection",
+            "required mapping is missing" if connection is None else "must be a mapping",
+            "server and insecure",
+        )
     else:
         for key in connection:
             if key not in ("server", "insecure"):
@@ -121,16 +139,22 @@ def load_user_config(path: str | Path) -> UserConfig:
             problem("spec.connection.server", "required field is missing", "the vCenter host name, IP or URL")
             server = ""
         if not isinstance(connection.get("insecure"), bool):
-            problem("spec.connection.insecure", "required field is missing" if "insecure" not in connection
-                    else f"got {connection.get('insecure')!r}", "true or false")
+            problem(
+                "spec.connection.insecure",
+                "required field is missing" if "insecure" not in connection else f"got {connection.get('insecure')!r}",
+                "true or false",
+            )
         else:
             insecure = connection["insecure"]
 
     objects = spec.get("objects")
     lists: dict[str, tuple[str, ...]] = {k: () for k in OBJECT_SHAPES}
     if not isinstance(objects, dict):
-        problem("spec.objects", "required mapping is missing" if objects is None else "must be a mapping",
-                ", ".join(OBJECT_SHAPES))
+        problem(
+            "spec.objects",
+            "required mapping is missing" if objects is None else "must be a mapping",
+            ", ".join(OBJECT_SHAPES),
+        )
     else:
         for key in objects:
             if key not in OBJECT_SHAPES:
@@ -173,4 +197,3 @@ def load_user_config(path: str | Path) -> UserConfig:
         folders=lists["folders"],
         templates=lists["templates"],
     )
-

@@ -1,0 +1,241 @@
+"""``cluster.validate``: the vSphere fields of cluster specs (spec 2.5, 7.2), checked before any VM exists.
+
+Static checks need only the files: endpoint IPs (valid, one per cluster, not shared across the files given), the
+server/thumbprint/insecure rule, thumbprint and path shapes, one folder per cluster. Connected checks add what only
+vCenter knows: the thumbprint matches, the objects exist, and the template exists and carries its two tags.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from imagebuilder.errors import ExternalError, InputError, InputErrors
+from imagebuilder.files import parse_yaml_documents, read_text
+from imagebuilder.model import load_catalog
+from imagebuilder.profile import load_profile
+from imagebuilder.provider_config import is_host
+from imagebuilder.vsphere import inventory
+from imagebuilder.vsphere.session import THUMBPRINT_EXPECTED, THUMBPRINT_RE, VSphere, server_thumbprint
+
+
+@dataclass
+class Machine:
+    name: str
+    datastore: str
+    folder: str
+    resource_pool: str
+    template: str
+    os_family: str
+
+
+@dataclass
+class ClusterSpec:
+    source: str
+    name: str
+    kubernetes: str
+    endpoint: str
+    datacenter: str
+    network: str
+    server: str
+    insecure: bool
+    thumbprint: str | None
+    machines: list[Machine] = field(default_factory=list)
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _get(doc: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(k)
+    return doc
+
+
+def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
+    """Parse and statically check every file; all problems of all files are reported together (exit 2)."""
+    kinds = load_profile().cluster_spec
+    problems: list[InputError] = []
+    specs: list[ClusterSpec] = []
+    for path in paths:
+        source = str(path)
+        docs = [d for d in parse_yaml_documents(read_text(path, "cluster spec"), source) if d]
+
+        def problem(where: str, message: str, expected: str | None = None, source: str = source) -> None:
+            problems.append(InputError(message, source=source, field=where, expected=expected))
+
+        by_kind: dict[str, dict[str, Any]] = {}
+        for d in docs:
+            if isinstance(d, dict) and isinstance(d.get("kind"), str):
+                by_kind.setdefault(d["kind"], {})[str(_get(d, "metadata", "name"))] = d
+        clusters = list(by_kind.get(kinds.cluster_kind, {}).values())
+        if len(clusters) != 1:
+            problem("kind", f"found {len(clusters)} {kinds.cluster_kind} documents", "exactly one per file")
+            continue
+        cluster = clusters[0]
+        name = str(_get(cluster, "metadata", "name") or "")
+        where = f"{kinds.cluster_kind}/{name}"
+        dc_name = _get(cluster, "spec", "datacenterRef", "name")
+        dc = by_kind.get(kinds.datacenter_kind, {}).get(str(dc_name))
+        if dc is None:
+            problem(f"{where} spec.datacenterRef", f"no {kinds.datacenter_kind} named {dc_name!r} in the file")
+            continue
+        dwhere = f"{kinds.datacenter_kind}/{dc_name}"
+        endpoint = str(_get(cluster, "spec", "controlPlaneConfiguration", "endpoint", "host") or "")
+        if not _is_ip(endpoint):
+            problem(
+                f"{where} spec.controlPlaneConfiguration.endpoint.host",
+                f"{endpoint!r} is not an IP address",
+                "the cluster's static control-plane IP, excluded from DHCP (spec 2.5, 8)",
+            )
+        datacenter = str(_get(dc, "spec", "datacenter") or "")
+        if not datacenter:
+            problem(f"{dwhere} spec.datacenter", "required field is missing", "the datacenter name")
+        server = str(_get(dc, "spec", "server") or "")
+        insecure = _get(dc, "spec", "insecure")
+        thumbprint = _get(dc, "spec", "thumbprint") or None
+        if not server or not is_host(server):
+            problem(f"{dwhere} spec.server", f"{server!r} is not a host name or IP", "the vCenter FQDN or IP")
+        if insecure is not None and not isinstance(insecure, bool):
+            problem(f"{dwhere} spec.insecure", f"got {insecure!r}", "true or false")
+        insecure = bool(insecure)
+        if thumbprint is not None:
+            thumbprint = str(thumbprint).strip().upper()
+            if not THUMBPRINT_RE.match(thumbprint):
+                problem(f"{dwhere} spec.thumbprint", f"{thumbprint!r} is not a SHA1 thumbprint", THUMBPRINT_EXPECTED)
+        if server and _is_ip(server) and not thumbprint and not insecure:
+            problem(
+                f"{dwhere} spec.thumbprint",
+                f"server {server} is an IP, so its certificate cannot be checked by name",
+                "thumbprint set, or insecure: true (spec 7.2)",
+            )
+        network = str(_get(dc, "spec", "network") or "")
+        if datacenter and not network.startswith(f"/{datacenter}/network/"):
+            problem(f"{dwhere} spec.network", f"{network!r} is not a network path", f"/{datacenter}/network/<name>")
+        spec = ClusterSpec(
+            source,
+            name,
+            str(_get(cluster, "spec", "kubernetesVersion") or ""),
+            endpoint,
+            datacenter,
+            network,
+            server,
+            insecure,
+            thumbprint,
+        )
+        refs = [_get(cluster, "spec", "controlPlaneConfiguration", "machineGroupRef", "name")]
+        refs += [
+            _get(w, "machineGroupRef", "name") for w in _get(cluster, "spec", "workerNodeGroupConfigurations") or []
+        ]
+        refs += [_get(cluster, "spec", "externalEtcdConfiguration", "machineGroupRef", "name")]
+        for ref in dict.fromkeys(r for r in refs if r):
+            m = by_kind.get(kinds.machine_kind, {}).get(str(ref))
+            mwhere = f"{kinds.machine_kind}/{ref}"
+            if m is None:
+                problem(where, f"refers to {mwhere}, which is not in the file")
+                continue
+            machine = Machine(
+                str(ref),
+                *(
+                    str(_get(m, "spec", k) or "")
+                    for k in ("datastore", "folder", "resourcePool", "template", "osFamily")
+                ),
+            )
+            pool = [p for p in machine.resource_pool.split("/") if p]
+            if len(pool) < 4 or pool[0] != datacenter or pool[1] != "host" or pool[3] != "Resources":
+                problem(
+                    f"{mwhere} spec.resourcePool",
+                    f"{machine.resource_pool!r} is not a resource pool path",
+                    f"/{datacenter}/host/<cluster>/Resources or /{datacenter}/host/<cluster>/Resources/<pool>",
+                )
+            if not machine.folder.startswith(f"/{datacenter}/vm/"):
+                problem(
+                    f"{mwhere} spec.folder", f"{machine.folder!r} is not a VM folder path", f"/{datacenter}/vm/<folder>"
+                )
+            if not machine.datastore.startswith(f"/{datacenter}/datastore/"):
+                problem(
+                    f"{mwhere} spec.datastore",
+                    f"{machine.datastore!r} is not a datastore path",
+                    f"/{datacenter}/datastore/<name>",
+                )
+            if not machine.template:
+                problem(f"{mwhere} spec.template", "required field is missing", "the template's inventory path")
+            spec.machines.append(machine)
+        folders = sorted({m.folder for m in spec.machines})
+        if len(folders) > 1:
+            problem(
+                f"{where}",
+                f"its machines use {len(folders)} folders: {', '.join(folders)}",
+                "one folder per cluster (spec 2.5)",
+            )
+        specs.append(spec)
+    seen_ip: dict[str, str] = {}
+    seen_folder: dict[str, str] = {}
+    for s in specs:
+        if s.endpoint in seen_ip:
+            problems.append(
+                InputError(
+                    f"control-plane endpoint {s.endpoint} is also used by {seen_ip[s.endpoint]}",
+                    source=s.source,
+                    field=f"{kinds.cluster_kind}/{s.name} endpoint.host",
+                    expected="one endpoint IP per cluster (spec 2.5)",
+                )
+            )
+        seen_ip.setdefault(s.endpoint, f"{s.name} ({s.source})")
+        for f in {m.folder for m in s.machines}:
+            if f in seen_folder:
+                problems.append(
+                    InputError(
+                        f"folder {f} is also used by {seen_folder[f]}",
+                        source=s.source,
+                        field=f"{kinds.cluster_kind}/{s.name} folder",
+                        expected="one folder per cluster (spec 2.5)",
+                    )
+                )
+            seen_folder.setdefault(f, f"{s.name} ({s.source})")
+    if problems:
+        raise InputErrors(problems)
+    return specs
+
+
+def check_online(vs: VSphere, spec: ClusterSpec) -> None:
+    """What only vCenter knows; all problems of the spec in one error (exit 1)."""
+    from imagebuilder.vsphere.templates import fix_command, validate_template
+
+    catalog = load_catalog()
+    problems: list[str] = []
+    hints: list[str] = []
+    if spec.thumbprint:
+        actual = server_thumbprint(vs.target)
+        if actual != spec.thumbprint:
+            problems.append(f"thumbprint {spec.thumbprint} does not match the server's {actual}")
+    paths = [(f"/{spec.datacenter}", "datacenter"), (spec.network, "network")]
+    for m in spec.machines:
+        paths += [(m.datastore, "datastore"), (m.resource_pool, "resource pool"), (m.folder, "folder")]
+    for path, what in dict.fromkeys(paths):
+        if inventory.find(vs, path) is None:
+            problems.append(f"{what} {path} does not exist")
+    for m in {m.template: m for m in spec.machines}.values():
+        if inventory.find(vs, m.template) is None:
+            problems.append(f"template {m.template} does not exist")
+            hints.append("image-builder template.import --ova ... (spec 3)")
+            continue
+        os_ = catalog.os(m.os_family or "bottlerocket", "osFamily")
+        channel = catalog.channel_for_kubernetes(spec.kubernetes, "kubernetesVersion")
+        bad = validate_template(vs, m.template, os_, channel)
+        problems += [f"template {m.template}: {p}" for p in bad]
+        if bad:
+            hints.append(fix_command(m.template, os_, channel))
+    if problems:
+        raise ExternalError(
+            f"{spec.source} ({spec.name}) does not match vCenter {vs.target.server}:\n  " + "\n  ".join(problems),
+            hint="; ".join(dict.fromkeys(hints)) or "fix the paths in the cluster spec",
+        )
