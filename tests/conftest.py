@@ -11,8 +11,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.vcsim import Vcsim
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -118,3 +122,32 @@ def http_server(mirror_dir: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def vcsim() -> Iterator[Vcsim]:
+    """A fresh vcsim on 127.0.0.1 for one test, stopped after."""
+    from tests.vcsim import start_vcsim
+
+    sim = start_vcsim()
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture(scope="session")
+def small_ovas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Small OVAs made the way builds make theirs: OS-1 style with two disks, OS-2 style with one."""
+    from imagebuilder.ova import make_ova
+
+    work = tmp_path_factory.mktemp("ova")
+    disks = []
+    for name, size in (("d1", "64M"), ("d2", "32M")):
+        disk = work / f"{name}.qcow2"
+        subprocess.run(["qemu-img", "create", "-f", "qcow2", str(disk), size], check=True, capture_output=True)
+        disks.append(disk)
+    return {
+        "bottlerocket": make_ova(disks[0], work / "os1.ova", name="os1", extra_disks=[disks[1]]),
+        "ubuntu": make_ova(disks[0], work / "os2.ova", name="os2"),
+    }

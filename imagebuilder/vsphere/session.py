@@ -244,6 +244,9 @@ class VSphere:
         from pyVmomi import vim
 
         with external_errors(f"connecting to vCenter {self.target.server}"):
+            # the pin is checked here, before credentials are sent: pyvmomi's own thumbprint check does not
+            # apply when an SSL context is given
+            check_pin(self.target)
             try:
                 self._si = SmartConnect(
                     host=self.target.host,
