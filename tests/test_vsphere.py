@@ -112,8 +112,15 @@ def test_setup_user_creates_converges_and_force_restores(vcsim: Vcsim, tmp_path:
     # someone edits a role and a permission by hand: a plain rerun reports, --force restores both
     vcsim.govc("role.update", "-r", "EKSAUserRole", "VirtualMachine.Interact.PowerOn", "Network.Assign")
     vcsim.govc("role.update", "-a", "EKSAGlobalRole", "VirtualMachine.Inventory.Delete")
-    vcsim.govc("permissions.set", "-group=true", "-principal", "EKSAUsers@vsphere.local", "-role", "ReadOnly",
-               f"/{DC}/datastore/LocalDS_0")
+    vcsim.govc(
+        "permissions.set",
+        "-group=true",
+        "-principal",
+        "EKSAUsers@vsphere.local",
+        "-role",
+        "ReadOnly",
+        f"/{DC}/datastore/LocalDS_0",
+    )
     code, out, _ = setup_user(vcsim, path, "--force", "--dry-run")
     assert code == 0
     assert "~ reset role EKSAUserRole privileges: missing Network.Assign, VirtualMachine.Interact.PowerOn" in out
@@ -137,17 +144,37 @@ def test_setup_user_flags_and_missing_objects(vcsim: Vcsim, tmp_path: Path) -> N
     assert code == 2 and "--password/--force" in err
     code, _, err = setup_user(vcsim, path, "--force")  # no such user yet: --force cannot create it
     assert code == 2 and "eksa@vsphere.local does not exist" in err
-    missing = user_yaml(tmp_path, vcsim, objects={
-        "networks": [f"/{DC}/network/NoSuchNet"], "datastores": [f"/{DC}/datastore/LocalDS_0"],
-        "resourcePools": [f"/{DC}/host/DC0_C0"], "folders": [f"/{DC}/vm/eksa"], "templates": [TEMPLATES]})
+    missing = user_yaml(
+        tmp_path,
+        vcsim,
+        objects={
+            "networks": [f"/{DC}/network/NoSuchNet"],
+            "datastores": [f"/{DC}/datastore/LocalDS_0"],
+            "resourcePools": [f"/{DC}/host/DC0_C0"],
+            "folders": [f"/{DC}/vm/eksa"],
+            "templates": [TEMPLATES],
+        },
+    )
     code, _, err = setup_user(vcsim, missing, "--password", "env:NEW_PW")
     assert code == 1 and f"/{DC}/network/NoSuchNet" in err and "does not exist" in err
     assert "EKSAUserRole" not in roles(vcsim)  # nothing was changed: the plan failed before applying
-    no_creds = run("vsphere.setup-user", "-f", str(path), "--password", "env:NEW_PW",
-                   env={"NEW_PW": NEW_PASSWORD, "GOVC_USERNAME": "", "GOVC_PASSWORD": "", "GOVC_URL": ""})
+    no_creds = run(
+        "vsphere.setup-user",
+        "-f",
+        str(path),
+        "--password",
+        "env:NEW_PW",
+        env={"NEW_PW": NEW_PASSWORD, "GOVC_USERNAME": "", "GOVC_PASSWORD": "", "GOVC_URL": ""},
+    )
     assert no_creds.code == 2 and "EKSA_VSPHERE_USERNAME" in no_creds.err
-    wrong = run("vsphere.setup-user", "-f", str(path), "--password", "env:NEW_PW",
-                env={**vcsim.env, "NEW_PW": NEW_PASSWORD, "GOVC_PASSWORD": "wrong"})
+    wrong = run(
+        "vsphere.setup-user",
+        "-f",
+        str(path),
+        "--password",
+        "env:NEW_PW",
+        env={**vcsim.env, "NEW_PW": NEW_PASSWORD, "GOVC_PASSWORD": "wrong"},
+    )
     assert wrong.code == 1 and "refused the login" in wrong.err and "wrong" not in wrong.err
 
 
@@ -216,8 +243,11 @@ def test_import_tags_resizes_and_converges(vcsim: Vcsim, small_ovas: dict[str, P
     assert res.code == 0 and "resize Hard disk 2 to 20G" in res.out
     assert vcsim.govc("library.ls").strip() == ""  # dry run: nothing created
 
-    imports = [("bottlerocket", "1.21", "Hard disk 2", 20), ("bottlerocket", "1.24", "Hard disk 1", 22),
-               ("ubuntu", "1.24", None, None)]
+    imports = [
+        ("bottlerocket", "1.21", "Hard disk 2", 20),
+        ("bottlerocket", "1.24", "Hard disk 1", 22),
+        ("ubuntu", "1.24", None, None),
+    ]
     for os_name, kube, disk, size in imports:
         res = run(*import_args(str(small_ovas[os_name]), os_name, kube), env=env)
         assert res.code == 0, res.err
@@ -245,8 +275,19 @@ def test_import_tags_resizes_and_converges(vcsim: Vcsim, small_ovas: dict[str, P
     assert "SINGLE" in flat and "VirtualMachine" in flat
 
     # --no-snapshot, explicit name and folder (created)
-    res = run(*import_args(str(small_ovas["ubuntu"]), "ubuntu", "1.23", "--no-snapshot", "--name", "u123",
-                           "--folder", f"/{DC}/vm/eksa/templates"), env=env)
+    res = run(
+        *import_args(
+            str(small_ovas["ubuntu"]),
+            "ubuntu",
+            "1.23",
+            "--no-snapshot",
+            "--name",
+            "u123",
+            "--folder",
+            f"/{DC}/vm/eksa/templates",
+        ),
+        env=env,
+    )
     assert res.code == 0 and "created folder /DC0/vm/eksa/templates" in res.out
     assert "customised" not in res.err
     assert "root" not in vcsim.govc("snapshot.tree", "-vm", f"/{DC}/vm/eksa/templates/u123")
@@ -263,16 +304,19 @@ def test_validate_names_missing_and_wrong_tags_and_tag_fixes(vcsim: Vcsim, small
     bad = run("template.validate", "--template", path, "--os", "ubuntu", "--kubernetes", "1.23", env=env)
     assert bad.code == 1
     assert "missing tag: category 'os' needs 'os:ubuntu'" in bad.err
-    assert ("wrong tag: 'eksdRelease:kubernetes-1-22-eks-15' in category 'eksdRelease', expected exactly "
-            "'eksdRelease:kubernetes-1-23-eks-10'") in bad.err
+    assert (
+        "wrong tag: 'eksdRelease:kubernetes-1-22-eks-15' in category 'eksdRelease', expected exactly "
+        "'eksdRelease:kubernetes-1-23-eks-10'"
+    ) in bad.err
     fix = f"image-builder template.tag --template {path} --os ubuntu --kubernetes 1.23"
     assert f"try: {fix}" in bad.err
     res = run(*fix.split()[1:], env=env)
     assert res.code == 0 and "removed wrong tag eksdRelease:kubernetes-1-22-eks-15" in res.out
     assert attached_tags(vcsim, path) == ["eksdRelease:kubernetes-1-23-eks-10", "os:ubuntu"]
     assert run("template.validate", "--template", path, "--os", "ubuntu", "--kubernetes", "1.23", env=env).code == 0
-    missing = run("template.validate", "--template", f"{TEMPLATES}/nope", "--os", "ubuntu", "--kubernetes", "1.23",
-                  env=env)
+    missing = run(
+        "template.validate", "--template", f"{TEMPLATES}/nope", "--os", "ubuntu", "--kubernetes", "1.23", env=env
+    )
     assert missing.code == 1 and "no template at" in missing.err
     badflag = run("template.validate", "--template", path, "--os", "windows", "--kubernetes", "1.23", env=env)
     assert badflag.code == 2 and "--os" in badflag.err
@@ -309,7 +353,7 @@ class _SlowOva(BaseHTTPRequestHandler):
     ova: bytes = b""
     started = threading.Event()
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         type(self).started.set()
         self.send_response(200)
         self.send_header("Content-Length", str(len(self.ova)))
@@ -341,8 +385,14 @@ def slow_ova_url(small_ovas: dict[str, Path]) -> Iterator[str]:
 
 
 def _start_import(sim: Vcsim, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([str(BIN / "image-builder"), *args], cwd=ROOT, env={**os.environ, **sim.env},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(BIN / "image-builder"), *args],
+        cwd=ROOT,
+        env={**os.environ, **sim.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_interrupted_imports_converge(vcsim: Vcsim, small_ovas: dict[str, Path], slow_ova_url: str) -> None:
@@ -376,3 +426,128 @@ def test_interrupted_imports_converge(vcsim: Vcsim, small_ovas: dict[str, Path],
         assert inventory_counts(fresh) == {"categories": 2, "tags": 2, "libraries": 1, "items": 1, "templates": 1}
     finally:
         fresh.stop()
+
+
+# -- cluster specs -------------------------------------------------------------------------------------------------
+
+
+def cluster_file(
+    tmp_path: Path,
+    name: str,
+    *,
+    server: str = "vcenter.example.com",
+    endpoint: str = "192.168.10.5",
+    folder: str = f"/{DC}/vm/eksa",
+    worker_folder: str | None = None,
+    thumbprint: str | None = None,
+    insecure: bool = False,
+    pool: str = f"/{DC}/host/DC0_C0/Resources",
+    template: str = f"{TEMPLATES}/ubuntu-kubernetes-1-24-eks-5",
+) -> Path:
+    def machine(mname: str, mfolder: str) -> dict[str, object]:
+        return {
+            "apiVersion": "anywhere.eks.amazonaws.com/v1alpha1",
+            "kind": "VSphereMachineConfig",
+            "metadata": {"name": mname},
+            "spec": {
+                "datastore": f"/{DC}/datastore/LocalDS_0",
+                "folder": mfolder,
+                "resourcePool": pool,
+                "template": template,
+                "osFamily": "ubuntu",
+            },
+        }
+
+    docs: list[dict[str, object]] = [
+        {
+            "apiVersion": "anywhere.eks.amazonaws.com/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": name},
+            "spec": {
+                "kubernetesVersion": "1.24",
+                "controlPlaneConfiguration": {
+                    "count": 1,
+                    "endpoint": {"host": endpoint},
+                    "machineGroupRef": {"kind": "VSphereMachineConfig", "name": f"{name}-cp"},
+                },
+                "workerNodeGroupConfigurations": [
+                    {"name": "md-0", "machineGroupRef": {"kind": "VSphereMachineConfig", "name": f"{name}-wk"}}
+                ],
+                "datacenterRef": {"kind": "VSphereDatacenterConfig", "name": name},
+            },
+        },
+        {
+            "apiVersion": "anywhere.eks.amazonaws.com/v1alpha1",
+            "kind": "VSphereDatacenterConfig",
+            "metadata": {"name": name},
+            "spec": {
+                "datacenter": DC,
+                "network": f"/{DC}/network/VM Network",
+                "server": server,
+                "insecure": insecure,
+                **({"thumbprint": thumbprint} if thumbprint is not None else {}),
+            },
+        },
+        machine(f"{name}-cp", folder),
+        machine(f"{name}-wk", worker_folder or folder),
+    ]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("\n---\n".join(json.dumps(d) for d in docs))
+    return path
+
+
+def test_cluster_validate_static_checks(tmp_path: Path) -> None:
+    files = [
+        cluster_file(tmp_path, "ipnotrust", server="10.0.0.1", endpoint="10.1.0.1", folder=f"/{DC}/vm/a"),
+        cluster_file(tmp_path, "badthumb", thumbprint="ab:cd", endpoint="10.1.0.2", folder=f"/{DC}/vm/b"),
+        cluster_file(tmp_path, "badpool", pool=f"/{DC}/host/DC0_C0", endpoint="10.1.0.3", folder=f"/{DC}/vm/c"),
+        cluster_file(tmp_path, "twofolders", endpoint="10.1.0.4", folder=f"/{DC}/vm/d", worker_folder=f"/{DC}/vm/e"),
+        cluster_file(tmp_path, "hostname", endpoint="vip.example.com", folder=f"/{DC}/vm/f"),
+        cluster_file(tmp_path, "first", endpoint="10.1.0.9", folder=f"/{DC}/vm/shared"),
+        cluster_file(tmp_path, "second", endpoint="10.1.0.9", folder=f"/{DC}/vm/shared"),
+    ]
+    res = run("cluster.validate", *(a for f in files for a in ("-f", str(f))), "--offline")
+    assert res.code == 2
+    for text in (
+        "ipnotrust.yaml: VSphereDatacenterConfig/ipnotrust spec.thumbprint: server 10.0.0.1 is an IP",
+        "(expected thumbprint set, or insecure: true (spec 7.2))",
+        "badthumb.yaml: VSphereDatacenterConfig/badthumb spec.thumbprint: 'AB:CD' is not a SHA1 thumbprint",
+        "badpool.yaml: VSphereMachineConfig/badpool-cp spec.resourcePool: '/DC0/host/DC0_C0' is not a resource pool",
+        "twofolders.yaml: Cluster/twofolders: its machines use 2 folders",
+        "hostname.yaml: Cluster/hostname spec.controlPlaneConfiguration.endpoint.host: 'vip.example.com' is not an IP",
+        "second.yaml: Cluster/second endpoint.host: control-plane endpoint 10.1.0.9 is also used by first",
+        "second.yaml: Cluster/second folder: folder /DC0/vm/shared is also used by first",
+    ):
+        assert text in res.err, res.err
+    ok = [
+        cluster_file(tmp_path, "one", endpoint="10.2.0.1", folder=f"/{DC}/vm/one", insecure=True, server="10.0.0.2"),
+        cluster_file(tmp_path, "two", endpoint="10.2.0.2", folder=f"/{DC}/vm/two"),
+    ]
+    res = run("cluster.validate", "-f", str(ok[0]), "-f", str(ok[1]), "--offline")
+    assert res.code == 0 and "2 cluster spec(s) pass the static checks" in res.out
+    example = run("cluster.validate", "-f", str(ROOT / "config/examples/vsphere-cluster.yaml"), "--offline")
+    assert example.code == 0
+
+
+def test_cluster_validate_against_vcenter(vcsim: Vcsim, small_ovas: dict[str, Path], tmp_path: Path) -> None:
+    env = vcsim.env
+    assert run(*import_args(str(small_ovas["ubuntu"]), "ubuntu", "1.24"), env=env).code == 0
+    vcsim.govc("folder.create", f"/{DC}/vm/eksa")
+    thumb = run("vsphere.thumbprint", "--server", vcsim.server).out.strip()
+    good = cluster_file(tmp_path, "mgmt", server=vcsim.server, thumbprint=thumb)
+    res = run("cluster.validate", "-f", str(good), env=env)
+    assert res.code == 0 and "checked against vCenter" in res.out, res.err
+    wrong = cluster_file(tmp_path, "wrongthumb", server=vcsim.server, thumbprint="00:" + thumb[3:])
+    res = run("cluster.validate", "-f", str(wrong), env=env)
+    assert res.code == 1 and f"has thumbprint {thumb}, not the pinned 00:" in res.err  # refused before login
+    # insecure connections still check a thumbprint that is written in the spec
+    both = cluster_file(tmp_path, "both", server=vcsim.server, thumbprint="00:" + thumb[3:], insecure=True)
+    res = run("cluster.validate", "-f", str(both), env=env)
+    assert res.code == 1 and f"does not match the server's {thumb}" in res.err
+    vcsim.govc("tags.detach", "os:ubuntu", f"{TEMPLATES}/ubuntu-kubernetes-1-24-eks-5")
+    untagged = cluster_file(tmp_path, "untagged", server=vcsim.server, insecure=True, folder=f"/{DC}/vm/nope")
+    res = run("cluster.validate", "-f", str(untagged), env=env)
+    assert res.code == 1
+    assert "folder /DC0/vm/nope does not exist" in res.err
+    assert "missing tag: category 'os' needs 'os:ubuntu'" in res.err
+    assert f"image-builder template.tag --template {TEMPLATES}/ubuntu-kubernetes-1-24-eks-5 --os ubuntu" in res.err

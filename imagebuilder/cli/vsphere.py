@@ -1,6 +1,6 @@
 """``vsphere.*``, ``template.*``, ``cluster.*``: vSphere preparation (spec 2.4-2.7, 3, 4.6, 4.7, 7).
 
-Credentials are read from the environment only (spec 5): ``EKSA_VSPHERE_USERNAME``/``EKSA_VSPHERE_PASSWORD`` or
+Credentials are read from the environment only (spec 5): ``<PREFIX>_VSPHERE_USERNAME``/``_PASSWORD`` (prefix from the profile) or
 ``GOVC_USERNAME``/``GOVC_PASSWORD`` (and ``GOVC_URL``, ``GOVC_INSECURE`` for the server).
 """
 
@@ -261,7 +261,7 @@ def tag(
     insecure: bool | None = None,
     thumbprint: str = "",
 ) -> None:
-    """Attach the os and eksdRelease tags (categories created when missing) to a self-built template (spec 2.6)."""
+    """Attach the OS and distro-release tags (categories created when missing) to a self-built template (spec 2.6)."""
     from imagebuilder.vsphere.tags import expected_tags
     from imagebuilder.vsphere.templates import tag_template
 

@@ -58,7 +58,7 @@ class Plan:
 
 
 def _principal_key(name: str) -> str:
-    """``VSPHERE.LOCAL\\EKSAUsers`` and ``EKSAUsers@vsphere.local`` are the same principal."""
+    """``VSPHERE.LOCAL\\Group`` and ``Group@vsphere.local`` are the same principal."""
     if "\\" in name:
         domain, _, user = name.partition("\\")
     else:

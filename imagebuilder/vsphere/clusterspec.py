@@ -102,7 +102,8 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
         server = str(_get(dc, "spec", "server") or "")
         insecure = _get(dc, "spec", "insecure")
         thumbprint = _get(dc, "spec", "thumbprint") or None
-        if not server or not is_host(server):
+        host = server.rsplit(":", 1)[0] if server.count(":") == 1 else server  # host[:port]
+        if not server or not is_host(host):
             problem(f"{dwhere} spec.server", f"{server!r} is not a host name or IP", "the vCenter FQDN or IP")
         if insecure is not None and not isinstance(insecure, bool):
             problem(f"{dwhere} spec.insecure", f"got {insecure!r}", "true or false")
@@ -111,7 +112,7 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
             thumbprint = str(thumbprint).strip().upper()
             if not THUMBPRINT_RE.match(thumbprint):
                 problem(f"{dwhere} spec.thumbprint", f"{thumbprint!r} is not a SHA1 thumbprint", THUMBPRINT_EXPECTED)
-        if server and _is_ip(server) and not thumbprint and not insecure:
+        if server and _is_ip(host) and not thumbprint and not insecure:
             problem(
                 f"{dwhere} spec.thumbprint",
                 f"server {server} is an IP, so its certificate cannot be checked by name",

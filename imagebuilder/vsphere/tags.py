@@ -1,5 +1,6 @@
-"""Template tags (spec 2.6): two categories (``os``, ``eksdRelease``; VirtualMachine, one tag per object) and the
-tags ``os:<family>`` and ``eksdRelease:kubernetes-<maj>-<min>-<distro>-<n>``.
+"""Template tags (spec 2.6): two categories (OS and distro release, named in the profile;
+VirtualMachine, one tag per object) and the tags ``<os category>:<family>`` and
+``<release category>:kubernetes-<maj>-<min>-<distro>-<n>``.
 
 Category and tag names come from the profile and the release-channel model, never typed by hand: a mistyped tag is
 exactly the failure spec 7.1 describes. Everything here converges: an existing category or tag is reused.

@@ -58,7 +58,7 @@ class UserConfig:
 
     @property
     def principal(self) -> str:
-        """The group as vCenter permissions name it: ``EKSAUsers@vsphere.local``."""
+        """The group as vCenter permissions name it: ``<group>@vsphere.local``."""
         return f"{self.group}@{self.domain}"
 
     @property
