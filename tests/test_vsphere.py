@@ -551,3 +551,24 @@ def test_cluster_validate_against_vcenter(vcsim: Vcsim, small_ovas: dict[str, Pa
     assert "folder /DC0/vm/nope does not exist" in res.err
     assert "missing tag: category 'os' needs 'os:ubuntu'" in res.err
     assert f"image-builder template.tag --template {TEMPLATES}/ubuntu-kubernetes-1-24-eks-5 --os ubuntu" in res.err
+
+
+def test_import_from_list(vcsim: Vcsim, small_ovas: dict[str, Path], tmp_path: Path) -> None:
+    listing = tmp_path / "templates.yaml"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        f"- {{ova: {small_ovas['ubuntu']}, os: ubuntu, kubernets: '1.24'}}\n- {{ova: missing.ova, os: os9}}\n"
+    )
+    res = run("template.import", "--from-file", str(bad), env=vcsim.env)
+    assert res.code == 2
+    assert f"{bad}: [0].kubernets: unknown field; did you mean 'kubernetes'?" in res.err
+    assert f"{bad}: [1].ova: {tmp_path / 'missing.ova'} does not exist" in res.err
+    assert vcsim.govc("library.ls").strip() == ""  # nothing happened
+    (tmp_path / "os1.ova").symlink_to(small_ovas["bottlerocket"])
+    listing.write_text("\n".join(f"- {{ova: os1.ova, os: os1, kubernetes: '{k}'}}" for k in ("1.21", "1.22")) + "\n")
+    res = run("template.import", "--from-file", str(listing), env=vcsim.env)
+    assert res.code == 0, res.err
+    assert res.err.count("customised") == 1  # the snapshot warning once, not per template
+    assert "vCenter API calls:" in res.out and "for 2 template(s)" in res.out
+    vm = template_info(vcsim, f"{TEMPLATES}/bottlerocket-kubernetes-1-22-eks-15")
+    assert disk_gib(vm, "Hard disk 1") == 22

@@ -1,7 +1,7 @@
 """``vsphere.*``, ``template.*``, ``cluster.*``: vSphere preparation (spec 2.4-2.7, 3, 4.6, 4.7, 7).
 
-Credentials are read from the environment only (spec 5): ``<PREFIX>_VSPHERE_USERNAME``/``_PASSWORD`` (prefix from the profile) or
-``GOVC_USERNAME``/``GOVC_PASSWORD`` (and ``GOVC_URL``, ``GOVC_INSECURE`` for the server).
+Credentials are read from the environment only (spec 5): ``<PREFIX>_VSPHERE_USERNAME``/``_PASSWORD`` (the prefix
+comes from the profile) or ``GOVC_USERNAME``/``GOVC_PASSWORD`` (and ``GOVC_URL``, ``GOVC_INSECURE`` for the server).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from invoke.context import Context
@@ -168,6 +169,7 @@ def _os_channel(os_name: str, kubernetes: str) -> tuple[OperatingSystem, Release
         "ova": "the OVA: a local path (uploaded with progress) or an http(s) URL (vCenter pulls it)",
         "os": OS_HELP,
         "kubernetes": KUBE_HELP,
+        "from_file": "import several templates in one session: a YAML list of {ova, os, kubernetes[, name]}",
         "name": "template name (default: <os>-kubernetes-<maj>-<min>-<distro>-<n>, e.g. ubuntu-kubernetes-1-24-eks-5)",
         "library": "content library (default from the profile; created, datastore backed, when missing)",
         "folder": "VM folder /<dc>/vm/<path> for the template (default /<dc>/vm/Templates; created when missing)",
@@ -186,6 +188,7 @@ def import_ova(
     ova: str = "",
     os: str = "",
     kubernetes: str = "",
+    from_file: str = "",
     name: str = "",
     library: str = "",
     folder: str = "",
@@ -198,22 +201,40 @@ def import_ova(
     insecure: bool | None = None,
     thumbprint: str = "",
 ) -> None:
-    """Import an OVA as a tagged template: library, deploy (thin, off), OS-1 disk resize, snapshot, template, tags."""
-    from imagebuilder.vsphere.templates import import_template, plan_text, resolve_request
+    """Import OVAs as tagged templates: library, deploy (thin, off), OS-1 disk resize, snapshot, template, tags."""
+    from imagebuilder.vsphere.templates import (
+        ImportEntry,
+        default_name,
+        import_template,
+        load_import_list,
+        plan_text,
+        resolve_request,
+    )
 
-    if not ova:
-        raise InputError("required flag missing", field="--ova", expected="a local OVA path or an http(s) URL")
-    if "://" not in ova and not Path(ova).is_file():
-        raise InputError(f"{ova} does not exist", field="--ova", expected="a local OVA file or an http(s) URL")
-    os_, channel = _os_channel(os, kubernetes)
+    if from_file:
+        if ova or os or kubernetes or name:
+            raise InputError(
+                "--from-file names the templates itself",
+                field="--from-file",
+                expected="either --from-file, or --ova/--os/--kubernetes[/--name]",
+            )
+        entries = load_import_list(from_file)
+    else:
+        if not ova:
+            raise InputError("required flag missing", field="--ova", expected="a local OVA path or an http(s) URL")
+        if "://" not in ova and not Path(ova).is_file():
+            raise InputError(f"{ova} does not exist", field="--ova", expected="a local OVA file or an http(s) URL")
+        os_, channel = _os_channel(os, kubernetes)
+        entries = [ImportEntry(ova, os_, channel, name or None)]
     target = _target(server, insecure, thumbprint)
-    with connected(target, f"importing {ova}") as vs:
-        req = resolve_request(
+    first = entries[0]
+    with connected(target, f"importing {first.source}") as vs:
+        shared = resolve_request(
             vs,
-            source=ova,
-            os=os_,
-            channel=channel,
-            name=name or None,
+            source=first.source,
+            os=first.os,
+            channel=first.channel,
+            name=first.name,
             library=library or None,
             folder=folder or None,
             datastore=datastore or None,
@@ -221,13 +242,29 @@ def import_ova(
             datacenter=datacenter or None,
             snapshot=snapshot,
         )
-        if dry_run:
-            print(f"template {req.path}:")
-            for step in plan_text(req):
-                print(f"  {step}")
-            return
-        out = import_template(vs, req, _progress() if sys.stderr.isatty() else None)
-    _report(out.path, out.done, out.kept, out.warnings)
+        progress = _progress() if sys.stderr.isatty() else None
+        warned: set[str] = set()
+        for entry in entries:
+            req = replace(
+                shared,
+                source=entry.source,
+                os=entry.os,
+                channel=entry.channel,
+                name=entry.name or default_name(entry.os, entry.channel),
+            )
+            if dry_run:
+                print(f"template {req.path}:")
+                for step in plan_text(req):
+                    print(f"  {step}")
+                continue
+            out = import_template(vs, req, progress)
+            _report(out.path, out.done, out.kept, [w for w in out.warnings if w not in warned])
+            warned.update(out.warnings)
+        if not dry_run:
+            print(
+                f"vCenter API calls: {vs.calls.total} ({vs.calls.soap} SOAP, {vs.calls.rest} REST) "
+                f"for {len(entries)} template(s)"
+            )
 
 
 def _report(path: str, done: list[str], kept: list[str], warnings: list[str]) -> None:

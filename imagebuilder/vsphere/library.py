@@ -48,10 +48,15 @@ ProgressFactory = Callable[[int], Progress]
 class Library:
     def __init__(self, rest: RestClient) -> None:
         self.rest = rest
+        self._ids: dict[str, str] = {}
 
     def find(self, name: str) -> str | None:
-        ids = self.rest(FIND_LIBRARY, {"name": name}, action="find") or []
-        return str(ids[0]) if ids else None
+        if name not in self._ids:
+            ids = self.rest(FIND_LIBRARY, {"name": name}, action="find") or []
+            if not ids:
+                return None
+            self._ids[name] = str(ids[0])
+        return self._ids[name]
 
     def ensure(self, name: str, datastore_moid: str, created: list[str]) -> str:
         """The id of local library ``name``, created on ``datastore_moid`` when missing."""
@@ -64,7 +69,8 @@ class Library:
             "storage_backings": [{"type": "DATASTORE", "datastore_id": datastore_moid}],
         }
         created.append(f"content library {name}")
-        return str(self.rest(CREATE_LIBRARY, spec))
+        self._ids[name] = str(self.rest(CREATE_LIBRARY, spec))
+        return self._ids[name]
 
     def find_item(self, library_id: str, name: str) -> str | None:
         ids = self.rest(FIND_ITEM, {"library_id": library_id, "name": name}, action="find") or []

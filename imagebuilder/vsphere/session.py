@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import ssl
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,8 +28,10 @@ from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.profile import load_profile
 
 if TYPE_CHECKING:
+    from imagebuilder.vsphere.library import Library
     from imagebuilder.vsphere.rest import RestClient
     from imagebuilder.vsphere.sso import SsoAdmin
+    from imagebuilder.vsphere.tags import Tagging
 
 #: a SHA1 thumbprint as vSphere writes it: 20 upper-case hex pairs joined by colons
 THUMBPRINT_RE = re.compile(r"^(?:[0-9A-F]{2}:){19}[0-9A-F]{2}$")
@@ -231,6 +234,8 @@ class VSphere:
         self.credentials = credentials
         self.calls = CallCounter()
         self._si: Any = None
+        #: objects looked up once per session (folders, datastores, pools shared by many templates)
+        self.cache: dict[str, Any] = {}
 
     def __enter__(self) -> VSphere:
         self.connect()
@@ -301,6 +306,48 @@ class VSphere:
         from imagebuilder.vsphere.rest import RestClient
 
         return RestClient(self.target, self.credentials, self.calls)
+
+    @cached_property
+    def tagging(self) -> Tagging:
+        """Tag categories and tags, cached for this session (many templates share them)."""
+        from imagebuilder.vsphere.tags import Tagging
+
+        return Tagging(self.rest)
+
+    @cached_property
+    def library(self) -> Library:
+        from imagebuilder.vsphere.library import Library
+
+        return Library(self.rest)
+
+    def properties(self, obj: Any, *paths: str) -> dict[str, Any]:
+        """Several properties of one object in one round trip (attribute access costs one call per attribute).
+        An unset property is absent from the answer and comes back as None."""
+        from pyVmomi import vmodl
+
+        pc = vmodl.query.PropertyCollector
+        spec = pc.FilterSpec(
+            objectSet=[pc.ObjectSpec(obj=obj, skip=False)],
+            propSet=[pc.PropertySpec(type=type(obj), pathSet=list(paths), all=False)],
+        )
+        result = self.content.propertyCollector.RetrievePropertiesEx(specSet=[spec], options=pc.RetrieveOptions())
+        values = {p: None for p in paths}
+        for o in result.objects if result else []:
+            for prop in o.propSet or []:
+                values[prop.name] = prop.val
+        return values
+
+    def wait(self, task: Any, what: str) -> Any:
+        """Wait for a vCenter task by polling its state (one call per poll; quick tasks need one)."""
+        delay = 0.01
+        while True:
+            info = task.info
+            if info.state == "success":
+                return info.result
+            if info.state == "error":
+                raise ExternalError(f"{what} failed: {fault_text(info.error)}")
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     @cached_property
     def sso(self) -> SsoAdmin:

@@ -13,15 +13,17 @@ right) and otherwise left alone. The imported VM is never powered on (spec 7.4).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.model import OperatingSystem, ReleaseChannel
+from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
+from imagebuilder.files import parse_yaml_documents, read_text
+from imagebuilder.model import OperatingSystem, ReleaseChannel, load_catalog
 from imagebuilder.profile import load_profile
 from imagebuilder.vsphere import inventory
-from imagebuilder.vsphere.library import Library, ProgressFactory
+from imagebuilder.vsphere.library import ProgressFactory
 from imagebuilder.vsphere.session import VSphere
-from imagebuilder.vsphere.tags import Tagging, expected_tags
+from imagebuilder.vsphere.tags import ExpectedTag, expected_tags
 
 SNAPSHOT = "root"
 SNAPSHOT_WARNING = "a snapshotted template cannot have its cluster VM disk size customised (spec 3, 8)"
@@ -60,6 +62,77 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ImportEntry:
+    """One template of an import list: where its OVA is, which OS and Kubernetes it is for, its name."""
+
+    source: str
+    os: OperatingSystem
+    channel: ReleaseChannel
+    name: str | None = None
+
+
+def load_import_list(path: str) -> list[ImportEntry]:
+    """``template.import --from-file``: a YAML list of ``{ova, os, kubernetes[, name]}``; every problem reported.
+
+    Relative OVA paths are relative to the list file, so a mirror directory can carry its own list.
+    """
+    catalog = load_catalog()
+    docs = parse_yaml_documents(read_text(path, "import list"), path)
+    data = docs[0] if len(docs) == 1 else None
+    if not isinstance(data, list) or not data:
+        raise InputError(
+            "must be a non-empty YAML list", source=path, expected="- {ova: PATH|URL, os: OS, kubernetes: 1.24}"
+        )
+    base = Path(path).resolve().parent
+    problems: list[InputError] = []
+    entries: list[ImportEntry] = []
+    keys = ("ova", "os", "kubernetes", "name")
+    for i, item in enumerate(data):
+        where = f"[{i}]"
+        if not isinstance(item, dict):
+            problems.append(InputError("must be a mapping", source=path, field=where, expected="{ova, os, kubernetes}"))
+            continue
+        for key in item:
+            if key not in keys:
+                problems.append(
+                    InputError(f"unknown field{did_you_mean(str(key), keys)}", source=path, field=f"{where}.{key}")
+                )
+        try:
+            ova = item.get("ova")
+            if not isinstance(ova, str) or not ova:
+                raise InputError(
+                    "required field is missing", field="ova", expected="a local OVA path or an http(s) URL"
+                )
+            if "://" not in ova:
+                ova = str((base / ova).resolve())
+                if not Path(ova).is_file():
+                    raise InputError(f"{ova} does not exist", field="ova", expected="a local OVA file or a URL")
+            entries.append(
+                ImportEntry(
+                    ova,
+                    catalog.os(str(item.get("os", "")), "os"),
+                    catalog.channel_for_kubernetes(str(item.get("kubernetes", "")), "kubernetes"),
+                    str(item["name"]) if item.get("name") else None,
+                )
+            )
+        except InputError as exc:
+            problems.append(InputError(exc.detail, source=path, field=f"{where}.{exc.field}", expected=exc.expected))
+    names = [default_name(e.os, e.channel) if e.name is None else e.name for e in entries]
+    for n in {n for n in names if names.count(n) > 1}:
+        problems.append(
+            InputError(
+                f"template name {n} appears twice",
+                source=path,
+                field="name",
+                expected="names unique per folder (spec 8)",
+            )
+        )
+    if problems:
+        raise InputErrors(problems)
+    return entries
+
+
 def plan_text(req: ImportRequest) -> list[str]:
     """What ``template.import`` does, step by step, for ``--dry-run``."""
     disk = req.os.template_disk(req.channel.minor)
@@ -77,17 +150,14 @@ def plan_text(req: ImportRequest) -> list[str]:
     return steps
 
 
-def _wait(task: Any, what: str) -> None:
-    from pyVim.task import WaitForTask
-
-    try:
-        WaitForTask(task)
-    except Exception as exc:  # a task fault: the vmodl fault is what the user needs to see
-        raise ExternalError(f"{what} failed: {getattr(exc, 'msg', '') or exc}") from None
-
-
 def _is_template(vm: Any) -> bool:
     return bool(vm.config and vm.config.template)
+
+
+def _once(vs: VSphere, key: str, make: Any) -> Any:
+    if key not in vs.cache:
+        vs.cache[key] = make()
+    return vs.cache[key]
 
 
 def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory | None = None) -> Outcome:
@@ -95,79 +165,79 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
 
     out = Outcome(req.path)
     created: list[str] = []
-    folder = inventory.ensure_folder(vs, req.folder, created)
+    folder = _once(vs, f"folder:{req.folder}", lambda: inventory.ensure_folder(vs, req.folder, created))
     out.done += [f"created folder {p}" for p in created]
     vm = inventory.find(vs, req.path)
     if vm is not None and not isinstance(vm, vim.VirtualMachine):
         raise ExternalError(f"{req.path} exists and is not a virtual machine", hint="choose another --name or --folder")
-    if vm is not None and _is_template(vm):
-        out.kept.append(f"template {req.path} exists; left alone (names are unique per folder)")
-        ensure_tags(vs, vm, req.os, req.channel, out)
-        return out
+    fresh = vm is None
     if vm is None:
-        ds = inventory.need(vs, req.datastore, "datastore", "--datastore")
-        pool = inventory.resource_pool(vs, req.resource_pool)
-        lib = Library(vs.rest)
+        ds = _once(vs, f"ds:{req.datastore}", lambda: inventory.need(vs, req.datastore, "datastore", "--datastore"))
+        pool = _once(vs, f"pool:{req.resource_pool}", lambda: inventory.resource_pool(vs, req.resource_pool))
         lib_created: list[str] = []
-        library_id = lib.ensure(req.library, inventory.moid(ds), lib_created)
+        library_id = vs.library.ensure(req.library, inventory.moid(ds), lib_created)
         out.done += [f"created {c}" for c in lib_created]
-        item = lib.find_item(library_id, req.name)
+        item = None if lib_created else vs.library.find_item(library_id, req.name)
+        has_files = False
         if item is None:
-            item = lib.create_item(library_id, req.name, f"{req.os.name} Kubernetes {req.channel.minor}")
+            item = vs.library.create_item(library_id, req.name, f"{req.os.name} Kubernetes {req.channel.minor}")
             out.done.append(f"created library item {req.name}")
-        if lib.item_files(item):
-            out.kept.append(f"library item {req.name} already holds the OVA")
         else:
-            lib.upload(item, req.source, progress)
+            has_files = bool(vs.library.item_files(item))
+        if has_files:
+            out.kept.append(f"library item {req.name} already holds the OVA")
+        else:  # new, or left empty by an interrupted upload
+            vs.library.upload(item, req.source, progress)
             out.done.append(
                 f"{'pulled' if '://' in req.source else 'uploaded'} {req.source} into {req.library}/{req.name}"
             )
-        moid = lib.deploy(item, req.name, inventory.moid(pool), inventory.moid(folder), inventory.moid(ds))
+        moid = vs.library.deploy(item, req.name, inventory.moid(pool), inventory.moid(folder), inventory.moid(ds))
         vm = vim.VirtualMachine(moid, vs.si._stub)
         out.done.append(f"deployed {req.path}")
-    else:
+    state = vs.properties(vm, "config.template", "runtime.powerState", "config.hardware.device", "snapshot")
+    if state["config.template"]:
+        out.kept.append(f"template {req.path} exists; left alone (names are unique per folder)")
+        ensure_tags(vs, vm, req.os, req.channel, out)
+        return out
+    if not fresh:
         out.kept.append(f"VM {req.path} exists (an earlier run stopped before it became a template); continuing")
-    if vm.runtime.powerState != "poweredOff":
+    if state["runtime.powerState"] != "poweredOff":
         raise ExternalError(
             f"{req.path} is powered on; an imported OVA must not be powered on (spec 7.4)",
             hint="power it off, or delete it and rerun the import",
         )
-    resize_disk(vm, req, out)
+    resize_disk(vs, vm, state["config.hardware.device"] or [], req, out)
     if req.snapshot:
-        if _has_snapshot(vm, SNAPSHOT):
+        if _has_snapshot(state["snapshot"], SNAPSHOT):
             out.kept.append(f"snapshot '{SNAPSHOT}' exists")
         else:
-            _wait(
-                vm.CreateSnapshot_Task(name=SNAPSHOT, description="image-builder", memory=False, quiesce=False),
-                f"snapshot of {req.path}",
-            )
+            task = vm.CreateSnapshot_Task(name=SNAPSHOT, description="image-builder", memory=False, quiesce=False)
+            vs.wait(task, f"snapshot of {req.path}")
             out.done.append(f"snapshot '{SNAPSHOT}'")
         out.warnings.append(SNAPSHOT_WARNING)
     vm.MarkAsTemplate()
     out.done.append("marked as template")
-    ensure_tags(vs, vm, req.os, req.channel, out)
+    ensure_tags(vs, vm, req.os, req.channel, out, attached=[] if fresh else None)
     return out
 
 
-def _has_snapshot(vm: Any, name: str) -> bool:
+def _has_snapshot(info: Any, name: str) -> bool:
     def walk(trees: Any) -> bool:
         return any(t.name == name or walk(t.childSnapshotList) for t in trees or [])
 
-    # an unset property is absent from the answer, which pyvmomi reports as AttributeError
-    info = getattr(vm, "snapshot", None)
     return info is not None and walk(info.rootSnapshotList)
 
 
-def resize_disk(vm: Any, req: ImportRequest, out: Outcome) -> None:
+def resize_disk(vs: VSphere, vm: Any, devices: list[Any], req: ImportRequest, out: Outcome) -> None:
     from pyVmomi import vim
 
     disk = req.os.template_disk(req.channel.minor)
     if disk is None:
         return
-    devices = [d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)]
-    found = next((d for d in devices if d.deviceInfo and d.deviceInfo.label == disk.label), None)
+    disks = [d for d in devices if isinstance(d, vim.vm.device.VirtualDisk)]
+    found = next((d for d in disks if d.deviceInfo and d.deviceInfo.label == disk.label), None)
     if found is None:
-        labels = ", ".join(d.deviceInfo.label for d in devices if d.deviceInfo) or "none"
+        labels = ", ".join(d.deviceInfo.label for d in disks if d.deviceInfo) or "none"
         raise ExternalError(
             f"{req.path} has no '{disk.label}' to resize to {disk.size_gb}G (its disks: {labels})",
             hint=f"is this OVA really {req.os.name} for Kubernetes {req.channel.minor}?",
@@ -179,15 +249,24 @@ def resize_disk(vm: Any, req: ImportRequest, out: Outcome) -> None:
     found.capacityInKB = want_kb
     found.capacityInBytes = int(want_kb) * 1024
     change = vim.vm.device.VirtualDeviceSpec(operation=vim.vm.device.VirtualDeviceSpec.Operation.edit, device=found)
-    _wait(vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(deviceChange=[change])), f"resizing {disk.label} of {req.path}")
+    vs.wait(vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(deviceChange=[change])), f"resizing {disk.label} of {req.path}")
     out.done.append(f"resized {disk.label} to {disk.size_gb}G")
 
 
-def ensure_tags(vs: VSphere, vm: Any, os: OperatingSystem, channel: ReleaseChannel, out: Outcome) -> None:
-    """Attach the two expected tags; a wrong tag in the same (single-cardinality) category is replaced."""
-    tagging = Tagging(vs.rest)
+def ensure_tags(
+    vs: VSphere,
+    vm: Any,
+    os: OperatingSystem,
+    channel: ReleaseChannel,
+    out: Outcome,
+    attached: list[ExpectedTag] | None = None,
+) -> None:
+    """Attach the two expected tags; a wrong tag in the same (single-cardinality) category is replaced.
+    ``attached`` is what the VM carries when the caller knows it (a VM it just deployed carries none)."""
+    tagging = vs.tagging
+    before = len(tagging.created)
     moid = inventory.moid(vm)
-    have = tagging.attached(moid)
+    have = tagging.attached(moid) if attached is None else attached
     for want in expected_tags(os, channel):
         same_category = [t for t in have if t.category == want.category]
         if want in same_category:
@@ -198,7 +277,7 @@ def ensure_tags(vs: VSphere, vm: Any, os: OperatingSystem, channel: ReleaseChann
             out.done.append(f"removed wrong tag {wrong.name}")
         tagging.attach(want, moid)
         out.done.append(f"tagged {want.name}")
-    out.done += [f"created {c}" for c in tagging.created]
+    out.done += [f"created {c}" for c in tagging.created[before:]]
 
 
 def need_vm(vs: VSphere, path: str) -> Any:
@@ -223,7 +302,7 @@ def validate_template(vs: VSphere, path: str, os: OperatingSystem, channel: Rele
     problems = []
     if not _is_template(vm):
         problems.append(f"{path} is a virtual machine, not a template (mark it as template)")
-    have = Tagging(vs.rest).attached(inventory.moid(vm))
+    have = vs.tagging.attached(inventory.moid(vm))
     for want in expected_tags(os, channel):
         same = [t for t in have if t.category == want.category]
         if not same:
