@@ -17,12 +17,11 @@ from typing import Literal
 
 from imagebuilder.errors import ExternalError, InputError, did_you_mean
 from imagebuilder.hostconfig import load_host_config
-from imagebuilder.hostinfo import KvmStatus, kvm_status, machine, os_release, tool_version
+from imagebuilder.hostinfo import CHECKS, KvmStatus, kvm_status, machine, os_release, tool_version
 from imagebuilder.model import BuildPair, load_catalog
 from imagebuilder.workspace import workspace_root
 
 Status = Literal["ok", "warn", "fail", "skipped"]
-CHECKS = ("host-os", "arch", "disk", "cpus", "memory", "tools", "kvm", "ssh-rsa", "proxy")
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 GIB = 1024**3
 #: how each tool prints its version (empty: the tool has none; its path is shown)

@@ -6,13 +6,14 @@ the rest of the code, templates and tests stay product-neutral and lets a site o
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import typing
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from imagebuilder.errors import InputError
+from imagebuilder.errors import InputError, did_you_mean
 from imagebuilder.files import load_yaml_mapping
 
 
@@ -22,10 +23,37 @@ def config_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent.parent / "config"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict:
+    """A section of the profile: every key known, every value of its declared type (no pydantic: the profile is
+    read by every command, and this keeps start-up quick)."""
 
 
+S = TypeVar("S", bound=_Strict)
+
+
+def _build(cls: type[S], data: Any, where: str) -> S:
+    if not isinstance(data, dict):
+        raise InputError("must be a mapping", field=where or None)
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    for key in data:
+        if key not in names:
+            raise InputError(f"unknown field{did_you_mean(str(key), names)}", field=f"{where}{key}")
+    values: dict[str, Any] = {}
+    for name in names:
+        if name not in data:
+            raise InputError("required field is missing", field=f"{where}{name}")
+        kind, value = hints[name], data[name]
+        if isinstance(kind, type) and issubclass(kind, _Strict):
+            values[name] = _build(kind, value, f"{where}{name}.")
+        elif not isinstance(value, kind) or isinstance(value, bool):
+            raise InputError(f"got {value!r}", field=f"{where}{name}", expected=kind.__name__)
+        else:
+            values[name] = value
+    return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
 class Product(_Strict):
     short_name: str
     display_name: str
@@ -33,6 +61,7 @@ class Product(_Strict):
     env_prefix: str
 
 
+@dataclasses.dataclass(frozen=True)
 class VsphereUser(_Strict):
     api_version: str
     kind: str
@@ -42,12 +71,14 @@ class VsphereUser(_Strict):
     admin_role: str
 
 
+@dataclasses.dataclass(frozen=True)
 class VsphereTemplates(_Strict):
     library: str
     folder: str
     name: str
 
 
+@dataclasses.dataclass(frozen=True)
 class ClusterSpec(_Strict):
     api_version: str
     cluster_kind: str
@@ -55,6 +86,7 @@ class ClusterSpec(_Strict):
     machine_kind: str
 
 
+@dataclasses.dataclass(frozen=True)
 class Distro(_Strict):
     name: str
     manifest_url: str
@@ -62,11 +94,13 @@ class Distro(_Strict):
     image_registry: str
 
 
+@dataclasses.dataclass(frozen=True)
 class Tags(_Strict):
     os_category: str
     release_category: str
 
 
+@dataclasses.dataclass(frozen=True)
 class Hosts(_Strict):
     assets: str
     distro: str
@@ -74,12 +108,14 @@ class Hosts(_Strict):
     os1_updates: str
 
 
+@dataclasses.dataclass(frozen=True)
 class Versions(_Strict):
     image_builder: str
     bundle: int
     os1_image: str
 
 
+@dataclasses.dataclass(frozen=True)
 class Profile(_Strict):
     product: Product
     vsphere_user: VsphereUser
@@ -103,7 +139,6 @@ def load_profile() -> Profile:
     path = config_dir() / "profile.yaml"
     data = load_yaml_mapping(path, "profile")
     try:
-        return Profile.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(first["msg"], source=path, field=".".join(str(p) for p in first["loc"])) from None
+        return _build(Profile, data, "")
+    except InputError as exc:
+        raise InputError(exc.detail, source=path, field=exc.field, expected=exc.expected) from None

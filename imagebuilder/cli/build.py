@@ -7,9 +7,6 @@ from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task, print_json
 from imagebuilder.errors import InputError
-from imagebuilder.plan import BuildRequest, make_plan
-from imagebuilder.preflight import require
-from imagebuilder.runner import run_build
 
 HELP = {
     "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
@@ -69,6 +66,10 @@ def build(
     keep_on_error: bool = False,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
+    from imagebuilder.plan import BuildRequest, make_plan
+    from imagebuilder.preflight import require
+    from imagebuilder.runner import run_build
+
     if output not in ("text", "json"):
         raise InputError(f"'{output}' is not a plan format", field="--output", expected="text or json")
     given = {

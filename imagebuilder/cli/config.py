@@ -9,12 +9,12 @@ from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task, print_json
 from imagebuilder.errors import InputError, did_you_mean
-from imagebuilder.files import atomic_write
-from imagebuilder.model import load_catalog
-from imagebuilder.provider_config import MODELS, json_schema
 
 
 def _provider_name(value: str) -> str:
+    from imagebuilder.model import load_catalog
+    from imagebuilder.provider_config import MODELS
+
     name = load_catalog().provider(value, flag="--provider").name
     if name not in MODELS:
         raise InputError(f"no config model for {value}{did_you_mean(value, MODELS)}", field="--provider")
@@ -31,6 +31,9 @@ def _provider_name(value: str) -> str:
 @cli_task
 def schema(c: Context, provider: str = "", dest: str = "") -> None:
     """Print the JSON Schema of a provider config file, for editors."""
+    from imagebuilder.files import atomic_write
+    from imagebuilder.provider_config import MODELS, json_schema
+
     if not provider:
         raise InputError("required flag missing", field="--provider", expected=f"one of {', '.join(MODELS)}")
     data = json_schema(_provider_name(provider))

@@ -9,7 +9,6 @@ from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task
 from imagebuilder.cli.image import print_findings
-from imagebuilder.demo import run_demo
 from imagebuilder.errors import ExternalError
 
 
@@ -36,6 +35,8 @@ def demo(
     dry_run: bool = False,
 ) -> None:
     """Run the offline flow end to end: base image, mirror, bare-metal build, image.verify."""
+    from imagebuilder.demo import run_demo
+
     if dry_run:
         root = Path(dest).resolve()
         for step in (

@@ -11,7 +11,6 @@ from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import ExternalError
-from imagebuilder.lint import lint_templates
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -21,6 +20,8 @@ BIN = Path(sys.executable).parent
 @cli_task
 def lint(c: Context) -> None:
     """Static checks: ruff, mypy, ansible-lint, and all seven pairs rendered, packer validate'd and fmt-checked."""
+    from imagebuilder.lint import lint_templates
+
     with c.cd(str(ROOT)):
         c.run(f"{BIN}/ruff check .")
         c.run(f"{BIN}/ruff format --check .")

@@ -9,9 +9,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task, print_json
-from imagebuilder.dhcp import DhcpConfig, DhcpHost, capture, complete, install, load_dhcp_config, render
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import atomic_write
 
 CONFIG_HELP = "the DHCP config file (YAML; see config/examples/dhcp.yaml)"
 
@@ -33,6 +31,9 @@ def _need(config: str) -> str:
 @cli_task
 def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool = False) -> None:
     """Render dhcpd.conf and the isc-dhcp-server defaults file from the DHCP config."""
+    from imagebuilder.dhcp import load_dhcp_config, render
+    from imagebuilder.files import atomic_write
+
     pool = load_dhcp_config(_need(config))
     files = render(pool)
     for note in pool.notes:
@@ -58,6 +59,8 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool
 @cli_task
 def install_server(c: Context, config: str = "", prefix: str = "/", dry_run: bool = False) -> None:
     """On the DHCP host: install isc-dhcp-server, write its files atomically, check with dhcpd -t, restart."""
+    from imagebuilder.dhcp import DhcpHost, install, load_dhcp_config, render
+
     pool = load_dhcp_config(_need(config))
     host = DhcpHost(Path(prefix))
     report = install(pool, host, dry_run=dry_run)
@@ -83,6 +86,8 @@ def install_server(c: Context, config: str = "", prefix: str = "/", dry_run: boo
 @cli_task
 def verify(c: Context, interface: str = "", timeout: int = 60) -> None:
     """Capture DHCP on an interface and report a request and its ACK (spec 4.9)."""
+    from imagebuilder.dhcp import capture, complete
+
     if not interface:
         raise InputError("required flag missing", field="--interface")
     messages = capture(interface, timeout)
@@ -103,6 +108,8 @@ def verify(c: Context, interface: str = "", timeout: int = 60) -> None:
 @cli_task
 def schema(c: Context) -> None:
     """Print the JSON Schema of the DHCP config file."""
+    from imagebuilder.dhcp import DhcpConfig
+
     data = DhcpConfig.model_json_schema()
     data["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     print_json(json.loads(json.dumps(data)))

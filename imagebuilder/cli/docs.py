@@ -8,7 +8,6 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task
-from imagebuilder.docs import update_readme
 
 
 @task(
@@ -21,6 +20,8 @@ from imagebuilder.docs import update_readme
 @cli_task
 def docs(c: Context, readme: str = "", dry_run: bool = False) -> None:
     """Regenerate the README's config reference from the config models."""
+    from imagebuilder.docs import update_readme
+
     path = Path(readme) if readme else Path(__file__).resolve().parents[2] / "README.md"
     if dry_run:
         print(f"{'would update' if update_readme(path, write=False) else 'up to date'}: {path}")

@@ -9,9 +9,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import InputError
-from imagebuilder.hostprep import HostPrep, proxies_from, require_root_privileges
-from imagebuilder.model import load_catalog
-from imagebuilder.preflight import CHECKS, require
+from imagebuilder.hostinfo import CHECKS
 
 
 @task(
@@ -31,6 +29,8 @@ def preflight(
     """Check this host before a build: OS, arch, disk, CPUs, memory, tools, /dev/kvm, SSH config, proxy."""
     if not os or not hypervisor:
         raise InputError("required flags: --os and --hypervisor")
+    from imagebuilder.preflight import require
+
     require(os, hypervisor, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
 
 
@@ -59,6 +59,9 @@ def prepare(
     dry_run: bool = False,
 ) -> None:
     """Prepare this machine as a build host (spec 4.3): user, packages, kvm, SSH config, proxy. Rerunnable."""
+    from imagebuilder.hostprep import HostPrep, proxies_from, require_root_privileges
+    from imagebuilder.model import load_catalog
+
     catalog = load_catalog()
     providers = tuple(catalog.provider(h).name for h in hypervisor or [])
     prep = HostPrep(Path(root), user=user or None, providers=providers)

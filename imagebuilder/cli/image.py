@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.tasks import task
 
-from imagebuilder.baseimage import BOOTSTRAP, PACKAGES, make_base_image
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.verify import Finding, verify_image
+
+if TYPE_CHECKING:
+    from imagebuilder.verify import Finding
 
 
 @task(
@@ -33,6 +35,8 @@ def base(
     dry_run: bool = False,
 ) -> None:
     """Make a Debian-family cloud-style base image (debootstrap): kernel, cloud-init, openssh-server."""
+    from imagebuilder.baseimage import BOOTSTRAP, PACKAGES, make_base_image
+
     if not dest:
         raise InputError("required flag missing", field="--dest", expected="a path for the qcow2")
     if dry_run:
@@ -62,6 +66,8 @@ def print_findings(findings: list[Finding]) -> None:
 @cli_task
 def verify(c: Context, image: str = "", manifest: str = "", no_boot: bool = False, boot_timeout: int = 600) -> None:
     """Check a built image with testinfra (mounted read-only) and boot it to a login prompt."""
+    from imagebuilder.verify import verify_image
+
     if not image:
         raise InputError("required flag missing", field="--image", expected="a built image")
     findings = verify_image(

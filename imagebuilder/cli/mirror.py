@@ -6,13 +6,9 @@ from pathlib import Path
 
 from invoke.context import Context
 from invoke.tasks import task
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import InputError
-from imagebuilder.mirror import Mirror, create_mirror, file_sha256, mirror_items
-from imagebuilder.model import load_catalog
-from imagebuilder.release_manifest import load_manifest
 
 
 @task(
@@ -35,6 +31,12 @@ def create(
     dry_run: bool = False,
 ) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from imagebuilder.mirror import Mirror, create_mirror, file_sha256, mirror_items
+    from imagebuilder.model import load_catalog
+    from imagebuilder.release_manifest import load_manifest
+
     if not release_channel or not dest:
         raise InputError("required flags missing", field="--release-channel, --dest")
     channel = load_catalog().channel(release_channel)

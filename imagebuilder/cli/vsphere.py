@@ -12,21 +12,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.model import OperatingSystem, ReleaseChannel, load_catalog
-from imagebuilder.vsphere.session import (
-    Target,
-    VSphere,
-    credentials_from_env,
-    external_errors,
-    server_thumbprint,
-    target_from,
-)
+
+if TYPE_CHECKING:
+    from imagebuilder.model import OperatingSystem, ReleaseChannel
+    from imagebuilder.vsphere.session import Target, VSphere
 
 CONNECTION_HELP = {
     "server": "vCenter host, IP or URL (default: GOVC_URL)",
@@ -39,13 +35,24 @@ KUBE_HELP = "Kubernetes minor version of the template: 1.21, 1.22, 1.23 or 1.24"
 
 @contextmanager
 def connected(target: Target, what: str) -> Iterator[VSphere]:
+    from imagebuilder.vsphere.session import VSphere, credentials_from_env, external_errors
+
     credentials = credentials_from_env()
     with external_errors(what), VSphere(target, credentials) as vs:
         yield vs
 
 
 def _target(server: str, insecure: bool | None, thumbprint: str) -> Target:
+    from imagebuilder.vsphere.session import target_from
+
     return target_from(server or None, insecure, thumbprint or None, os.environ)
+
+
+def _target_of(server: str, insecure: bool, thumbprint: str | None) -> Target:
+    """A target named by a file (user.yaml, a cluster spec): the environment does not override it."""
+    from imagebuilder.vsphere.session import target_from
+
+    return target_from(server, insecure, thumbprint, {})
 
 
 def read_secret(value: str, flag: str) -> str:
@@ -105,7 +112,7 @@ def setup_user(
         )
     cfg = load_user_config(file)
     secret = read_secret(password, "--password") if password else None
-    target = target_from(cfg.server, cfg.insecure, thumbprint or None, {})
+    target = _target_of(cfg.server, cfg.insecure, thumbprint or None)
     with connected(target, f"setting up {cfg.username}@{cfg.domain} on {target.server}") as vs:
         plan = plan_setup_user(vs, cfg, secret, force)
         for note in plan.notes:
@@ -128,6 +135,8 @@ def setup_user(
 def thumbprint(c: Context, server: str = "") -> None:
     """Print the SHA1 thumbprint of the vCenter certificate, as the cluster spec's thumbprint field wants it."""
     target = _target(server, True, "")
+    from imagebuilder.vsphere.session import server_thumbprint
+
     print(server_thumbprint(target))
 
 
@@ -156,6 +165,8 @@ def _progress() -> Callable[[int], Callable[[int], None]]:
 
 
 def _os_channel(os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseChannel]:
+    from imagebuilder.model import load_catalog
+
     catalog = load_catalog()
     if not os_name:
         raise InputError("required flag missing", field="--os", expected=OS_HELP)
@@ -177,6 +188,7 @@ def _os_channel(os_name: str, kubernetes: str) -> tuple[OperatingSystem, Release
         "resource_pool": "/<dc>/host/<cluster>[/Resources/<pool>] (default: the datacenter's only cluster)",
         "datacenter": "datacenter (default: from the paths above, or the only one)",
         "snapshot": "take snapshot 'root' (default; --no-snapshot skips it and keeps disk sizes customisable)",
+        "jobs": "templates imported at the same time with --from-file (default 4)",
         "dry_run": "print the steps; change nothing",
         **CONNECTION_HELP,
     },
@@ -196,6 +208,7 @@ def import_ova(
     resource_pool: str = "",
     datacenter: str = "",
     snapshot: bool = True,
+    jobs: int = 4,
     dry_run: bool = False,
     server: str = "",
     insecure: bool | None = None,
@@ -205,7 +218,7 @@ def import_ova(
     from imagebuilder.vsphere.templates import (
         ImportEntry,
         default_name,
-        import_template,
+        import_templates,
         load_import_list,
         plan_text,
         resolve_request,
@@ -242,29 +255,25 @@ def import_ova(
             datacenter=datacenter or None,
             snapshot=snapshot,
         )
-        progress = _progress() if sys.stderr.isatty() else None
-        warned: set[str] = set()
-        for entry in entries:
-            req = replace(
-                shared,
-                source=entry.source,
-                os=entry.os,
-                channel=entry.channel,
-                name=entry.name or default_name(entry.os, entry.channel),
-            )
-            if dry_run:
+        reqs = [
+            replace(shared, source=e.source, os=e.os, channel=e.channel, name=e.name or default_name(e.os, e.channel))
+            for e in entries
+        ]
+        if dry_run:
+            for req in reqs:
                 print(f"template {req.path}:")
                 for step in plan_text(req):
                     print(f"  {step}")
-                continue
-            out = import_template(vs, req, progress)
+            return
+        outcomes = import_templates(vs, reqs, jobs, _progress() if sys.stderr.isatty() else None)
+        warned: set[str] = set()
+        for out in outcomes:
             _report(out.path, out.done, out.kept, [w for w in out.warnings if w not in warned])
             warned.update(out.warnings)
-        if not dry_run:
-            print(
-                f"vCenter API calls: {vs.calls.total} ({vs.calls.soap} SOAP, {vs.calls.rest} REST) "
-                f"for {len(entries)} template(s)"
-            )
+        print(
+            f"vCenter API calls: {vs.calls.total} ({vs.calls.soap} SOAP, {vs.calls.rest} REST) "
+            f"for {len(entries)} template(s)"
+        )
 
 
 def _report(path: str, done: list[str], kept: list[str], warnings: list[str]) -> None:
@@ -372,7 +381,7 @@ def cluster_validate(c: Context, file: list[str] | None = None, offline: bool = 
         print(f"{len(specs)} cluster spec(s) pass the static checks (--offline: vCenter not contacted)")
         return
     for spec in specs:
-        target = target_from(spec.server, spec.insecure, spec.thumbprint, {})
+        target = _target_of(spec.server, spec.insecure, spec.thumbprint)
         with connected(target, f"checking {spec.source} against {target.server}") as vs:
             check_online(vs, spec)
     print(f"{len(specs)} cluster spec(s) valid, checked against vCenter")

@@ -97,3 +97,29 @@ def only_child(vs: VSphere, path: str, kind: Any, what: str, flag: str) -> str:
             expected=f"{flag} naming one of: {', '.join(path.rstrip('/') + '/' + n for n in names) or '(none)'}",
         )
     return f"{path.rstrip('/')}/{names[0]}"
+
+
+def vms_in(vs: VSphere, folder: Any) -> dict[str, Any]:
+    """The virtual machines and templates directly in ``folder``, by name, in one call."""
+    from pyVmomi import vim, vmodl
+
+    pc = vmodl.query.PropertyCollector
+    spec = pc.FilterSpec(
+        objectSet=[
+            pc.ObjectSpec(
+                obj=folder,
+                skip=True,
+                selectSet=[pc.TraversalSpec(name="children", type=vim.Folder, path="childEntity")],
+            )
+        ],
+        propSet=[pc.PropertySpec(type=vim.VirtualMachine, pathSet=["name"], all=False)],
+    )
+    result = vs.content.propertyCollector.RetrievePropertiesEx(specSet=[spec], options=pc.RetrieveOptions())
+    found: dict[str, Any] = {}
+    while result:
+        for o in result.objects:
+            found[o.propSet[0].val] = o.obj
+        if not result.token:
+            break
+        result = vs.content.propertyCollector.ContinueRetrievePropertiesEx(token=result.token)
+    return found

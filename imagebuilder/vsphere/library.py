@@ -49,6 +49,8 @@ class Library:
     def __init__(self, rest: RestClient) -> None:
         self.rest = rest
         self._ids: dict[str, str] = {}
+        #: libraries this session created: they hold only the items this session put there
+        self.new: set[str] = set()
 
     def find(self, name: str) -> str | None:
         if name not in self._ids:
@@ -70,6 +72,7 @@ class Library:
         }
         created.append(f"content library {name}")
         self._ids[name] = str(self.rest(CREATE_LIBRARY, spec))
+        self.new.add(self._ids[name])
         return self._ids[name]
 
     def find_item(self, library_id: str, name: str) -> str | None:
@@ -115,7 +118,7 @@ class Library:
     def _push(self, uri: str, path: Path, size: int, progress: ProgressFactory | None) -> None:
         advance = progress(size) if progress else None
         reader = _Reader(path, size, advance)
-        self.rest.calls.rest += 1
+        self.rest.calls.count_rest()
         with reader:
             res = self.rest.http.put(
                 uri,
@@ -129,6 +132,7 @@ class Library:
 
     def _wait(self, session: str, timeout: float = 3600) -> None:
         deadline = time.monotonic() + timeout
+        delay = 0.002  # doubling to 1 s: a local upload is done at once, a pulled URL may take minutes
         while True:
             info = self.rest(SESSION, ident=session)
             state = info.get("state")
@@ -141,7 +145,8 @@ class Library:
                 )
             if time.monotonic() > deadline:
                 raise ExternalError("content library import did not finish in time")
-            time.sleep(0.2)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     def deploy(self, item_id: str, name: str, pool_moid: str, folder_moid: str, datastore_moid: str) -> str:
         """Deploy the OVF item as VM ``name``, thin provisioned, into the folder and pool; returns the VM's moid.

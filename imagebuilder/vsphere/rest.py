@@ -37,7 +37,14 @@ class RestError(ExternalError):
 
 
 class RestClient:
-    def __init__(self, target: Target, credentials: Credentials, calls: CallCounter, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        target: Target,
+        credentials: Credentials,
+        calls: CallCounter,
+        timeout: float = 60.0,
+        api_version: str | None = None,
+    ) -> None:
         check_pin(target)
         self.base = target.base_url
         self.calls = calls
@@ -45,12 +52,15 @@ class RestClient:
         self.http = requests.Session()
         # per request: a session-wide verify=False loses to REQUESTS_CA_BUNDLE in the environment
         self.verify = not (target.insecure or target.thumbprint)
-        self.dialect = self._login(credentials)
+        self.dialect = self._login(credentials, api_version)
 
-    def _login(self, credentials: Credentials) -> str:
+    def _login(self, credentials: Credentials, api_version: str | None) -> str:
         auth = (credentials.username, credentials.password)
-        for dialect, path in (("api", "/api/session"), ("rest", "/rest/com/vmware/cis/session")):
-            self.calls.rest += 1
+        order = [("api", "/api/session"), ("rest", "/rest/com/vmware/cis/session")]
+        if api_version and _older_than_api(api_version):
+            order.reverse()  # /api/session arrived in vCenter 7.0 U2: ask an older server for /rest first
+        for dialect, path in order:
+            self.calls.count_rest()
             res = self.http.post(self.base + path, auth=auth, timeout=self.timeout, verify=self.verify)
             if res.status_code == 404:
                 continue
@@ -71,7 +81,7 @@ class RestClient:
         if SESSION_HEADER in self.http.headers:
             path = "/api/session" if self.dialect == "api" else "/rest/com/vmware/cis/session"
             try:
-                self.calls.rest += 1
+                self.calls.count_rest()
                 self.http.delete(self.base + path, timeout=10, verify=self.verify)
             except requests.RequestException:
                 pass
@@ -97,7 +107,7 @@ class RestClient:
         """Make one call; returns the unwrapped answer (None for a 404 when ``ok_missing``)."""
         if body is not None and self.dialect == "rest" and call.wrap:
             body = {call.wrap: body}
-        self.calls.rest += 1
+        self.calls.count_rest()
         res = self.http.request(
             call.method,
             self.base + self.url(call, ident, action),
@@ -119,6 +129,13 @@ class RestClient:
         if self.dialect == "rest" and isinstance(data, dict) and "value" in data:
             return data["value"]
         return data
+
+
+def _older_than_api(api_version: str) -> bool:
+    try:
+        return tuple(int(x) for x in api_version.split(".")[:3]) < (7, 0, 2)
+    except ValueError:
+        return False
 
 
 def _message(res: requests.Response) -> str:

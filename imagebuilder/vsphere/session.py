@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -121,9 +122,7 @@ def credentials_from_env(env: Mapping[str, str] | None = None) -> Credentials:
 
 def fetch_certificate(host: str, port: int = 443, timeout: float = 10.0) -> bytes:
     """The server's leaf certificate (DER), read without trusting it: this is how the thumbprint is learned."""
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
+    ctx = _unverified()
     try:
         with (
             socket.create_connection((host, port), timeout=timeout) as sock,
@@ -153,11 +152,16 @@ def ssl_context(target: Target) -> ssl.SSLContext:
     """Verify against the system CAs, or -- for a pinned or insecure target -- accept the certificate here and check
     the pin separately (pyvmomi checks it on every connection; :func:`check_pin` before REST calls)."""
     if target.insecure or target.thumbprint:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        return ctx
+        return _unverified()
     return ssl.create_default_context()
+
+
+def _unverified() -> ssl.SSLContext:
+    """A TLS client context that accepts any certificate (no CA bundle loaded: nothing is verified by it)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 def quiet_unverified(target: Target) -> None:
@@ -212,11 +216,20 @@ def fault_text(exc: Any) -> str:
 
 
 class CallCounter:
-    """API calls made, by kind: the benchmark reports calls per template."""
+    """API calls made, by kind (the benchmark reports calls per template); safe across import threads."""
 
     def __init__(self) -> None:
         self.soap = 0
         self.rest = 0
+        self._lock = threading.Lock()
+
+    def count_soap(self) -> None:
+        with self._lock:
+            self.soap += 1
+
+    def count_rest(self) -> None:
+        with self._lock:
+            self.rest += 1
 
     @property
     def total(self) -> int:
@@ -283,11 +296,11 @@ class VSphere:
         invoke_method, invoke_accessor = stub.InvokeMethod, stub.InvokeAccessor
 
         def method(*args: Any, **kwargs: Any) -> Any:
-            self.calls.soap += 1
+            self.calls.count_soap()
             return invoke_method(*args, **kwargs)
 
         def accessor(*args: Any, **kwargs: Any) -> Any:
-            self.calls.soap += 1
+            self.calls.count_soap()
             return invoke_accessor(*args, **kwargs)
 
         stub.InvokeMethod, stub.InvokeAccessor = method, accessor
@@ -305,7 +318,7 @@ class VSphere:
     def rest(self) -> RestClient:
         from imagebuilder.vsphere.rest import RestClient
 
-        return RestClient(self.target, self.credentials, self.calls)
+        return RestClient(self.target, self.credentials, self.calls, api_version=self.content.about.apiVersion)
 
     @cached_property
     def tagging(self) -> Tagging:
@@ -338,8 +351,9 @@ class VSphere:
         return values
 
     def wait(self, task: Any, what: str) -> Any:
-        """Wait for a vCenter task by polling its state (one call per poll; quick tasks need one)."""
-        delay = 0.01
+        """Wait for a vCenter task by polling its state: one call per poll, the pause doubling from 2 ms, so a
+        quick task (most here) costs one or two calls and a long one (an upload) polls about once a second."""
+        delay = 0.002
         while True:
             info = task.info
             if info.state == "success":

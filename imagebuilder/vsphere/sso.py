@@ -97,7 +97,7 @@ class SsoAdmin:
         return f'<_this type="{escape(kind)}">{escape(value)}</_this>'
 
     def _post(self, url: str, action: str, envelope: str, what: str) -> ET.Element:
-        self.vs.calls.soap += 1
+        self.vs.calls.count_soap()
         res = self.http.post(
             url,
             data=envelope.encode(),

@@ -167,7 +167,8 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
     created: list[str] = []
     folder = _once(vs, f"folder:{req.folder}", lambda: inventory.ensure_folder(vs, req.folder, created))
     out.done += [f"created folder {p}" for p in created]
-    vm = inventory.find(vs, req.path)
+    listed = vs.cache.get(f"children:{req.folder}")  # the folder's VMs, when listed for a batch
+    vm = listed.get(req.name) if listed is not None else inventory.find(vs, req.path)
     if vm is not None and not isinstance(vm, vim.VirtualMachine):
         raise ExternalError(f"{req.path} exists and is not a virtual machine", hint="choose another --name or --folder")
     fresh = vm is None
@@ -177,7 +178,8 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
         lib_created: list[str] = []
         library_id = vs.library.ensure(req.library, inventory.moid(ds), lib_created)
         out.done += [f"created {c}" for c in lib_created]
-        item = None if lib_created else vs.library.find_item(library_id, req.name)
+        # a library made in this session holds no item by this name (template names are unique per folder)
+        item = None if library_id in vs.library.new else vs.library.find_item(library_id, req.name)
         has_files = False
         if item is None:
             item = vs.library.create_item(library_id, req.name, f"{req.os.name} Kubernetes {req.channel.minor}")
@@ -219,6 +221,40 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
     out.done.append("marked as template")
     ensure_tags(vs, vm, req.os, req.channel, out, attached=[] if fresh else None)
     return out
+
+
+def import_templates(
+    vs: VSphere, reqs: list[ImportRequest], jobs: int = 4, progress: ProgressFactory | None = None
+) -> list[Outcome]:
+    """Import several templates in one session: what they share (folders, library, tag categories and tags) is
+    made first, one at a time, so nothing is created twice; then the templates are imported ``jobs`` at a time.
+    Outcomes come back in the order of ``reqs``; the first failure is raised after the others finish."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    shared = Outcome("(shared)")
+    for req in reqs:
+        created: list[str] = []
+        _once(vs, f"folder:{req.folder}", lambda req=req, c=created: inventory.ensure_folder(vs, req.folder, c))
+        shared.done += [f"created folder {p}" for p in created]
+        ds = _once(vs, f"ds:{req.datastore}", lambda req=req: inventory.need(vs, req.datastore, "datastore"))
+        _once(vs, f"pool:{req.resource_pool}", lambda req=req: inventory.resource_pool(vs, req.resource_pool))
+        lib_created: list[str] = []
+        vs.library.ensure(req.library, inventory.moid(ds), lib_created)
+        shared.done += [f"created {c}" for c in lib_created]
+        for tag in expected_tags(req.os, req.channel):
+            vs.tagging.ensure_tag(tag)
+        _once(vs, f"children:{req.folder}", lambda req=req: inventory.vms_in(vs, vs.cache[f"folder:{req.folder}"]))
+    shared.done += [f"created {c}" for c in vs.tagging.created]
+    del vs.tagging.created[:]
+    if len(reqs) == 1 or jobs <= 1:
+        outcomes = [import_template(vs, r, progress if len(reqs) == 1 else None) for r in reqs]
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(import_template, vs, r) for r in reqs]
+            outcomes = [f.result() for f in futures]
+    if shared.done:
+        outcomes[0].done[:0] = shared.done
+    return outcomes
 
 
 def _has_snapshot(info: Any, name: str) -> bool:
