@@ -15,7 +15,7 @@ from typing import Any
 import requests
 
 from imagebuilder.errors import ExternalError
-from imagebuilder.vsphere.session import CallCounter, Credentials, Target, check_pin
+from imagebuilder.vsphere.session import CallCounter, Credentials, Target, check_pin, http_session
 
 SESSION_HEADER = "vmware-api-session-id"
 
@@ -49,9 +49,7 @@ class RestClient:
         self.base = target.base_url
         self.calls = calls
         self.timeout = timeout
-        self.http = requests.Session()
-        # per request: a session-wide verify=False loses to REQUESTS_CA_BUNDLE in the environment
-        self.verify = not (target.insecure or target.thumbprint)
+        self.http, self.verify = http_session(target)
         self.dialect = self._login(credentials, api_version)
 
     def _login(self, credentials: Credentials, api_version: str | None) -> str:

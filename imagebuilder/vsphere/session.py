@@ -164,6 +164,22 @@ def _unverified() -> ssl.SSLContext:
     return ctx
 
 
+def http_session(target: Target) -> tuple[Any, bool | str]:
+    """A ``requests`` session for ``target`` and the ``verify`` value to pass with each request.
+
+    The environment is read once here, not on every request: the proxy for this host (``HTTPS_PROXY``/``NO_PROXY``,
+    spec 8) and a CA bundle named by ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``. A pinned or insecure target is not
+    verified by TLS (the pin is checked separately)."""
+    import requests
+
+    session = requests.Session()
+    session.trust_env = False
+    session.proxies = requests.utils.get_environ_proxies(target.base_url)
+    if target.insecure or target.thumbprint:
+        return session, False
+    return session, os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+
+
 def quiet_unverified(target: Target) -> None:
     """A pinned or knowingly insecure target: urllib3's per-request warning would only repeat the user's choice."""
     if target.insecure or target.thumbprint:

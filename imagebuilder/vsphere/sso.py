@@ -24,7 +24,7 @@ import requests
 from defusedxml.ElementTree import fromstring as defused_fromstring
 
 from imagebuilder.errors import ExternalError
-from imagebuilder.vsphere.session import check_pin
+from imagebuilder.vsphere.session import check_pin, http_session
 
 if TYPE_CHECKING:
     from imagebuilder.vsphere.session import VSphere
@@ -69,9 +69,7 @@ class SsoAdmin:
     def __init__(self, vs: VSphere) -> None:
         self.vs = vs
         check_pin(vs.target)
-        self.http = requests.Session()
-        # per request: a session-wide verify=False loses to REQUESTS_CA_BUNDLE in the environment
-        self.verify = not (vs.target.insecure or vs.target.thumbprint)
+        self.http, self.verify = http_session(vs.target)
         base = vs.target.base_url
         # the vCenter session cookie rides along, as govc sends it: vcsim's SSO endpoint refuses calls without it
         # (real vCenter authenticates the SSO admin session by the SAML Login below and ignores it)

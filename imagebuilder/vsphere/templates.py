@@ -196,7 +196,12 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
         moid = vs.library.deploy(item, req.name, inventory.moid(pool), inventory.moid(folder), inventory.moid(ds))
         vm = vim.VirtualMachine(moid, vs.si._stub)
         out.done.append(f"deployed {req.path}")
-    state = vs.properties(vm, "config.template", "runtime.powerState", "config.hardware.device", "snapshot")
+    disk = req.os.template_disk(req.channel.minor)
+    if fresh:  # just deployed by us: a VM, powered off, no snapshot; only its disks may be needed
+        state = vs.properties(vm, "config.hardware.device") if disk else {}
+        state.update({"config.template": False, "runtime.powerState": "poweredOff", "snapshot": None})
+    else:
+        state = vs.properties(vm, "config.template", "runtime.powerState", "config.hardware.device", "snapshot")
     if state["config.template"]:
         out.kept.append(f"template {req.path} exists; left alone (names are unique per folder)")
         ensure_tags(vs, vm, req.os, req.channel, out)
@@ -208,7 +213,7 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
             f"{req.path} is powered on; an imported OVA must not be powered on (spec 7.4)",
             hint="power it off, or delete it and rerun the import",
         )
-    resize_disk(vs, vm, state["config.hardware.device"] or [], req, out)
+    resize_disk(vs, vm, state.get("config.hardware.device") or [], req, out)
     if req.snapshot:
         if _has_snapshot(state["snapshot"], SNAPSHOT):
             out.kept.append(f"snapshot '{SNAPSHOT}' exists")
@@ -303,6 +308,7 @@ def ensure_tags(
     before = len(tagging.created)
     moid = inventory.moid(vm)
     have = tagging.attached(moid) if attached is None else attached
+    missing = []
     for want in expected_tags(os, channel):
         same_category = [t for t in have if t.category == want.category]
         if want in same_category:
@@ -311,8 +317,9 @@ def ensure_tags(
         for wrong in same_category:
             tagging.detach(wrong, moid)
             out.done.append(f"removed wrong tag {wrong.name}")
-        tagging.attach(want, moid)
-        out.done.append(f"tagged {want.name}")
+        missing.append(want)
+    tagging.attach_all(missing, moid)
+    out.done += [f"tagged {t.name}" for t in missing]
     out.done += [f"created {c}" for c in tagging.created[before:]]
 
 
