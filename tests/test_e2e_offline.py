@@ -21,7 +21,8 @@ from imagebuilder.baseimage import make_base_image
 from imagebuilder.model import load_catalog
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import verify_image
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, ROOT, run
+from tests.vcsim import Vcsim
 
 NETNS = f"ib-offline-{os.getpid()}"
 # a QEMU build under TCG takes minutes; the first test also pays for the base image fixture
@@ -177,7 +178,7 @@ def test_offline_bare_metal_build_is_verified(
 
 
 def test_offline_local_ova_is_valid_and_verified(
-    offline_ns: str, home: Path, base_image: tuple[Path, str], mirror: Path, tmp_path: Path
+    offline_ns: str, home: Path, base_image: tuple[Path, str], mirror: Path, tmp_path: Path, vcsim: Vcsim
 ) -> None:
     image, digest = base_image
     config = tmp_path / "vsphere.json"
@@ -202,6 +203,12 @@ def test_offline_local_ova_is_valid_and_verified(
     assert SECRET not in res.stdout + res.stderr
     assert not scan_for(SECRET, out, home / "work"), "a secret leaked into a file"
     assert not [c for c in argv.seen if SECRET in c], "a secret was in a child's argv"
+    # the built OVA becomes a tagged template on vCenter (vcsim) and passes template validation
+    imported = run("template.import", "--ova", str(ova), "--os", "ubuntu", "--kubernetes", "1.24", env=vcsim.env)
+    assert imported.code == 0, imported.err
+    path = "/DC0/vm/Templates/ubuntu-kubernetes-1-24-eks-5"
+    valid = run("template.validate", "--template", path, "--os", "ubuntu", "--kubernetes", "1.24", env=vcsim.env)
+    assert valid.code == 0, valid.err
 
 
 def test_verify_fails_an_image_that_was_not_provisioned(base_image: tuple[Path, str], tmp_path: Path) -> None:

@@ -572,3 +572,25 @@ def test_import_from_list(vcsim: Vcsim, small_ovas: dict[str, Path], tmp_path: P
     assert "vCenter API calls:" in res.out and "for 2 template(s)" in res.out
     vm = template_info(vcsim, f"{TEMPLATES}/bottlerocket-kubernetes-1-22-eks-15")
     assert disk_gib(vm, "Hard disk 1") == 22
+
+
+def test_corrupt_ova_is_refused_and_leaves_no_item(vcsim: Vcsim, small_ovas: dict[str, Path], tmp_path: Path) -> None:
+    import tarfile
+
+    bad = tmp_path / "bad.ova"
+    with tarfile.open(small_ovas["ubuntu"]) as src, tarfile.open(bad, "w", format=tarfile.USTAR_FORMAT) as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read()  # type: ignore[union-attr]
+            if member.name.endswith(".vmdk"):
+                data = data[:-1] + bytes([data[-1] ^ 1])  # one flipped bit in the disk
+            member.size = len(data)
+            dst.addfile(member, __import__("io").BytesIO(data))
+    res = run(*import_args(str(bad), "ubuntu", "1.24"), env=vcsim.env)
+    assert res.code == 2 and "does not match the OVA's manifest" in res.err and "-disk1.vmdk" in res.err
+    assert vcsim.govc("library.ls", "/eksa-templates/*").strip() == ""  # nothing half-imported to trip a rerun
+    assert not vcsim.govc("find", TEMPLATES, "-type", "m").strip()
+    good = run(*import_args(str(small_ovas["ubuntu"]), "ubuntu", "1.24"), env=vcsim.env)
+    assert good.code == 0
+    files = vcsim.govc("library.info", "-l", "/eksa-templates/ubuntu-kubernetes-1-24-eks-5/*")
+    for suffix in (".ovf", ".mf", "-disk1.vmdk"):  # unpacked into the content library's OVF layout
+        assert suffix in files

@@ -9,18 +9,23 @@ filled on the next run instead of being duplicated.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
+import re
+import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from imagebuilder.errors import ExternalError
+from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import sha256_file
 from imagebuilder.vsphere.rest import Call, RestClient
 
 FIND_LIBRARY = Call("POST", "/content/library", "/com/vmware/content/library", "spec")
 CREATE_LIBRARY = Call("POST", "/content/local-library", "/com/vmware/content/local-library", "create_spec")
 FIND_ITEM = Call("POST", "/content/library/item", "/com/vmware/content/library/item", "spec")
+ITEM = Call("GET", "/content/library/item/{id}", "/com/vmware/content/library/item/{id}")
 CREATE_ITEM = Call("POST", "/content/library/item", "/com/vmware/content/library/item", "create_spec")
 ITEM_FILES = Call("GET", "/content/library/item/{id}/file", "/com/vmware/content/library/item/file")
 CREATE_SESSION = Call(
@@ -89,46 +94,82 @@ class Library:
         return str(self.rest(CREATE_ITEM, spec))
 
     def upload(self, item_id: str, source: str, progress: ProgressFactory | None = None) -> None:
-        """Put ``source`` (a local OVA path or an http(s) URL) into the item and wait until the server has it."""
+        """Put ``source`` (a local OVA or OVF path, or an http(s) URL) into the item; wait until the server has it.
+
+        A local OVA is unpacked on the way: its descriptor, manifest and disks become the item's files (the content
+        library's own layout of an OVF item, as govc and the vSphere Client upload it), each checked by the server
+        against the SHA256 the OVA's manifest gives. A URL is pulled by vCenter itself.
+        """
         session = str(self.rest(CREATE_SESSION, {"library_item_id": item_id}))
         try:
-            name = Path(source.split("?", 1)[0]).name if "://" in source else Path(source).name
             if "://" in source:
+                name = Path(source.split("?", 1)[0]).name
                 spec: dict[str, Any] = {"name": name, "source_type": "PULL", "source_endpoint": {"uri": source}}
                 self.rest(ADD_FILE, spec, ident=session, action="add")
             else:
-                path = Path(source)
-                size = path.stat().st_size
-                spec = {
-                    "name": name,
-                    "source_type": "PUSH",
-                    "size": size,
-                    "checksum_info": {"algorithm": "SHA256", "checksum": sha256_file(path)},
-                }
-                info = self.rest(ADD_FILE, spec, ident=session, action="add")
-                self._push(info["upload_endpoint"]["uri"], path, size, progress)
+                self._push_files(session, Path(source), progress)
             self.rest(SESSION_ACTION, ident=session, action="complete")
             self._wait(session)
-        except BaseException:
+        except BaseException as exc:
             # a failed or interrupted session is marked failed so the server drops its partial files
             with contextlib.suppress(Exception):
                 self.rest(SESSION_ACTION, ident=session, action="fail")
+            if isinstance(exc, InputError):  # a corrupt OVA: no item is left to look complete on a rerun
+                with contextlib.suppress(Exception):
+                    self.rest(ITEM, ident=item_id, action=None, method="DELETE")
             raise
 
-    def _push(self, uri: str, path: Path, size: int, progress: ProgressFactory | None) -> None:
-        advance = progress(size) if progress else None
-        reader = _Reader(path, size, advance)
+    def _push_files(self, session: str, path: Path, progress: ProgressFactory | None) -> None:
+        if not tarfile.is_tarfile(path):  # a plain file (an .ovf): as it is
+            size = path.stat().st_size
+            advance = progress(size) if progress else None
+            with path.open("rb") as fh:
+                self._push(session, path.name, fh, size, sha256_file(path), advance)
+            return
+        with tarfile.open(path) as tar:
+            members = [m for m in tar.getmembers() if m.isfile()]
+            if not any(m.name.endswith(".ovf") for m in members):
+                raise InputError(f"{path} is not an OVA: it holds no .ovf descriptor", field="--ova")
+            sums: dict[str, str] = {}
+            manifest = next((m for m in members if m.name.endswith(".mf")), None)
+            if manifest is not None:
+                text = (tar.extractfile(manifest) or io.BytesIO()).read().decode(errors="replace")
+                for line in text.splitlines():
+                    m = re.match(r"SHA256\((.+)\)\s*=\s*([0-9a-fA-F]{64})", line.strip())
+                    if m:
+                        sums[m.group(1)] = m.group(2).lower()
+            advance = progress(sum(m.size for m in members)) if progress else None
+            for member in members:
+                stream = tar.extractfile(member)
+                assert stream is not None
+                name = Path(member.name).name
+                self._push(session, name, stream, member.size, sums.get(name), advance)
+
+    def _push(
+        self, session: str, name: str, fh: IO[bytes], size: int, sha256: str | None, advance: Progress | None
+    ) -> None:
+        spec: dict[str, Any] = {"name": name, "source_type": "PUSH", "size": size}
+        if sha256:
+            spec["checksum_info"] = {"algorithm": "SHA256", "checksum": sha256}
+        info = self.rest(ADD_FILE, spec, ident=session, action="add")
         self.rest.calls.count_rest()
-        with reader:
-            res = self.rest.http.put(
-                uri,
-                data=reader,
-                headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
-                timeout=3600,
-                verify=self.rest.verify,
-            )
+        reader = _Reader(fh, size, advance)
+        res = self.rest.http.put(
+            info["upload_endpoint"]["uri"],
+            data=reader,
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+            timeout=3600,
+            verify=self.rest.verify,
+        )
         if not res.ok:
-            raise ExternalError(f"uploading {path.name} to the content library failed: HTTP {res.status_code}")
+            raise ExternalError(f"uploading {name} to the content library failed: HTTP {res.status_code}")
+        # checked here as well as by vCenter: a corrupt OVA is the user's to fix, and not every server checks
+        if sha256 and reader.sha256.hexdigest() != sha256:
+            raise InputError(
+                f"{name} does not match the OVA's manifest (SHA256 {reader.sha256.hexdigest()}, manifest {sha256})",
+                field="--ova",
+                expected="an intact OVA (download it again)",
+            )
 
     def _wait(self, session: str, timeout: float = 3600) -> None:
         deadline = time.monotonic() + timeout
@@ -173,24 +214,22 @@ class Library:
 
 
 class _Reader:
-    """A file read in 1 MiB chunks for an HTTP body, reporting progress; has a length so no chunked encoding."""
+    """A stream read in 1 MiB chunks for an HTTP body, reporting progress; has a length (no chunked encoding)."""
 
-    def __init__(self, path: Path, size: int, advance: Progress | None) -> None:
-        self.fh = path.open("rb")
+    def __init__(self, fh: IO[bytes], size: int, advance: Progress | None) -> None:
+        self.fh = fh
         self.size = size
         self.advance = advance
-
-    def __enter__(self) -> _Reader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.fh.close()
+        self.sha256 = hashlib.sha256()
 
     def __len__(self) -> int:
         return self.size
 
-    def __iter__(self) -> Any:
-        while chunk := self.fh.read(1024 * 1024):
+    def __iter__(self) -> Iterator[bytes]:
+        left = self.size
+        while left > 0 and (chunk := self.fh.read(min(1024 * 1024, left))):
+            left -= len(chunk)
+            self.sha256.update(chunk)
             if self.advance:
                 self.advance(len(chunk))
             yield chunk

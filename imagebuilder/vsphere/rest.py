@@ -101,13 +101,15 @@ class RestClient:
         action: str | None = None,
         params: Mapping[str, str] | None = None,
         ok_missing: bool = False,
+        method: str | None = None,
     ) -> Any:
-        """Make one call; returns the unwrapped answer (None for a 404 when ``ok_missing``)."""
+        """Make one call (``method`` overrides the call's); returns the unwrapped answer (None for a 404 when
+        ``ok_missing``)."""
         if body is not None and self.dialect == "rest" and call.wrap:
             body = {call.wrap: body}
         self.calls.count_rest()
         res = self.http.request(
-            call.method,
+            method or call.method,
             self.base + self.url(call, ident, action),
             json=body,
             params=params,

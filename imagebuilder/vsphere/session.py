@@ -215,7 +215,12 @@ def external_errors(what: str) -> Iterator[None]:
             f"{what}: the server certificate is not trusted ({exc.verify_message})", hint=_TLS_HINT
         ) from None
     except requests.exceptions.SSLError as exc:
-        raise ExternalError(f"{what}: TLS failed ({exc})", hint=_TLS_HINT) from None
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            raise ExternalError(f"{what}: the server certificate is not trusted", hint=_TLS_HINT) from None
+        raise ExternalError(
+            f"{what}: the TLS connection to vCenter broke ({exc})",
+            hint="check that vCenter is up and reachable, then rerun: completed steps are kept and not repeated",
+        ) from None
     except vmodl.MethodFault as exc:
         raise ExternalError(f"{what}: vCenter refused: {fault_text(exc)}") from None
     except (requests.RequestException, OSError, http.client.HTTPException) as exc:

@@ -185,7 +185,8 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
             item = vs.library.create_item(library_id, req.name, f"{req.os.name} Kubernetes {req.channel.minor}")
             out.done.append(f"created library item {req.name}")
         else:
-            has_files = bool(vs.library.item_files(item))
+            # an item holding its descriptor is complete: a failed session leaves nothing on vCenter
+            has_files = any(str(f.get("name", "")).endswith(".ovf") for f in vs.library.item_files(item))
         if has_files:
             out.kept.append(f"library item {req.name} already holds the OVA")
         else:  # new, or left empty by an interrupted upload
