@@ -154,15 +154,15 @@ class Library:
         info = self.rest(ADD_FILE, spec, ident=session, action="add")
         self.rest.calls.count_rest()
         reader = _Reader(fh, size, advance)
-        res = self.rest.http.put(
+        res = self.rest.http.request(
+            "PUT",
             info["upload_endpoint"]["uri"],
-            data=reader,
+            body=reader,
             headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
             timeout=3600,
-            verify=self.rest.verify,
         )
         if not res.ok:
-            raise ExternalError(f"uploading {name} to the content library failed: HTTP {res.status_code}")
+            raise ExternalError(f"uploading {name} to the content library failed: HTTP {res.status}")
         # checked here as well as by vCenter: a corrupt OVA is the user's to fix, and not every server checks
         if sha256 and reader.sha256.hexdigest() != sha256:
             raise InputError(

@@ -8,14 +8,14 @@ names both forms, so the callers above never see the difference.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import requests
-
 from imagebuilder.errors import ExternalError
-from imagebuilder.vsphere.session import CallCounter, Credentials, Target, check_pin, http_session
+from imagebuilder.vsphere.http import HttpClient, Response
+from imagebuilder.vsphere.session import CallCounter, Credentials, Target, check_pin
 
 SESSION_HEADER = "vmware-api-session-id"
 
@@ -49,7 +49,7 @@ class RestClient:
         self.base = target.base_url
         self.calls = calls
         self.timeout = timeout
-        self.http, self.verify = http_session(target)
+        self.http = HttpClient(target, timeout)
         self.dialect = self._login(credentials, api_version)
 
     def _login(self, credentials: Credentials, api_version: str | None) -> str:
@@ -59,16 +59,17 @@ class RestClient:
             order.reverse()  # /api/session arrived in vCenter 7.0 U2: ask an older server for /rest first
         for dialect, path in order:
             self.calls.count_rest()
-            res = self.http.post(self.base + path, auth=auth, timeout=self.timeout, verify=self.verify)
-            if res.status_code == 404:
+            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+            res = self.http.request("POST", path, headers={"Authorization": f"Basic {token}"})
+            if res.status == 404:
                 continue
-            if res.status_code in (401, 403):
+            if res.status in (401, 403):
                 raise ExternalError(
                     f"the vCenter REST API refused the login of {credentials.username}",
                     hint="check the user name and password in the environment (spec 5)",
                 )
             if not res.ok:
-                raise RestError(f"REST login failed: HTTP {res.status_code} {res.text[:200]}", res.status_code)
+                raise RestError(f"REST login failed: HTTP {res.status} {res.text[:200]}", res.status)
             body = res.json()
             token = body["value"] if dialect == "rest" else body
             self.http.headers[SESSION_HEADER] = str(token)
@@ -80,8 +81,8 @@ class RestClient:
             path = "/api/session" if self.dialect == "api" else "/rest/com/vmware/cis/session"
             try:
                 self.calls.count_rest()
-                self.http.delete(self.base + path, timeout=10, verify=self.verify)
-            except requests.RequestException:
+                self.http.request("DELETE", path, timeout=10)
+            except (OSError, ExternalError):
                 pass
         self.http.close()
 
@@ -108,22 +109,15 @@ class RestClient:
         if body is not None and self.dialect == "rest" and call.wrap:
             body = {call.wrap: body}
         self.calls.count_rest()
-        res = self.http.request(
-            method or call.method,
-            self.base + self.url(call, ident, action),
-            json=body,
-            params=params,
-            timeout=self.timeout,
-            verify=self.verify,
-        )
-        if res.status_code == 404 and ok_missing:
+        res = self.http.request(method or call.method, self.url(call, ident, action), json_body=body, params=params)
+        if res.status == 404 and ok_missing:
             return None
         if not res.ok:
             raise RestError(
-                f"vCenter REST {call.method} {self.url(call, ident, action)}: HTTP {res.status_code} {_message(res)}",
-                res.status_code,
+                f"vCenter REST {call.method} {self.url(call, ident, action)}: HTTP {res.status} {_message(res)}",
+                res.status,
             )
-        if not res.content:
+        if not res.data:
             return None
         data = res.json()
         if self.dialect == "rest" and isinstance(data, dict) and "value" in data:
@@ -138,7 +132,7 @@ def _older_than_api(api_version: str) -> bool:
         return False
 
 
-def _message(res: requests.Response) -> str:
+def _message(res: Response) -> str:
     try:
         data = res.json()
     except ValueError:

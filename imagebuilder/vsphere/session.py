@@ -164,32 +164,7 @@ def _unverified() -> ssl.SSLContext:
     return ctx
 
 
-def http_session(target: Target) -> tuple[Any, bool | str]:
-    """A ``requests`` session for ``target`` and the ``verify`` value to pass with each request.
-
-    The environment is read once here, not on every request: the proxy for this host (``HTTPS_PROXY``/``NO_PROXY``,
-    spec 8) and a CA bundle named by ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``. A pinned or insecure target is not
-    verified by TLS (the pin is checked separately)."""
-    import requests
-
-    session = requests.Session()
-    session.trust_env = False
-    session.proxies = requests.utils.get_environ_proxies(target.base_url)
-    if target.insecure or target.thumbprint:
-        return session, False
-    return session, os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
-
-
-def quiet_unverified(target: Target) -> None:
-    """A pinned or knowingly insecure target: urllib3's per-request warning would only repeat the user's choice."""
-    if target.insecure or target.thumbprint:
-        import urllib3
-
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-
-
 def check_pin(target: Target) -> None:
-    quiet_unverified(target)
     if target.thumbprint and not target.insecure:
         actual = server_thumbprint(target)
         if actual != target.thumbprint:
@@ -205,7 +180,6 @@ _TLS_HINT = "pin it with --thumbprint (image-builder vsphere.thumbprint --server
 @contextlib.contextmanager
 def external_errors(what: str) -> Iterator[None]:
     """Turn a vCenter, HTTP or socket failure into an :class:`ExternalError` (exit 1) naming ``what`` failed."""
-    import requests
     from pyVmomi import vmodl
 
     try:
@@ -214,16 +188,14 @@ def external_errors(what: str) -> Iterator[None]:
         raise ExternalError(
             f"{what}: the server certificate is not trusted ({exc.verify_message})", hint=_TLS_HINT
         ) from None
-    except requests.exceptions.SSLError as exc:
-        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-            raise ExternalError(f"{what}: the server certificate is not trusted", hint=_TLS_HINT) from None
+    except ssl.SSLError as exc:
         raise ExternalError(
             f"{what}: the TLS connection to vCenter broke ({exc})",
             hint="check that vCenter is up and reachable, then rerun: completed steps are kept and not repeated",
         ) from None
     except vmodl.MethodFault as exc:
         raise ExternalError(f"{what}: vCenter refused: {fault_text(exc)}") from None
-    except (requests.RequestException, OSError, http.client.HTTPException) as exc:
+    except (OSError, http.client.HTTPException) as exc:
         raise ExternalError(
             f"{what}: lost the connection to vCenter ({type(exc).__name__}: {exc})",
             hint="check that vCenter is up and reachable, then rerun: completed steps are kept and not repeated",

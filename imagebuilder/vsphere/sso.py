@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
-import requests
 from defusedxml.ElementTree import fromstring as defused_fromstring
 
 from imagebuilder.errors import ExternalError
-from imagebuilder.vsphere.session import check_pin, http_session
+from imagebuilder.vsphere.http import HttpClient
+from imagebuilder.vsphere.session import check_pin
 
 if TYPE_CHECKING:
     from imagebuilder.vsphere.session import VSphere
@@ -69,11 +69,11 @@ class SsoAdmin:
     def __init__(self, vs: VSphere) -> None:
         self.vs = vs
         check_pin(vs.target)
-        self.http, self.verify = http_session(vs.target)
+        self.http = HttpClient(vs.target)
         base = vs.target.base_url
         # the vCenter session cookie rides along, as govc sends it: vcsim's SSO endpoint refuses calls without it
         # (real vCenter authenticates the SSO admin session by the SAML Login below and ignores it)
-        self.http.cookies.set("vmware_soap_session", vs.soap_session)
+        self.http.cookies["vmware_soap_session"] = vs.soap_session
         self.sts_url = base + self._path(vs.setting("config.vpxd.sso.sts.uri"), DEFAULT_STS_PATH)
         self.admin_url = base + self._path(vs.setting("config.vpxd.sso.admin.uri"), DEFAULT_ADMIN_PATH)
         self.refs: dict[str, tuple[str, str]] = {}
@@ -96,17 +96,16 @@ class SsoAdmin:
 
     def _post(self, url: str, action: str, envelope: str, what: str) -> ET.Element:
         self.vs.calls.count_soap()
-        res = self.http.post(
+        res = self.http.request(
+            "POST",
             url,
-            data=envelope.encode(),
+            body=envelope.encode(),
             headers={"Content-Type": "text/xml; charset=utf-8", "SOAPAction": action},
-            timeout=60,
-            verify=self.verify,
         )
         try:
-            root = defused_fromstring(res.content)
+            root = defused_fromstring(res.data)
         except ET.ParseError:
-            raise ExternalError(f"SSO endpoint {url} answered HTTP {res.status_code} without SOAP") from None
+            raise ExternalError(f"SSO endpoint {url} answered HTTP {res.status} without SOAP") from None
         fault = root.find(f".//{{{SOAP_NS}}}Fault")
         if fault is not None:
             detail = fault.find("detail")
@@ -116,7 +115,7 @@ class SsoAdmin:
             text = (fault.findtext("faultstring") or "").strip()
             raise SsoFault(what, kind or "fault", text)
         if not res.ok:
-            raise ExternalError(f"SSO endpoint {url}: HTTP {res.status_code}")
+            raise ExternalError(f"SSO endpoint {url}: HTTP {res.status}")
         body = root.find(f"{{{SOAP_NS}}}Body")
         assert body is not None
         return body
@@ -169,7 +168,7 @@ class SsoAdmin:
         self._call("Login", self._this("sessionManager"), security)
 
     def close(self) -> None:
-        with contextlib.suppress(ExternalError, requests.RequestException):
+        with contextlib.suppress(ExternalError, OSError):
             self._call("Logout", self._this("sessionManager"))
         self.http.close()
 
