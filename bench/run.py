@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.vsphere import bench_vsphere  # noqa: E402
 from imagebuilder.demo import run_demo  # noqa: E402
 from imagebuilder.hostinfo import kvm_status  # noqa: E402
-from bench.vsphere import bench_vsphere  # noqa: E402
 
 START = "<!-- bench:start (written by bench/run.py; do not edit) -->"
 END = "<!-- bench:end -->"

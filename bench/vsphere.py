@@ -104,9 +104,7 @@ def _run_govc(sim: Vcsim, steps: list[list[str]], debug: Path | None = None) -> 
 
 def _listing(work: Path, ovas: dict[str, Path]) -> Path:
     path = work / "templates.yaml"
-    path.write_text(
-        "".join(f"- {{ova: {ovas[o]}, os: {o}, kubernetes: '{k}'}}\n" for o in OSES for k in KUBERNETES)
-    )
+    path.write_text("".join(f"- {{ova: {ovas[o]}, os: {o}, kubernetes: '{k}'}}\n" for o in OSES for k in KUBERNETES))
     return path
 
 
