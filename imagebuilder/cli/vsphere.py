@@ -31,6 +31,12 @@ CONNECTION_HELP = {
 }
 OS_HELP = "bottlerocket|ubuntu (or os1|os2): the template's OS family"
 KUBE_HELP = "Kubernetes minor version of the template: 1.21, 1.22, 1.23 or 1.24"
+TEMPLATE_HELP = {
+    "template": "inventory path of the template: /<dc>/vm/<folder>/<name>",
+    "os": OS_HELP,
+    "kubernetes": KUBE_HELP,
+    **CONNECTION_HELP,
+}
 
 
 @contextmanager
@@ -164,6 +170,12 @@ def _progress() -> Callable[[int], Callable[[int], None]]:
     return start
 
 
+def _template_args(template: str, os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseChannel]:
+    if not template:
+        raise InputError("required flag missing", field="--template", expected="/<dc>/vm/<folder>/<name>")
+    return _os_channel(os_name, kubernetes)
+
+
 def _os_channel(os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseChannel]:
     from imagebuilder.model import load_catalog
 
@@ -286,16 +298,7 @@ def _report(path: str, done: list[str], kept: list[str], warnings: list[str]) ->
         print(f"warning: {line}", file=sys.stderr)
 
 
-@task(
-    help={
-        "template": "inventory path of the template: /<dc>/vm/<folder>/<name>",
-        "os": OS_HELP,
-        "kubernetes": KUBE_HELP,
-        "dry_run": "print the tags; change nothing",
-        **CONNECTION_HELP,
-    },
-    auto_shortflags=False,
-)
+@task(help={**TEMPLATE_HELP, "dry_run": "print the tags; change nothing"}, auto_shortflags=False)
 @cli_task
 def tag(
     c: Context,
@@ -311,9 +314,7 @@ def tag(
     from imagebuilder.vsphere.tags import expected_tags
     from imagebuilder.vsphere.templates import tag_template
 
-    if not template:
-        raise InputError("required flag missing", field="--template", expected="/<dc>/vm/<folder>/<name>")
-    os_, channel = _os_channel(os, kubernetes)
+    os_, channel = _template_args(template, os, kubernetes)
     if dry_run:
         for t in expected_tags(os_, channel):
             print(f"would tag {template} with {t.name} (category {t.category})")
@@ -323,15 +324,7 @@ def tag(
     _report(out.path, out.done, out.kept, out.warnings)
 
 
-@task(
-    help={
-        "template": "inventory path of the template: /<dc>/vm/<folder>/<name>",
-        "os": OS_HELP,
-        "kubernetes": KUBE_HELP,
-        **CONNECTION_HELP,
-    },
-    auto_shortflags=False,
-)
+@task(help=TEMPLATE_HELP, auto_shortflags=False)
 @cli_task
 def validate(
     c: Context,
@@ -345,9 +338,7 @@ def validate(
     """Check that a template carries exactly the two tags the product expects (spec 7.1); exit 1 naming the fix."""
     from imagebuilder.vsphere.templates import fix_command, validate_template
 
-    if not template:
-        raise InputError("required flag missing", field="--template", expected="/<dc>/vm/<folder>/<name>")
-    os_, channel = _os_channel(os, kubernetes)
+    os_, channel = _template_args(template, os, kubernetes)
     with connected(_target(server, insecure, thumbprint), f"validating {template}") as vs:
         problems = validate_template(vs, template, os_, channel)
     if problems:

@@ -8,6 +8,7 @@ vCenter knows: the thumbprint matches, the objects exist, and the template exist
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,33 +179,33 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
                 "one folder per cluster (spec 2.5)",
             )
         specs.append(spec)
-    seen_ip: dict[str, str] = {}
-    seen_folder: dict[str, str] = {}
-    for s in specs:
-        if s.endpoint in seen_ip:
-            problems.append(
-                InputError(
-                    f"control-plane endpoint {s.endpoint} is also used by {seen_ip[s.endpoint]}",
-                    source=s.source,
-                    field=f"{kinds.cluster_kind}/{s.name} endpoint.host",
-                    expected="one endpoint IP per cluster (spec 2.5)",
-                )
-            )
-        seen_ip.setdefault(s.endpoint, f"{s.name} ({s.source})")
-        for f in {m.folder for m in s.machines}:
-            if f in seen_folder:
-                problems.append(
-                    InputError(
-                        f"folder {f} is also used by {seen_folder[f]}",
-                        source=s.source,
-                        field=f"{kinds.cluster_kind}/{s.name} folder",
-                        expected="one folder per cluster (spec 2.5)",
-                    )
-                )
-            seen_folder.setdefault(f, f"{s.name} ({s.source})")
+    kind = kinds.cluster_kind
+    problems += _shared(specs, lambda s: [s.endpoint], "control-plane endpoint", kind, "endpoint.host", "endpoint IP")
+    problems += _shared(specs, lambda s: [m.folder for m in s.machines], "folder", kind, "folder", "folder")
     if problems:
         raise InputErrors(problems)
     return specs
+
+
+def _shared(
+    specs: list[ClusterSpec], values: Callable[[ClusterSpec], list[str]], label: str, kind: str, field: str, one: str
+) -> list[InputError]:
+    """A value (endpoint IP, folder) that two clusters of the files given both use (spec 2.5: one per cluster)."""
+    seen: dict[str, str] = {}
+    problems = []
+    for s in specs:
+        for v in sorted(set(values(s))):
+            if v in seen:
+                problems.append(
+                    InputError(
+                        f"{label} {v} is also used by {seen[v]}",
+                        source=s.source,
+                        field=f"{kind}/{s.name} {field}",
+                        expected=f"one {one} per cluster (spec 2.5)",
+                    )
+                )
+            seen.setdefault(v, f"{s.name} ({s.source})")
+    return problems
 
 
 def check_online(vs: VSphere, spec: ClusterSpec) -> None:
