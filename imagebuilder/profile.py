@@ -109,6 +109,17 @@ class Hosts(_Strict):
 
 
 @dataclasses.dataclass(frozen=True)
+class Os1(_Strict):
+    root_url: str
+    root_sha512: str
+    metadata_url: str
+    targets_url: str
+    target_name: str
+    vsphere_variant: str
+    baremetal_variant: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Versions(_Strict):
     image_builder: str
     bundle: int
@@ -124,6 +135,7 @@ class Profile(_Strict):
     distro: Distro
     tags: Tags
     hosts: Hosts
+    os1: Os1
     versions: Versions
 
     def manifest_url(self, channel: str, number: int) -> str:

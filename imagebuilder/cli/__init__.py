@@ -13,9 +13,11 @@ from imagebuilder.cli import demo as _demo
 from imagebuilder.cli import dev as _dev
 from imagebuilder.cli import dhcp as _dhcp
 from imagebuilder.cli import docs as _docs
+from imagebuilder.cli import download as _download
 from imagebuilder.cli import host as _host
 from imagebuilder.cli import image as _image
 from imagebuilder.cli import mirror as _mirror
+from imagebuilder.cli import serve as _serve
 from imagebuilder.cli import vsphere as _vsphere
 
 
@@ -27,6 +29,7 @@ def make_namespace() -> Collection:
     ns.add_task(_dev.lint)
     ns.add_task(_dev.test)
     ns.add_task(_host.preflight)
+    ns.add_task(_serve.serve)
     ns.add_collection(Collection.from_module(_config, name="config"))
     ns.add_collection(Collection.from_module(_mirror, name="mirror"))
     image = Collection("image")
@@ -39,6 +42,9 @@ def make_namespace() -> Collection:
     dhcp.add_task(_dhcp.verify)
     dhcp.add_task(_dhcp.schema)
     ns.add_collection(dhcp)
+    download = Collection("download")
+    download.add_task(_download.bottlerocket)
+    ns.add_collection(download)
     vsphere = Collection("vsphere")
     vsphere.add_task(_vsphere.setup_user, name="setup-user")
     vsphere.add_task(_vsphere.thumbprint)

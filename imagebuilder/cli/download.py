@@ -1,0 +1,82 @@
+"""``download.*``: OS-1 images over TUF (spec 4.5) and the bare-metal boot assets (spec 1.8)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli._common import cli_task
+from imagebuilder.errors import InputError
+
+
+def _progress(label: str) -> Callable[[int], Callable[[int], None]] | None:
+    if not sys.stderr.isatty():
+        return None
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    def start(total: int) -> Callable[[int], None]:
+        bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True)
+        bar.start()
+        task_id = bar.add_task(label, total=total)
+        done = 0
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            bar.update(task_id, completed=done)
+            if done >= total:
+                bar.stop()
+
+        return advance
+
+    return start
+
+
+@task(
+    help={
+        "variant": "vsphere (the OVA) or baremetal (the raw image, written as gzip)",
+        "kubernetes": "Kubernetes minor version 1.21-1.24 (default: KUBEVERSION from the environment)",
+        "dest": "directory to write into (default ./os1; may already exist)",
+        "root": "root.json to start from: a file or URL (default: the OS-1 cache host's)",
+        "root_sha512": "SHA-512 root.json must have (default: the one pinned in config/profile.yaml)",
+        "metadata_url": "TUF metadata URL (default per spec 4.5, e.g. a local mirror)",
+        "targets_url": "TUF targets URL (default per spec 4.5)",
+        "dry_run": "print the names and URLs; download nothing",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def bottlerocket(
+    c: Context,
+    variant: str = "",
+    kubernetes: str = "",
+    dest: str = "os1",
+    root: str = "",
+    root_sha512: str = "",
+    metadata_url: str = "",
+    targets_url: str = "",
+    dry_run: bool = False,
+) -> None:
+    """Download an OS-1 image over TUF: pinned root, verified metadata, one verified pass (spec 4.5)."""
+    from imagebuilder.os1 import download, os1_target, pinned_root
+
+    if not variant:
+        raise InputError("required flag missing", field="--variant", expected="vsphere or baremetal")
+    kube = kubernetes or os.environ.get("KUBEVERSION", "")
+    if not kube:
+        raise InputError("required flag missing", field="--kubernetes", expected="1.21-1.24, or KUBEVERSION set")
+    target = os1_target(variant, kube, metadata_url or None, targets_url or None)
+    if dry_run:
+        print(f"target:   {target.name}\nmetadata: {target.metadata_url}\ntargets:  {target.targets_url}")
+        print(f"output:   {Path(dest) / target.output_name}")
+        return
+    trusted = pinned_root(root or None, root_sha512 or None)
+    path = download(target, Path(dest), trusted, _progress(target.name))
+    print(f"wrote {path} (verified against the signed metadata)")
+    if variant == "baremetal":
+        print(f"served by 'image-builder serve --dir {dest}', osImageURL is http://<this host>:8080/{path.name}")

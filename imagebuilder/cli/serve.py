@@ -1,0 +1,82 @@
+"""``serve``: the local web server for OS images and boot assets (spec 1.8), or its nginx site for production."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli._common import cli_task
+from imagebuilder.errors import ExternalError, InputError
+
+#: machines being provisioned fetch from this host over the network: all interfaces by default (spec 1.8)
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104
+
+
+@task(
+    help={
+        "dir": "directory to serve (e.g. the download.bottlerocket and download.hook destinations)",
+        "bind": "address to listen on (default 0.0.0.0: all)",
+        "port": "TCP port (default 8080)",
+        "listing": "list directories (off by default)",
+        "access_log": "write the access log to this file (default: standard error)",
+        "nginx_config": "write an nginx site for this directory to this file instead of serving",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def serve(
+    c: Context,
+    dir: str = "",
+    bind: str = ALL_INTERFACES,
+    port: int = 8080,
+    listing: bool = False,
+    access_log: str = "",
+    nginx_config: str = "",
+) -> None:
+    """Serve images and boot assets over HTTP (ranges, HEAD, sendfile); print osImageURL and hookImagesURLPath."""
+    from imagebuilder.serve import FileServer, cluster_values, local_address
+
+    if not dir:
+        raise InputError("required flag missing", field="--dir", expected="the directory to serve")
+    root = Path(dir)
+    if not root.is_dir():
+        raise InputError(f"{dir} is not a directory", field="--dir")
+    if nginx_config:
+        from imagebuilder.files import atomic_write
+        from imagebuilder.render import template_env
+
+        text = (
+            template_env()
+            .get_template("templates/nginx/site.conf.j2")
+            .render(
+                root=str(root.resolve()),
+                listen=f"{bind}:{port}" if bind != ALL_INTERFACES else str(port),
+                listing=listing,
+            )
+        )
+        with atomic_write(nginx_config) as fh:
+            fh.write(text)
+        print(f"wrote {nginx_config}")
+        return
+    log = open(access_log, "a") if access_log else sys.stderr  # noqa: SIM115 -- lives as long as the server
+    try:
+        server = FileServer(root, bind, port, listing=listing, log=log)
+    except OSError as exc:
+        raise ExternalError(f"cannot listen on {bind}:{port}: {exc.strerror}", hint="choose another --port") from None
+    host = local_address() if bind in (ALL_INTERFACES, "::") else bind
+    base = f"http://{host}:{server.server_address[1]}"
+    print(f"serving {root.resolve()} on {base}/ (Ctrl-C stops)")
+    for key, value in cluster_values(base, root).items():
+        print(f"{key}: {value}")
+    sys.stdout.flush()
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        if log is not sys.stderr:
+            log.close()

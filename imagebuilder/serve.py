@@ -1,0 +1,229 @@
+"""``serve``: the local web server of spec 1.8 for OS images and boot assets.
+
+Bare-metal machines fetch the OS image (``osImageURL``) and the boot kernel and ramdisk (``hookImagesURLPath``)
+over HTTP while they provision, several at once, and ISO boot reads by byte ranges. So: GET and HEAD, single byte
+ranges (206/416), Content-Length, ETag/Last-Modified with conditional requests (304), keep-alive, ``sendfile`` from
+the page cache, one thread per client, an access log. Nothing outside the served directory is reachable (``..``,
+encoded or not, and symlinks that leave it are refused) and directories are not listed unless asked.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import mimetypes
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TextIO
+from urllib.parse import quote, unquote, urlsplit
+
+HOOK_FILES = ("vmlinuz-x86_64", "initramfs-x86_64")
+
+
+class FileServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, root: Path, bind: str, port: int, *, listing: bool = False, log: TextIO | None = None):
+        self.root = root.resolve()
+        self.listing = listing
+        self.log = log
+        self._log_lock = threading.Lock()
+        super().__init__((bind, port), Handler)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server_address[:2]
+        host = str(host)
+        return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+    def access(self, line: str) -> None:
+        if self.log is not None:
+            with self._log_lock:
+                self.log.write(line + "\n")
+                self.log.flush()
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    start: int
+    end: int  # inclusive
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start + 1
+
+
+def parse_range(header: str | None, size: int) -> ByteRange | str | None:
+    """None: serve it all; a ByteRange; or "unsatisfiable". Several ranges are answered with the whole file."""
+    if not header or not header.startswith("bytes=") or "," in header:
+        return None
+    first, _, last = header[6:].strip().partition("-")
+    try:
+        if not first:  # the last N bytes
+            n = int(last)
+            if n <= 0:
+                return "unsatisfiable"
+            return ByteRange(max(0, size - n), size - 1) if size else "unsatisfiable"
+        start = int(first)
+        end = int(last) if last else size - 1
+    except ValueError:
+        return None
+    if start >= size or end < start:
+        return "unsatisfiable"
+    return ByteRange(start, min(end, size - 1))
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: FileServer
+    protocol_version = "HTTP/1.1"
+    _length: int | str = "-"
+    server_version = "image-builder-serve"
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _resolve(self) -> Path | None:
+        path = unquote(urlsplit(self.path).path)
+        if "\x00" in path or any(part == ".." for part in path.split("/")):
+            return None
+        target = (self.server.root / path.lstrip("/")).resolve()
+        if target != self.server.root and not target.is_relative_to(self.server.root):
+            return None  # a symlink that leads out of the served directory
+        return target
+
+    def _serve(self, body: bool) -> None:
+        target = self._resolve()
+        if target is None:
+            self._plain(HTTPStatus.FORBIDDEN, "forbidden\n", body)
+            return
+        if target.is_dir():
+            if self.server.listing:
+                self._listing(target, body)
+            else:
+                self._plain(HTTPStatus.NOT_FOUND, "not found\n", body)
+            return
+        try:
+            fh = target.open("rb")
+        except OSError:
+            self._plain(HTTPStatus.NOT_FOUND, "not found\n", body)
+            return
+        with fh:
+            st = os.fstat(fh.fileno())
+            size = st.st_size
+            etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
+            modified = email.utils.formatdate(st.st_mtime, usegmt=True)
+            if self._not_modified(etag, st.st_mtime):
+                self.send_response(HTTPStatus.NOT_MODIFIED)
+                self.send_header("ETag", etag)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            wanted = parse_range(self.headers.get("Range"), size)
+            if self.headers.get("If-Range") not in (None, etag, modified):
+                wanted = None  # the file changed since the client's first part: send it whole
+            if wanted == "unsatisfiable":
+                self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            part = wanted if isinstance(wanted, ByteRange) else ByteRange(0, size - 1)
+            self._length = max(part.length, 0) if body else 0
+            self.send_response(HTTPStatus.PARTIAL_CONTENT if isinstance(wanted, ByteRange) else HTTPStatus.OK)
+            self.send_header("Content-Type", mimetypes.guess_type(target.name)[0] or "application/octet-stream")
+            self.send_header("Content-Length", str(max(part.length, 0)))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("ETag", etag)
+            self.send_header("Last-Modified", modified)
+            if isinstance(wanted, ByteRange):
+                self.send_header("Content-Range", f"bytes {part.start}-{part.end}/{size}")
+            self.end_headers()
+            if body and size:
+                self._send_file(fh.fileno(), part.start, part.length)
+
+    def _not_modified(self, etag: str, mtime: float) -> bool:
+        match = self.headers.get("If-None-Match")
+        if match is not None:
+            return etag in [m.strip() for m in match.split(",")] or match.strip() == "*"
+        since = self.headers.get("If-Modified-Since")
+        if since:
+            try:
+                parsed = email.utils.parsedate_to_datetime(since).timestamp()
+            except (TypeError, ValueError):
+                return False
+            return int(mtime) <= parsed
+        return False
+
+    def _send_file(self, fd: int, offset: int, count: int) -> None:
+        self.wfile.flush()
+        sock = self.connection
+        try:
+            while count > 0:
+                sent = os.sendfile(sock.fileno(), fd, offset, min(count, 1 << 30))
+                if sent == 0:
+                    break
+                offset += sent
+                count -= sent
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _plain(self, status: HTTPStatus, text: str, body: bool) -> None:
+        data = text.encode()
+        self._length = len(data) if body else 0
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def _listing(self, directory: Path, body: bool) -> None:
+        base = urlsplit(self.path).path.rstrip("/") + "/"
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir())
+        items = "".join(f'<li><a href="{quote(base + n)}">{n}</a></li>' for n in names)
+        self._plain(HTTPStatus.OK, f"<ul>{items}</ul>\n", body)
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """One access-log line per request, in the common log format."""
+        status = code.value if isinstance(code, HTTPStatus) else code
+        length = self._length if size == "-" else size
+        self.server.access(
+            f'{self.client_address[0]} - - [{self.log_date_time_string()}] "{self.requestline}" {status} {length}'
+        )
+
+    def log_message(self, format: str, *args: object) -> None:
+        self.server.access(f"{self.client_address[0]} - - [{self.log_date_time_string()}] {format % args}")
+
+
+def cluster_values(base_url: str, root: Path) -> dict[str, str]:
+    """The cluster spec values (spec 2.5) for what ``root`` holds: ``osImageURL`` for a gzip image and
+    ``hookImagesURLPath`` for the directory with the boot kernel and ramdisk."""
+    values: dict[str, str] = {}
+    images = sorted(p for p in root.rglob("*.gz") if p.is_file())
+    if images:
+        values["osImageURL"] = f"{base_url}/{quote(images[0].relative_to(root).as_posix())}"
+    for directory in sorted({p.parent for p in root.rglob(HOOK_FILES[0])}):
+        if all((directory / f).is_file() for f in HOOK_FILES):
+            rel = directory.relative_to(root).as_posix()
+            values["hookImagesURLPath"] = f"{base_url}/{quote(rel)}" if rel != "." else base_url
+            break
+    return values
+
+
+def local_address() -> str:
+    """An address of this host that other machines can reach (for printed URLs when binding 0.0.0.0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
