@@ -180,5 +180,5 @@ def download(
     target: Os1Target, dest_dir: Path, root: bytes, progress: Callable[[int], Callable[[int], None]] | None = None
 ) -> Path:
     expected, url = target_info(target, root)
-    advance = progress(expected.length) if progress else None
+    advance = progress(expected.length or 0) if progress else None
     return download_verified(url, dest_dir / target.output_name, expected, target.transform(), progress=advance)

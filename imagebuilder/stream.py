@@ -83,9 +83,9 @@ class Lz4ToGzip:
 
 @dataclass(frozen=True)
 class Expected:
-    """What the signed metadata promised: the length and hashes (algorithm -> hex) of the source bytes."""
+    """What the signed metadata promised: the length (None: not known) and hashes (algorithm -> hex) of the bytes."""
 
-    length: int
+    length: int | None
     hashes: dict[str, str]
 
 
@@ -108,6 +108,8 @@ def download_verified(
     import urllib3
 
     http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=timeout, read=timeout))
+    if not expected.hashes:
+        raise VerificationError(f"no checksum is known for {url}: it cannot be verified")
     state = _State({alg: hashlib.new(alg) for alg in expected.hashes})
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(f".{dest.name}.part")
@@ -127,8 +129,8 @@ def download_verified(
                         ) from None
                     time.sleep(backoff * 2 ** (failures - 1))
                     continue
-                if state.received >= expected.length:
-                    break
+                if expected.length is None or state.received >= expected.length:
+                    break  # without a known length, a body that ended cleanly is the whole file
                 failures += 1  # the server ended the body early: resume from here
                 if failures >= attempts:
                     raise VerificationError(
@@ -185,7 +187,7 @@ def _fetch(
                 chunk, skip = chunk[cut:], skip - cut
                 if not chunk:
                     continue
-            if state.received + len(chunk) > expected.length:
+            if expected.length is not None and state.received + len(chunk) > expected.length:
                 raise VerificationError(
                     f"{url} is larger than the {expected.length} bytes the signed metadata allows",
                     hint="the mirror serves another file under this name",

@@ -44,6 +44,7 @@ def make_namespace() -> Collection:
     ns.add_collection(dhcp)
     download = Collection("download")
     download.add_task(_download.bottlerocket)
+    download.add_task(_download.hook)
     ns.add_collection(download)
     vsphere = Collection("vsphere")
     vsphere.add_task(_vsphere.setup_user, name="setup-user")

@@ -80,3 +80,27 @@ def bottlerocket(
     print(f"wrote {path} (verified against the signed metadata)")
     if variant == "baremetal":
         print(f"served by 'image-builder serve --dir {dest}', osImageURL is http://<this host>:8080/{path.name}")
+
+
+@task(
+    help={
+        "dest": "directory to write vmlinuz-x86_64 and initramfs-x86_64 into (default ./hook)",
+        "manifest": "bundle manifest file or URL (default: the profile's bundle on the assets host)",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def hook(c: Context, dest: str = "hook", manifest: str = "") -> None:
+    """Download the bare-metal boot kernel and ramdisk of the bundle, verified (spec 1.8)."""
+    from imagebuilder.hook import download_hook
+
+    def progress(name: str) -> Callable[[int], None] | None:
+        start = _progress(name)
+        return start(0) if start else None
+
+    for path in download_hook(Path(dest), manifest or None, progress):
+        print(f"wrote {path} (verified)")
+    print(
+        f"served by 'image-builder serve --dir {Path(dest).parent}', hookImagesURLPath is "
+        f"http://<this host>:8080/{Path(dest).name}"
+    )

@@ -1,0 +1,120 @@
+"""``download.hook``: the bare-metal boot kernel and ramdisk (spec 1.8, 4.5) of the product bundle.
+
+The bundle manifest (``Bundles``, number from the profile) names them: ``tinkerbell.tinkerbellStack.hook.vmlinuz``
+and ``.initramfs``, x86_64 (``amd``) entries with a ``uri``. Each is downloaded verified, with the ``sha256``/
+``sha512`` its entry gives, or else the checksum file published beside it (``<uri>.sha256``/``.sha512``); a file
+nothing vouches for is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.files import parse_yaml_documents
+from imagebuilder.profile import load_profile
+from imagebuilder.stream import Copy, Expected, download_verified
+
+HOOK_KEYS = ("vmlinuz", "initramfs")
+
+
+@dataclass(frozen=True)
+class Asset:
+    name: str
+    uri: str
+    hashes: dict[str, str]
+
+
+def manifest_url() -> str:
+    p = load_profile()
+    return f"https://{p.hosts.assets}/releases/bundles/{p.versions.bundle}/manifest.yaml"
+
+
+def hook_assets(text: str, source: str) -> list[Asset]:
+    """The x86_64 kernel and ramdisk of the newest versions bundle that has them."""
+    docs = parse_yaml_documents(text, source)
+    bundles = (docs[0] or {}).get("spec", {}).get("versionsBundles") if docs and isinstance(docs[0], dict) else None
+    if not isinstance(bundles, list):
+        raise InputError("not a bundle manifest (no spec.versionsBundles)", source=source)
+    found: list[Asset] = []
+    for vb in reversed(bundles):
+        hook = _dig(vb, "tinkerbell", "tinkerbellStack", "hook")
+        if not isinstance(hook, dict):
+            continue
+        for key in HOOK_KEYS:
+            entry = _dig(hook, key, "amd")
+            if not isinstance(entry, dict) or not entry.get("uri"):
+                raise InputError(f"no x86_64 {key} entry", source=source, field=f"...hook.{key}.amd.uri")
+            hashes = {alg: str(entry[alg]) for alg in ("sha256", "sha512") if entry.get(alg)}
+            found.append(
+                Asset(str(entry.get("name") or str(entry["uri"]).rsplit("/", 1)[-1]), str(entry["uri"]), hashes)
+            )
+        return found
+    raise InputError("no versions bundle carries the tinkerbell hook", source=source, field="spec.versionsBundles")
+
+
+def _dig(data: Any, *keys: str) -> Any:
+    for k in keys:
+        data = data.get(k) if isinstance(data, dict) else None
+    return data
+
+
+def _sidecar(uri: str) -> dict[str, str]:
+    import urllib3
+
+    for alg in ("sha512", "sha256"):
+        try:
+            res = urllib3.request("GET", f"{uri}.{alg}", timeout=30, retries=urllib3.Retry(2, backoff_factor=0.5))
+        except urllib3.exceptions.HTTPError:
+            continue
+        if res.status == 200:
+            words = res.data.decode(errors="replace").split()
+            if words:
+                return {alg: words[0].lower()}
+    return {}
+
+
+def fetch_manifest(source: str | None) -> tuple[str, str]:
+    """The manifest text and where it came from: a file, a URL, or the profile's bundle on the assets host."""
+    import urllib3
+
+    where = source or manifest_url()
+    if "://" not in where:
+        try:
+            return Path(where).read_text(), where
+        except OSError as exc:
+            raise InputError(f"cannot read {where}: {exc.strerror}", field="--manifest") from None
+    try:
+        res = urllib3.request("GET", where, timeout=30, retries=urllib3.Retry(3, backoff_factor=0.5))
+    except urllib3.exceptions.HTTPError as exc:
+        raise ExternalError(f"GET {where} failed: {exc}", hint="check the network, or pass --manifest") from None
+    if res.status != 200:
+        raise ExternalError(f"GET {where}: HTTP {res.status}", hint="pass --manifest FILE|URL")
+    return res.data.decode(), where
+
+
+def download_hook(
+    dest: Path, manifest: str | None = None, progress: Callable[[str], Callable[[int], None] | None] | None = None
+) -> list[Path]:
+    text, source = fetch_manifest(manifest)
+    paths = []
+    for asset in hook_assets(text, source):
+        hashes = asset.hashes or _sidecar(asset.uri)
+        if not hashes:
+            raise ExternalError(
+                f"nothing vouches for {asset.uri}: the manifest gives no checksum and none is published beside it",
+                hint="use a bundle manifest that lists sha256/sha512 for the hook files",
+            )
+        paths.append(
+            download_verified(
+                asset.uri,
+                dest / asset.name,
+                Expected(None, hashes),
+                Copy(),
+                progress=progress(asset.name) if progress else None,
+            )
+        )
+    return paths
