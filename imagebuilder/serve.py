@@ -122,6 +122,7 @@ class Handler(BaseHTTPRequestHandler):
             etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
             modified = email.utils.formatdate(st.st_mtime, usegmt=True)
             if self._not_modified(etag, st.st_mtime):
+                self._length = 0
                 self.send_response(HTTPStatus.NOT_MODIFIED)
                 self.send_header("ETag", etag)
                 self.send_header("Content-Length", "0")
@@ -131,6 +132,7 @@ class Handler(BaseHTTPRequestHandler):
             if self.headers.get("If-Range") not in (None, etag, modified):
                 wanted = None  # the file changed since the client's first part: send it whole
             if wanted == "unsatisfiable":
+                self._length = 0
                 self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
                 self.send_header("Content-Range", f"bytes */{size}")
                 self.send_header("Content-Length", "0")

@@ -10,13 +10,16 @@ hashes and the transform keep their state, so nothing is read twice), with backo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from imagebuilder.errors import ExternalError
 
@@ -25,29 +28,38 @@ Progress = Callable[[int], None]
 
 
 class Transform(Protocol):
-    def feed(self, data: bytes) -> bytes: ...
+    """Turns the downloaded bytes into the file written to ``out``."""
 
-    def finish(self) -> bytes: ...
+    def start(self, out: BinaryIO) -> None: ...
+
+    def feed(self, data: bytes) -> None: ...
+
+    def finish(self) -> None: ...
 
 
 class Copy:
     """The bytes as they come (the OVA)."""
 
-    def feed(self, data: bytes) -> bytes:
-        return data
+    def start(self, out: BinaryIO) -> None:
+        self._out = out
 
-    def finish(self) -> bytes:
-        return b""
+    def feed(self, data: bytes) -> None:
+        self._out.write(data)
+
+    def finish(self) -> None:
+        pass
 
 
 class Lz4ToGzip:
     """lz4 frames in, gzip out, in bounded memory (spec 4.5 step 5 without the intermediate 'bottlerocket.img').
 
-    gzip comes from ISA-L (``isal``) at its level 1 where installed: several times faster than zlib's default
-    level for a disk image, at a modest cost in size; zlib level 1 otherwise.
+    Two stages on two threads, both of which release the GIL in their C code: the caller's thread reads and
+    decompresses, a second thread compresses and writes; a short queue between them bounds the memory. gzip comes
+    from ISA-L (``isal``) at its level 1: several times faster than zlib's default level on a disk image, at a
+    modest cost in size (zlib level 1 where isal is missing).
     """
 
-    def __init__(self, level: int = 1) -> None:
+    def __init__(self, level: int = 1, queue_depth: int = 8) -> None:
         import lz4.frame
 
         self._lz4 = lz4.frame.LZ4FrameDecompressor()
@@ -60,25 +72,61 @@ class Lz4ToGzip:
             import zlib
 
             self._gz = zlib.compressobj(level, zlib.DEFLATED, 31)
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=queue_depth)
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
-    def feed(self, data: bytes) -> bytes:
-        out = []
+    def start(self, out: BinaryIO) -> None:
+        def compress() -> None:
+            try:
+                while (raw := self._queue.get()) is not None:
+                    out.write(self._gz.compress(raw))
+                out.write(self._gz.flush())
+            except BaseException as exc:  # reported on the caller's thread by feed/finish
+                self._error = exc
+
+        self._thread = threading.Thread(target=compress, name="gzip", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: bytes | None) -> None:
+        """Queue for the writer; never blocks on a writer that has stopped."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._thread is None or not self._thread.is_alive():
+                return
+            try:
+                self._queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def feed(self, data: bytes) -> None:
+        import lz4.frame
+
         while data:
             raw = self._lz4.decompress(data)
             if raw:
-                out.append(self._gz.compress(raw))
+                self._put(raw)
             data = self._lz4.unused_data if self._lz4.eof else b""
             if self._lz4.eof:  # a new frame follows (lz4 files may hold several)
-                import lz4.frame
-
                 self._lz4 = lz4.frame.LZ4FrameDecompressor()
-        return b"".join(out)
 
-    def finish(self) -> bytes:
+    def finish(self) -> None:
+        self._put(None)
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
         if not self._lz4.eof and self._lz4.needs_input is False:
             raise ExternalError("the lz4 stream ended in the middle of a frame")
-        flushed: bytes = self._gz.flush()
-        return flushed
+
+    def abort(self) -> None:
+        """Stop the writer after a failure (its output is discarded)."""
+        with contextlib.suppress(Exception):  # the writer's own error is not the one being reported
+            self._put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
 
 
 @dataclass(frozen=True)
@@ -116,9 +164,10 @@ def download_verified(
     failures = 0
     try:
         with part.open("wb") as out:
+            transform.start(out)
             while True:
                 try:
-                    _fetch(http, url, state, expected, transform, out, progress)
+                    _fetch(http, url, state, expected, transform, progress)
                 except (urllib3.exceptions.HTTPError, OSError) as exc:
                     failures += 1
                     if failures >= attempts:
@@ -137,7 +186,7 @@ def download_verified(
                         f"{url} is truncated: the server sent {state.received} of the {expected.length} signed bytes"
                     )
                 time.sleep(backoff * 2 ** (failures - 1))
-            out.write(transform.finish())
+            transform.finish()
             for alg, want in expected.hashes.items():
                 got = state.hashers[alg].hexdigest()
                 if got != want.lower():
@@ -150,6 +199,9 @@ def download_verified(
         os.replace(part, dest)
         return dest
     finally:
+        abort = getattr(transform, "abort", None)
+        if abort is not None:
+            abort()
         part.unlink(missing_ok=True)
         http.clear()
 
@@ -168,7 +220,6 @@ def _fetch(
     state: _State,
     expected: Expected,
     transform: Transform,
-    out: object,
     progress: Progress | None,
 ) -> None:
     """One HTTP GET from ``state.received`` on; raises on connection errors (the caller resumes from the state)."""
@@ -194,7 +245,7 @@ def _fetch(
                 )
             for h in state.hashers.values():
                 h.update(chunk)
-            out.write(transform.feed(chunk))  # type: ignore[attr-defined]
+            transform.feed(chunk)
             state.received += len(chunk)
             if progress:
                 progress(len(chunk))
