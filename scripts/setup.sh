@@ -61,4 +61,21 @@ for tool in vcsim govc; do
   fi
 done
 
+# Benchmark peers (bench/run.py only; not needed to build or test): nginx, the lz4 CLI and tuftool.
+if [ "${1:-}" = "--bench" ]; then
+  for p in nginx-light lz4 curl pigz; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || {
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$p"
+    }
+  done
+  # a package install may start the distribution's nginx on port 80; the benchmark starts its own
+  command -v systemctl >/dev/null && $SUDO systemctl disable --now nginx 2>/dev/null || true
+  if [ ! -x "$TOOLS_BIN/tuftool" ]; then
+    command -v cargo >/dev/null || { echo "error: cargo is needed for tuftool (cargo install tuftool)" >&2; exit 1; }
+    echo "==> cargo install tuftool (a few minutes)"
+    cargo install --quiet --root "$PWD/.tools" tuftool
+  fi
+fi
+
 echo "==> setup done: activate with 'source .venv/bin/activate' (or call .venv/bin/invoke / .venv/bin/image-builder)"
