@@ -79,7 +79,9 @@ def bottlerocket(
     path = download(target, Path(dest), trusted, _progress(target.name))
     print(f"wrote {path} (verified against the signed metadata)")
     if variant == "baremetal":
-        print(f"served by 'image-builder serve --dir {dest}', osImageURL is http://<this host>:8080/{path.name}")
+        from imagebuilder.serve import local_address
+
+        print(f"osImageURL: http://{local_address()}:8080/{path.name} (once 'image-builder serve --dir {dest}' runs)")
 
 
 @task(
@@ -100,7 +102,9 @@ def hook(c: Context, dest: str = "hook", manifest: str = "") -> None:
 
     for path in download_hook(Path(dest), manifest or None, progress):
         print(f"wrote {path} (verified)")
+    from imagebuilder.serve import local_address
+
     print(
-        f"served by 'image-builder serve --dir {Path(dest).parent}', hookImagesURLPath is "
-        f"http://<this host>:8080/{Path(dest).name}"
+        f"hookImagesURLPath: http://{local_address()}:8080/{Path(dest).name} "
+        f"(once 'image-builder serve --dir {Path(dest).parent}' runs)"
     )
