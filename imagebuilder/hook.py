@@ -15,6 +15,7 @@ from typing import Any
 
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import parse_yaml_documents
+from imagebuilder.mirror import fetch_bytes
 from imagebuilder.profile import load_profile
 from imagebuilder.stream import Copy, Expected, download_verified
 
@@ -79,21 +80,8 @@ def _sidecar(uri: str) -> dict[str, str]:
 
 def fetch_manifest(source: str | None) -> tuple[str, str]:
     """The manifest text and where it came from: a file, a URL, or the profile's bundle on the assets host."""
-    import urllib3
-
     where = source or manifest_url()
-    if "://" not in where:
-        try:
-            return Path(where).read_text(), where
-        except OSError as exc:
-            raise InputError(f"cannot read {where}: {exc.strerror}", field="--manifest") from None
-    try:
-        res = urllib3.request("GET", where, timeout=30, retries=urllib3.Retry(3, backoff_factor=0.5))
-    except urllib3.exceptions.HTTPError as exc:
-        raise ExternalError(f"GET {where} failed: {exc}", hint="check the network, or pass --manifest") from None
-    if res.status != 200:
-        raise ExternalError(f"GET {where}: HTTP {res.status}", hint="pass --manifest FILE|URL")
-    return res.data.decode(), where
+    return fetch_bytes(where, timeout=30, what="bundle manifest").decode(errors="replace"), where
 
 
 def download_hook(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.mirror import fetch_bytes
 from imagebuilder.profile import load_profile
 from imagebuilder.stream import Copy, Expected, Lz4ToGzip, Transform, download_verified
 from imagebuilder.workspace import workspace_root
@@ -88,13 +89,7 @@ def pinned_root(root: str | None, root_sha512: str | None) -> bytes:
     if not SHA512_RE.match(want):
         raise InputError(f"'{want}' is not a SHA-512", field="--root-sha512", expected="128 hex digits")
     source = root or root_url()
-    if "://" in source:
-        data = _get(source)
-    else:
-        try:
-            data = Path(source).read_bytes()
-        except OSError as exc:
-            raise InputError(f"cannot read {source}: {exc.strerror}", field="--root") from None
+    data = fetch_bytes(source, timeout=30, what="root.json")
     got = hashlib.sha512(data).hexdigest()
     if got != want:
         raise ExternalError(
@@ -102,18 +97,6 @@ def pinned_root(root: str | None, root_sha512: str | None) -> bytes:
             hint="check the root file and the SHA-512 the OS-1 documentation gives (--root-sha512 overrides the pin)",
         )
     return data
-
-
-def _get(url: str) -> bytes:
-    import urllib3
-
-    try:
-        res = urllib3.request("GET", url, timeout=30, retries=urllib3.Retry(3, backoff_factor=0.5))
-    except urllib3.exceptions.HTTPError as exc:
-        raise ExternalError(f"GET {url} failed: {exc}", hint="check the network, or pass --root FILE") from None
-    if res.status != 200:
-        raise ExternalError(f"GET {url}: HTTP {res.status}", hint="pass --root FILE with a root.json you trust")
-    return bytes(res.data)
 
 
 def metadata_dir(target: Os1Target) -> Path:

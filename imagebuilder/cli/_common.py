@@ -51,3 +51,28 @@ def cli_task(body: F) -> F:
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def byte_progress(label: str) -> Callable[[int], Callable[[int], None]] | None:
+    """A rich progress bar for a transfer, on a terminal only: given the byte total (0: unknown), returns the
+    function that advances it. None when standard error is not a terminal (logs stay clean)."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    def start(total: int) -> Callable[[int], None]:
+        bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True)
+        bar.start()
+        task_id = bar.add_task(label, total=total or None)
+        done = 0
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            bar.update(task_id, completed=done)
+            if total and done >= total:
+                bar.stop()
+
+        return advance
+
+    return start

@@ -3,38 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from invoke.context import Context
 from invoke.tasks import task
 
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import byte_progress, cli_task
 from imagebuilder.errors import InputError
-
-
-def _progress(label: str) -> Callable[[int], Callable[[int], None]] | None:
-    if not sys.stderr.isatty():
-        return None
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    def start(total: int) -> Callable[[int], None]:
-        bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True)
-        bar.start()
-        task_id = bar.add_task(label, total=total)
-        done = 0
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            bar.update(task_id, completed=done)
-            if done >= total:
-                bar.stop()
-
-        return advance
-
-    return start
 
 
 @task(
@@ -76,7 +52,7 @@ def bottlerocket(
         print(f"output:   {Path(dest) / target.output_name}")
         return
     trusted = pinned_root(root or None, root_sha512 or None)
-    path = download(target, Path(dest), trusted, _progress(target.name))
+    path = download(target, Path(dest), trusted, byte_progress(target.name))
     print(f"wrote {path} (verified against the signed metadata)")
     if variant == "baremetal":
         from imagebuilder.serve import local_address
@@ -97,7 +73,7 @@ def hook(c: Context, dest: str = "hook", manifest: str = "") -> None:
     from imagebuilder.hook import download_hook
 
     def progress(name: str) -> Callable[[int], None] | None:
-        start = _progress(name)
+        start = byte_progress(name)
         return start(0) if start else None
 
     for path in download_hook(Path(dest), manifest or None, progress):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from invoke.context import Context
 from invoke.tasks import task
 
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import byte_progress, cli_task
 from imagebuilder.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
@@ -149,27 +149,6 @@ def thumbprint(c: Context, server: str = "") -> None:
 # -- template.* --------------------------------------------------------------------------------------------------
 
 
-def _progress() -> Callable[[int], Callable[[int], None]]:
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    def start(total: int) -> Callable[[int], None]:
-        bar = Progress(TextColumn("upload"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True)
-        bar.start()
-        task_id = bar.add_task("upload", total=total)
-        done = 0
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            bar.update(task_id, completed=done)
-            if done >= total:
-                bar.stop()
-
-        return advance
-
-    return start
-
-
 def _template_args(template: str, os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseChannel]:
     if not template:
         raise InputError("required flag missing", field="--template", expected="/<dc>/vm/<folder>/<name>")
@@ -277,7 +256,7 @@ def import_ova(
                 for step in plan_text(req):
                     print(f"  {step}")
             return
-        outcomes = import_templates(vs, reqs, jobs, _progress() if sys.stderr.isatty() else None)
+        outcomes = import_templates(vs, reqs, jobs, byte_progress("upload"))
         warned: set[str] = set()
         for out in outcomes:
             _report(out.path, out.done, out.kept, [w for w in out.warnings if w not in warned])
