@@ -159,6 +159,13 @@ def bench_download(work: Path, img: Path, lz4: Path, rounds: int) -> dict[str, o
     repo.targets.signed.targets[METAL] = info  # type: ignore[union-attr]
     os.link(lz4, repo.targets_dir / f"{info.hashes['sha256']}.{METAL}")
     repo.publish()
+    # the same bytes published as the OVA target: the download without the conversion
+    ova = TufRepo(www, f"2020-07-07/vmware-k8s-{K}/x86_64").create()
+    ova_name = f"bottlerocket-vmware-k8s-{K}-x86_64-v1.10.1.ova"
+    ova.targets.signed.targets[ova_name] = TargetFile.from_file(ova_name, str(lz4), ["sha256"])  # type: ignore[union-attr]
+    os.link(lz4, ova.targets_dir / f"{info.hashes['sha256']}.{ova_name}")
+    ova.publish()
+    ova_root = ova.metadata_dir / "1.root.json"
     root_file = repo.metadata_dir / "1.root.json"
     port = free_port()
     server = nginx(www, port, work)
@@ -166,7 +173,7 @@ def bench_download(work: Path, img: Path, lz4: Path, rounds: int) -> dict[str, o
     meta = f"{base}/2020-07-07/metal-k8s-{K}/x86_64/"
     targets = f"{base}/targets/"
     want = file_sha256(img)
-    times: dict[str, list[float]] = {"ours": [], "tuftool": [], "curl": []}
+    times: dict[str, list[float]] = {"ours": [], "tuftool": [], "curl": [], "ours_ova": []}
     try:
         for _ in range(rounds):
             dest = work / "dl-ours"
@@ -189,6 +196,16 @@ def bench_download(work: Path, img: Path, lz4: Path, rounds: int) -> dict[str, o
             )
             times["tuftool"].append(timed(script)[0])
             times["curl"].append(timed(f"curl -sf -o {work}/curl.out {targets}{info.hashes['sha256']}.{METAL}")[0])
+            odest = work / "dl-ova"
+            shutil.rmtree(odest, ignore_errors=True)
+            t, _ = timed(
+                [str(IMAGE_BUILDER), "download.bottlerocket", "--variant", "vsphere", "--kubernetes", K,
+                 "--dest", str(odest), "--root", str(ova_root), "--root-sha512", sha512(ova_root.read_bytes()),
+                 "--metadata-url", f"{base}/2020-07-07/vmware-k8s-{K}/x86_64/", "--targets-url", targets],
+                env={**os.environ, "IMAGE_BUILDER_WORKSPACE": str(work / f"ws-{time.monotonic_ns()}")},
+            )  # fmt: skip
+            times["ours_ova"].append(t)
+            assert file_sha256(odest / ova_name) == file_sha256(lz4)
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -199,6 +216,8 @@ def bench_download(work: Path, img: Path, lz4: Path, rounds: int) -> dict[str, o
         "curl_s": round(med["curl"], 2),
         "vs_tuftool": round(med["tuftool"] / med["ours"], 2),
         "vs_curl": round(med["ours"] / med["curl"], 2),
+        "ours_ova_s": round(med["ours_ova"], 2),
+        "ova_vs_curl": round(med["ours_ova"] / med["curl"], 2),
         "target_bytes": info.length,
     }
 

@@ -104,13 +104,20 @@ class Lz4ToGzip:
     def feed(self, data: bytes) -> None:
         import lz4.frame
 
-        while data:
-            raw = self._lz4.decompress(data)
+        while True:
+            # at most 4 MiB out per call: a megabyte of lz4 can hold gigabytes of zeros (free disk space)
+            raw = self._lz4.decompress(data, max_length=4 * CHUNK)
             if raw:
                 self._put(raw)
-            data = self._lz4.unused_data if self._lz4.eof else b""
-            if self._lz4.eof:  # a new frame follows (lz4 files may hold several)
+            if self._lz4.eof:  # a new frame may follow (lz4 files can hold several)
+                data = self._lz4.unused_data
                 self._lz4 = lz4.frame.LZ4FrameDecompressor()
+                if not data:
+                    return
+            elif self._lz4.needs_input:
+                return
+            else:
+                data = b""  # more output is waiting inside the decompressor
 
     def finish(self) -> None:
         self._put(None)
