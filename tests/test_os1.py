@@ -113,6 +113,9 @@ def leftovers(dest: Path) -> list[str]:
 def test_both_variants_end_to_end_and_resume(repo: Repo, tmp_path: Path) -> None:
     dest = tmp_path / "os1"
     dest.mkdir()  # the destination may already exist (tuftool refuses that)
+    dry = run(*repo.args("baremetal", dest, "--dry-run"), env={"IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")})
+    assert dry.code == 0 and "verified: " in dry.out and "(not written: --dry-run)" in dry.out
+    assert leftovers(dest) == []
     res = run(*repo.args("baremetal", dest), env={"IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")})
     assert res.code == 0, res.err
     gz = dest / METAL.replace(".lz4", ".gz")
@@ -299,6 +302,8 @@ def test_serve_task_prints_cluster_values_and_renders_nginx(tmp_path: Path) -> N
         proc.terminate()
         proc.wait(timeout=10)
     conf = tmp_path / "site.conf"
+    dry = run("serve", "--dir", str(root), "--port", "8081", "--nginx-config", str(conf), "--dry-run")
+    assert dry.code == 0 and "listen 8081;" in dry.out and not conf.exists()
     res = run("serve", "--dir", str(root), "--port", "8081", "--nginx-config", str(conf))
     assert res.code == 0 and f"root {root.resolve()};" in conf.read_text() and "listen 8081;" in conf.read_text()
 
@@ -332,7 +337,11 @@ def test_download_hook_verified(tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         dest = tmp_path / "assets" / "hook"
-        res = run("download.hook", "--dest", str(dest), "--manifest", str(_hook_manifest(tmp_path, base, files, True)))
+        listed = _hook_manifest(tmp_path, base, files, True)
+        dry = run("download.hook", "--dest", str(dest), "--manifest", str(listed), "--dry-run")
+        assert dry.code == 0 and f"{base}/artifacts/hook/vmlinuz-x86_64 -> {dest}/vmlinuz-x86_64" in dry.out
+        assert not dest.exists()
+        res = run("download.hook", "--dest", str(dest), "--manifest", str(listed))
         assert res.code == 0, res.err
         assert {p.name: p.read_bytes() for p in dest.iterdir()} == files
         # no checksums in the entries: the published sidecar files vouch for them, or nothing is written

@@ -22,7 +22,7 @@ from imagebuilder.errors import InputError
         "root_sha512": "SHA-512 root.json must have (default: the one pinned in config/profile.yaml)",
         "metadata_url": "TUF metadata URL (default per spec 4.5, e.g. a local mirror)",
         "targets_url": "TUF targets URL (default per spec 4.5)",
-        "dry_run": "print the names and URLs; download nothing",
+        "dry_run": "check the root and the signed metadata, print the target; download nothing",
     },
     auto_shortflags=False,
 )
@@ -47,11 +47,15 @@ def bottlerocket(
     if not kube:
         raise InputError("required flag missing", field="--kubernetes", expected="1.21-1.24, or KUBEVERSION set")
     target = os1_target(variant, kube, metadata_url or None, targets_url or None)
-    if dry_run:
-        print(f"target:   {target.name}\nmetadata: {target.metadata_url}\ntargets:  {target.targets_url}")
-        print(f"output:   {Path(dest) / target.output_name}")
-        return
+    print(f"target:   {target.name}\nmetadata: {target.metadata_url}\ntargets:  {target.targets_url}")
     trusted = pinned_root(root or None, root_sha512 or None)
+    if dry_run:  # the root and the signed metadata are checked; the image is not downloaded
+        from imagebuilder.os1 import target_info
+
+        expected, url = target_info(target, trusted)
+        print(f"verified: {expected.length} bytes at {url}, {', '.join(expected.hashes)} signed")
+        print(f"output:   {Path(dest) / target.output_name} (not written: --dry-run)")
+        return
     path = download(target, Path(dest), trusted, byte_progress(target.name))
     print(f"wrote {path} (verified against the signed metadata)")
     if variant == "baremetal":
@@ -64,13 +68,21 @@ def bottlerocket(
     help={
         "dest": "directory to write vmlinuz-x86_64 and initramfs-x86_64 into (default ./hook)",
         "manifest": "bundle manifest file or URL (default: the profile's bundle on the assets host)",
+        "dry_run": "read the manifest and print what would be downloaded; download nothing",
     },
     auto_shortflags=False,
 )
 @cli_task
-def hook(c: Context, dest: str = "hook", manifest: str = "") -> None:
+def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = False) -> None:
     """Download the bare-metal boot kernel and ramdisk of the bundle, verified (spec 1.8)."""
-    from imagebuilder.hook import download_hook
+    from imagebuilder.hook import download_hook, fetch_manifest, hook_assets
+
+    if dry_run:
+        text, source = fetch_manifest(manifest or None)
+        for asset in hook_assets(text, source):
+            sums = ", ".join(asset.hashes) or "the .sha512/.sha256 file published beside it"
+            print(f"{asset.uri} -> {Path(dest) / asset.name} (verified by {sums})")
+        return
 
     def progress(name: str) -> Callable[[int], None] | None:
         start = byte_progress(name)

@@ -23,6 +23,7 @@ ALL_INTERFACES = "0.0.0.0"  # noqa: S104
         "listing": "list directories (off by default)",
         "access_log": "write the access log to this file (default: standard error)",
         "nginx_config": "write an nginx site for this directory to this file instead of serving",
+        "dry_run": "with --nginx-config: print the site instead of writing it",
     },
     auto_shortflags=False,
 )
@@ -35,6 +36,7 @@ def serve(
     listing: bool = False,
     access_log: str = "",
     nginx_config: str = "",
+    dry_run: bool = False,
 ) -> None:
     """Serve images and boot assets over HTTP (ranges, HEAD, sendfile); print osImageURL and hookImagesURLPath."""
     from imagebuilder.serve import FileServer, cluster_values, local_address
@@ -57,6 +59,9 @@ def serve(
                 listing=listing,
             )
         )
+        if dry_run:
+            print(text, end="")
+            return
         with atomic_write(nginx_config) as fh:
             fh.write(text)
         print(f"wrote {nginx_config}")
