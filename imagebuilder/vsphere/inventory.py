@@ -11,8 +11,6 @@ from typing import Any
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.vsphere.session import VSphere
 
-KINDS = {"vm": "folder", "host": "resource pool or cluster", "datastore": "datastore", "network": "network"}
-
 
 def split_path(path: str) -> list[str]:
     return [p for p in path.strip().split("/") if p]

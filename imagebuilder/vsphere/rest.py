@@ -101,17 +101,13 @@ class RestClient:
         ident: str | None = None,
         action: str | None = None,
         params: Mapping[str, str] | None = None,
-        ok_missing: bool = False,
         method: str | None = None,
     ) -> Any:
-        """Make one call (``method`` overrides the call's); returns the unwrapped answer (None for a 404 when
-        ``ok_missing``)."""
+        """Make one call (``method`` overrides the call's); returns the unwrapped answer."""
         if body is not None and self.dialect == "rest" and call.wrap:
             body = {call.wrap: body}
         self.calls.count_rest()
         res = self.http.request(method or call.method, self.url(call, ident, action), json_body=body, params=params)
-        if res.status == 404 and ok_missing:
-            return None
         if not res.ok:
             raise RestError(
                 f"vCenter REST {call.method} {self.url(call, ident, action)}: HTTP {res.status} {_message(res)}",
