@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.mirror import fetch_bytes
 from imagebuilder.profile import load_profile
-from imagebuilder.stream import Copy, Expected, Lz4ToGzip, Transform, download_verified
+from imagebuilder.stream import Copy, Expected, Lz4ToGzip, ProgressFactory, Transform, download_verified
 from imagebuilder.workspace import workspace_root
 
 VARIANTS = ("vsphere", "baremetal")
@@ -159,9 +158,7 @@ def target_info(target: Os1Target, root: bytes) -> tuple[Expected, str]:
     return Expected(info.length, dict(info.hashes)), target.targets_url + quote(path)
 
 
-def download(
-    target: Os1Target, dest_dir: Path, root: bytes, progress: Callable[[int], Callable[[int], None]] | None = None
-) -> Path:
+def download(target: Os1Target, dest_dir: Path, root: bytes, progress: ProgressFactory | None = None) -> Path:
     expected, url = target_info(target, root)
     advance = progress(expected.length or 0) if progress else None
     return download_verified(url, dest_dir / target.output_name, expected, target.transform(), progress=advance)

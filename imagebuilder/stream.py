@@ -19,12 +19,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from imagebuilder.errors import ExternalError
 
+if TYPE_CHECKING:
+    import urllib3
+
 CHUNK = 1024 * 1024
+#: advances a progress display by a byte count
 Progress = Callable[[int], None]
+#: given the total byte count (0: unknown), returns the Progress for one transfer
+ProgressFactory = Callable[[int], Progress]
 
 
 class Transform(Protocol):
@@ -35,6 +41,9 @@ class Transform(Protocol):
     def feed(self, data: bytes) -> None: ...
 
     def finish(self) -> None: ...
+
+    def abort(self) -> None:
+        """Called after a failure, finished or not: release what ``start`` took."""
 
 
 class Copy:
@@ -47,6 +56,9 @@ class Copy:
         self._out.write(data)
 
     def finish(self) -> None:
+        pass
+
+    def abort(self) -> None:
         pass
 
 
@@ -75,6 +87,7 @@ class Lz4ToGzip:
         self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=queue_depth)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._mid_frame = False
 
     def start(self, out: BinaryIO) -> None:
         def compress() -> None:
@@ -109,6 +122,7 @@ class Lz4ToGzip:
             raw = self._lz4.decompress(data, max_length=4 * CHUNK)
             if raw:
                 self._put(raw)
+            self._mid_frame = not self._lz4.eof
             if self._lz4.eof:  # a new frame may follow (lz4 files can hold several)
                 data = self._lz4.unused_data
                 self._lz4 = lz4.frame.LZ4FrameDecompressor()
@@ -125,7 +139,7 @@ class Lz4ToGzip:
             self._thread.join()
         if self._error is not None:
             raise self._error
-        if not self._lz4.eof and self._lz4.needs_input is False:
+        if self._mid_frame:
             raise ExternalError("the lz4 stream ended in the middle of a frame")
 
     def abort(self) -> None:
@@ -206,9 +220,7 @@ def download_verified(
         os.replace(part, dest)
         return dest
     finally:
-        abort = getattr(transform, "abort", None)
-        if abort is not None:
-            abort()
+        transform.abort()
         part.unlink(missing_ok=True)
         http.clear()
 
@@ -222,7 +234,7 @@ class _State:
 
 
 def _fetch(
-    http: object,
+    http: urllib3.PoolManager,
     url: str,
     state: _State,
     expected: Expected,
@@ -232,12 +244,12 @@ def _fetch(
     """One HTTP GET from ``state.received`` on; raises on connection errors (the caller resumes from the state)."""
     offset = state.received
     headers = {"Range": f"bytes={offset}-"} if offset else {}
-    res = http.request("GET", url, headers=headers, preload_content=False)  # type: ignore[attr-defined]
+    res = http.request("GET", url, headers=headers, preload_content=False)
     try:
         if res.status == 416 and offset:
             return  # nothing more to send: the caller reports a truncated file
         if res.status not in (200, 206):
-            raise ExternalError(f"GET {url}: HTTP {res.status}", hint="check --metadata-url/--targets-url")
+            raise ExternalError(f"GET {url}: HTTP {res.status}", hint="check the URL, or the mirror that serves it")
         skip = offset if res.status == 200 else 0  # the server ignored Range: drop what we already have
         for chunk in res.stream(CHUNK):
             if skip:

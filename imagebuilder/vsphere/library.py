@@ -14,12 +14,13 @@ import io
 import re
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import sha256_file
+from imagebuilder.stream import Progress, ProgressFactory
 from imagebuilder.vsphere.rest import Call, RestClient
 
 FIND_LIBRARY = Call("POST", "/content/library", "/com/vmware/content/library", "spec")
@@ -44,10 +45,6 @@ ADD_FILE = Call(
     "file_spec",
 )
 DEPLOY = Call("POST", "/vcenter/ovf/library-item/{id}", "/com/vmware/vcenter/ovf/library-item/{id}")
-
-Progress = Callable[[int], None]
-#: given the total byte count, returns the function that advances the progress display
-ProgressFactory = Callable[[int], Progress]
 
 
 class Library:

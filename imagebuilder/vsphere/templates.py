@@ -20,8 +20,8 @@ from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_
 from imagebuilder.files import parse_yaml_documents, read_text
 from imagebuilder.model import OperatingSystem, ReleaseChannel, load_catalog
 from imagebuilder.profile import load_profile
+from imagebuilder.stream import ProgressFactory
 from imagebuilder.vsphere import inventory
-from imagebuilder.vsphere.library import ProgressFactory
 from imagebuilder.vsphere.session import VSphere
 from imagebuilder.vsphere.tags import ExpectedTag, expected_tags
 
