@@ -3,8 +3,8 @@
 1. ``root.json`` comes from the OS-1 cache host (or ``--root``) and must match the SHA-512 pinned in the profile
    (or ``--root-sha512``): it is the trust anchor, so it is checked before anything else is believed.
 2. python-tuf's ``Updater`` refreshes the metadata from there, walking root rotations forward, checking signatures,
-   versions (no rollback) and expiry; the metadata is kept per variant in the workspace, so a later run notices a
-   rollback too.
+   versions (no rollback) and expiry; the metadata is kept per repository in the workspace, so a later run notices
+   a rollback too.
 3. The target's signed length and hashes go to :func:`imagebuilder.stream.download_verified`, which streams it
    once (for bare metal: lz4 -> gzip on the way) and renames only a verified result into place.
 """
@@ -15,6 +15,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.mirror import fetch_bytes
@@ -147,15 +148,18 @@ def target_info(target: Os1Target, root: bytes) -> tuple[Expected, str]:
             f"the repository has no target {target.name}",
             hint="check --variant and --kubernetes (KUBEVERSION)",
         )
-    path = info.path
-    consistent = bool(updater._trusted_set.root.consistent_snapshot)
-    if consistent:
-        first = next(iter(info.hashes.values()))
-        directory, sep, base = path.rpartition("/")
-        path = f"{directory}{sep}{first}.{base}"
-    from urllib.parse import quote
-
+    # with consistent snapshots the repository stores targets under "<hash>.<name>" (python-tuf's own rule)
+    path = info.get_prefixed_paths()[0] if _consistent_snapshot(target) else info.path
     return Expected(info.length, dict(info.hashes)), target.targets_url + quote(path)
+
+
+def _consistent_snapshot(target: Os1Target) -> bool:
+    """From the root the Updater trusts now (after any rotation), which it keeps as ``root.json``."""
+    # the documented import; tuf re-exports Root without marking it for type checkers
+    from tuf.api.metadata import Metadata, Root  # type: ignore[attr-defined]
+
+    root = Metadata[Root].from_file(str(metadata_dir(target) / "root.json"))
+    return bool(root.signed.consistent_snapshot)
 
 
 def download(target: Os1Target, dest_dir: Path, root: bytes, progress: ProgressFactory | None = None) -> Path:
