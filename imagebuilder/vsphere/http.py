@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from imagebuilder.vsphere.session import Target, ssl_context
+from imagebuilder.errors import ExternalError
+from imagebuilder.vsphere.session import PIN_HINT, Target, sha1_thumbprint, ssl_context
 
 
 @dataclass
@@ -82,6 +83,19 @@ class HttpClient:
                 self._all.append(conn)
         return conn
 
+    def _check_pin(self, conn: http.client.HTTPSConnection) -> None:
+        """A pinned target: the certificate of every connection is compared with the pin before anything is sent."""
+        pin = self.target.thumbprint
+        if pin and not self.target.insecure:
+            der = conn.sock.getpeercert(binary_form=True) if isinstance(conn.sock, ssl.SSLSocket) else None
+            actual = sha1_thumbprint(der) if der else "none"
+            if actual != pin:
+                conn.close()
+                raise ExternalError(
+                    f"the certificate of {self.target.server} has thumbprint {actual}, not the pinned {pin}",
+                    hint=PIN_HINT,
+                )
+
     def request(
         self,
         method: str,
@@ -117,6 +131,9 @@ class HttpClient:
         for attempt in (1, 2):
             reused = conn.sock is not None
             try:
+                if not reused:
+                    conn.connect()
+                    self._check_pin(conn)
                 conn.request(method, path, body=body, headers=send)
                 res = conn.getresponse()
                 data = res.read()

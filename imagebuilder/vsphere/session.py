@@ -81,8 +81,8 @@ def _truthy(value: str | None) -> bool:
 
 
 def target_from(server: str | None, insecure: bool | None, thumbprint: str | None, env: Mapping[str, str]) -> Target:
-    """The target from flags (or a config file), falling back to govc's ``GOVC_URL``/``GOVC_INSECURE``/
-    ``GOVC_TLS_KNOWN_HOSTS``-free thumbprint variable ``GOVC_THUMBPRINT``."""
+    """The target from flags (or a config file), falling back to ``GOVC_URL``, ``GOVC_INSECURE`` and
+    ``GOVC_THUMBPRINT`` in ``env``."""
     server = server or env.get("GOVC_URL")
     if not server:
         raise InputError(
@@ -150,7 +150,7 @@ def server_thumbprint(target: Target) -> str:
 
 def ssl_context(target: Target) -> ssl.SSLContext:
     """Verify against the system CAs, or -- for a pinned or insecure target -- accept the certificate here and check
-    the pin separately (pyvmomi checks it on every connection; :func:`check_pin` before REST calls)."""
+    the pin separately (:func:`check_pin` before the SOAP login; the REST and SSO client on each connection)."""
     if target.insecure or target.thumbprint:
         return _unverified()
     return ssl.create_default_context()
@@ -165,15 +165,18 @@ def _unverified() -> ssl.SSLContext:
 
 
 def check_pin(target: Target) -> None:
+    """Before the SOAP login: pyvmomi does not check a thumbprint when it is given an SSL context, so the pin is
+    checked here on a connection of our own (REST and SSO check it on each of their connections)."""
     if target.thumbprint and not target.insecure:
         actual = server_thumbprint(target)
         if actual != target.thumbprint:
             raise ExternalError(
                 f"the certificate of {target.server} has thumbprint {actual}, not the pinned {target.thumbprint}",
-                hint="if the vCenter certificate was replaced, check it and pass the new thumbprint",
+                hint=PIN_HINT,
             )
 
 
+PIN_HINT = "if the vCenter certificate was replaced, check it and pass the new thumbprint"
 _TLS_HINT = "pin it with --thumbprint (image-builder vsphere.thumbprint --server HOST prints it) or pass --insecure"
 
 
@@ -255,9 +258,7 @@ class VSphere:
         from pyVmomi import vim
 
         with external_errors(f"connecting to vCenter {self.target.server}"):
-            # the pin is checked here, before credentials are sent: pyvmomi's own thumbprint check does not
-            # apply when an SSL context is given
-            check_pin(self.target)
+            check_pin(self.target)  # before the credentials are sent
             try:
                 self._si = SmartConnect(
                     host=self.target.host,
@@ -265,7 +266,6 @@ class VSphere:
                     user=self.credentials.username,
                     pwd=self.credentials.password,
                     sslContext=ssl_context(self.target),
-                    thumbprint=None if self.target.insecure else self.target.thumbprint,
                     connectionPoolTimeout=-1,
                 )
             except vim.fault.InvalidLogin:
@@ -275,13 +275,6 @@ class VSphere:
                 ) from None
             except vim.fault.HostConnectFault as exc:
                 raise ExternalError(f"cannot connect to vCenter {self.target.server}: {exc.msg}") from None
-            except (ssl.SSLError, OSError) as exc:
-                if "thumbprint" in str(exc).lower():
-                    raise ExternalError(
-                        f"the certificate of {self.target.server} does not match the pinned thumbprint",
-                        hint="check the thumbprint: image-builder vsphere.thumbprint --server HOST",
-                    ) from None
-                raise
         self._count_calls()
 
     def _count_calls(self) -> None:

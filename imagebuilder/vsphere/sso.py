@@ -24,7 +24,6 @@ from defusedxml.ElementTree import fromstring as defused_fromstring
 
 from imagebuilder.errors import ExternalError
 from imagebuilder.vsphere.http import HttpClient
-from imagebuilder.vsphere.session import check_pin
 
 if TYPE_CHECKING:
     from imagebuilder.vsphere.session import VSphere
@@ -68,7 +67,6 @@ class SsoAdmin:
 
     def __init__(self, vs: VSphere) -> None:
         self.vs = vs
-        check_pin(vs.target)
         self.http = HttpClient(vs.target)
         base = vs.target.base_url
         # the vCenter session cookie rides along, as govc sends it: vcsim's SSO endpoint refuses calls without it
