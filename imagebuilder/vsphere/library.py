@@ -13,7 +13,6 @@ import hashlib
 import io
 import re
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -22,6 +21,7 @@ from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import sha256_file
 from imagebuilder.stream import Progress, ProgressFactory
 from imagebuilder.vsphere.rest import Call, RestClient
+from imagebuilder.vsphere.session import poll
 
 FIND_LIBRARY = Call("POST", "/content/library", "/com/vmware/content/library", "spec")
 CREATE_LIBRARY = Call("POST", "/content/local-library", "/com/vmware/content/local-library", "create_spec")
@@ -168,23 +168,18 @@ class Library:
                 expected="an intact OVA (download it again)",
             )
 
-    def _wait(self, session: str, timeout: float = 3600) -> None:
-        deadline = time.monotonic() + timeout
-        delay = 0.002  # doubling to 1 s: a local upload is done at once, a pulled URL may take minutes
-        while True:
+    def _wait(self, session: str) -> None:
+        def done() -> tuple[bool, None]:
             info = self.rest(SESSION, ident=session)
             state = info.get("state")
-            if state == "DONE":
-                return
             if state in ("ERROR", "CANCELED"):
                 msg = (info.get("error_message") or {}).get("default_message", state)
                 raise ExternalError(
                     f"content library import failed: {msg}", hint="check the OVA (or its URL) and rerun"
                 )
-            if time.monotonic() > deadline:
-                raise ExternalError("content library import did not finish in time")
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            return state == "DONE", None
+
+        poll(done, "the content library import")
 
     def deploy(self, item_id: str, name: str, pool_moid: str, folder_moid: str, datastore_moid: str) -> str:
         """Deploy the OVF item as VM ``name``, thin provisioned, into the folder and pool; returns the VM's moid.

@@ -19,10 +19,10 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from imagebuilder.errors import ExternalError, InputError
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from imagebuilder.vsphere.rest import RestClient
     from imagebuilder.vsphere.sso import SsoAdmin
     from imagebuilder.vsphere.tags import Tagging
+
+T = TypeVar("T")
 
 #: a SHA1 thumbprint as vSphere writes it: 20 upper-case hex pairs joined by colons
 THUMBPRINT_RE = re.compile(r"^(?:[0-9A-F]{2}:){19}[0-9A-F]{2}$")
@@ -211,6 +213,21 @@ def fault_text(exc: Any) -> str:
     return f"{name}: {msg}" if msg else name
 
 
+def poll(check: Callable[[], tuple[bool, T]], what: str, timeout: float = 3600) -> T:
+    """Call ``check`` until it reports done, pausing 2 ms, then twice as long each time up to 1 s: a quick vCenter
+    task (most here) costs one or two calls, a long one (a pulled OVA) about one a second."""
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        finished, value = check()
+        if finished:
+            return value
+        if time.monotonic() > deadline:
+            raise ExternalError(f"{what} did not finish in {timeout:.0f} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
 class CallCounter:
     """API calls made, by kind (the benchmark reports calls per template); safe across import threads."""
 
@@ -337,17 +354,15 @@ class VSphere:
         return values
 
     def wait(self, task: Any, what: str) -> Any:
-        """Wait for a vCenter task by polling its state: one call per poll, the pause doubling from 2 ms, so a
-        quick task (most here) costs one or two calls and a long one (an upload) polls about once a second."""
-        delay = 0.002
-        while True:
+        """Wait for a vCenter task (one call per poll)."""
+
+        def done() -> tuple[bool, Any]:
             info = task.info
-            if info.state == "success":
-                return info.result
             if info.state == "error":
                 raise ExternalError(f"{what} failed: {fault_text(info.error)}")
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            return info.state == "success", info.result
+
+        return poll(done, what)
 
     @cached_property
     def sso(self) -> SsoAdmin:

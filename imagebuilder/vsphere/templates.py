@@ -160,29 +160,46 @@ def _once(vs: VSphere, key: str, make: Any) -> Any:
     return vs.cache[key]
 
 
+@dataclass(frozen=True)
+class _Place:
+    """Where a template goes; looked up (and created) once per session however many templates share it."""
+
+    folder: Any
+    datastore: Any
+    pool: Any
+    library_id: str
+    vms: dict[str, Any]  # the folder's VMs and templates by name, as they were when first listed
+
+
+def _place(vs: VSphere, req: ImportRequest, out: Outcome) -> _Place:
+    created: list[str] = []
+    folder = _once(vs, f"folder:{req.folder}", lambda: inventory.ensure_folder(vs, req.folder, created))
+    out.done += [f"created folder {p}" for p in created]
+    ds = _once(vs, f"ds:{req.datastore}", lambda: inventory.need(vs, req.datastore, "datastore", "--datastore"))
+    pool = _once(vs, f"pool:{req.resource_pool}", lambda: inventory.resource_pool(vs, req.resource_pool))
+    created = []
+    library_id = vs.library.ensure(req.library, inventory.moid(ds), created)
+    out.done += [f"created {c}" for c in created]
+    vms = _once(vs, f"vms:{req.folder}", lambda: inventory.vms_in(vs, folder))
+    return _Place(folder, ds, pool, library_id, vms)
+
+
 def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory | None = None) -> Outcome:
     from pyVmomi import vim
 
     out = Outcome(req.path)
-    created: list[str] = []
-    folder = _once(vs, f"folder:{req.folder}", lambda: inventory.ensure_folder(vs, req.folder, created))
-    out.done += [f"created folder {p}" for p in created]
-    listed = vs.cache.get(f"children:{req.folder}")  # the folder's VMs, when listed for a batch
-    vm = listed.get(req.name) if listed is not None else inventory.find(vs, req.path)
+    place = _place(vs, req, out)
+    vm = place.vms.get(req.name)  # names are unique in a folder, so the listing cannot be stale for this one
     if vm is not None and not isinstance(vm, vim.VirtualMachine):
         raise ExternalError(f"{req.path} exists and is not a virtual machine", hint="choose another --name or --folder")
     fresh = vm is None
     if vm is None:
-        ds = _once(vs, f"ds:{req.datastore}", lambda: inventory.need(vs, req.datastore, "datastore", "--datastore"))
-        pool = _once(vs, f"pool:{req.resource_pool}", lambda: inventory.resource_pool(vs, req.resource_pool))
-        lib_created: list[str] = []
-        library_id = vs.library.ensure(req.library, inventory.moid(ds), lib_created)
-        out.done += [f"created {c}" for c in lib_created]
         # a library made in this session holds no item by this name (template names are unique per folder)
-        item = None if library_id in vs.library.new else vs.library.find_item(library_id, req.name)
+        item = None if place.library_id in vs.library.new else vs.library.find_item(place.library_id, req.name)
         has_files = False
         if item is None:
-            item = vs.library.create_item(library_id, req.name, f"{req.os.name} Kubernetes {req.channel.minor}")
+            description = f"{req.os.name} Kubernetes {req.channel.minor}"
+            item = vs.library.create_item(place.library_id, req.name, description)
             out.done.append(f"created library item {req.name}")
         else:
             # an item holding its descriptor is complete: a failed session leaves nothing on vCenter
@@ -194,8 +211,8 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
             out.done.append(
                 f"{'pulled' if '://' in req.source else 'uploaded'} {req.source} into {req.library}/{req.name}"
             )
-        moid = vs.library.deploy(item, req.name, inventory.moid(pool), inventory.moid(folder), inventory.moid(ds))
-        vm = vim.VirtualMachine(moid, vs.si._stub)
+        moids = (inventory.moid(place.pool), inventory.moid(place.folder), inventory.moid(place.datastore))
+        vm = vim.VirtualMachine(vs.library.deploy(item, req.name, *moids), vs.si._stub)
         out.done.append(f"deployed {req.path}")
     disk = req.os.template_disk(req.channel.minor)
     if fresh:  # just deployed by us: a VM, powered off, no snapshot; only its disks may be needed
@@ -239,17 +256,9 @@ def import_templates(
 
     shared = Outcome("(shared)")
     for req in reqs:
-        created: list[str] = []
-        _once(vs, f"folder:{req.folder}", lambda req=req, c=created: inventory.ensure_folder(vs, req.folder, c))
-        shared.done += [f"created folder {p}" for p in created]
-        ds = _once(vs, f"ds:{req.datastore}", lambda req=req: inventory.need(vs, req.datastore, "datastore"))
-        _once(vs, f"pool:{req.resource_pool}", lambda req=req: inventory.resource_pool(vs, req.resource_pool))
-        lib_created: list[str] = []
-        vs.library.ensure(req.library, inventory.moid(ds), lib_created)
-        shared.done += [f"created {c}" for c in lib_created]
+        _place(vs, req, shared)
         for tag in expected_tags(req.os, req.channel):
             vs.tagging.ensure_tag(tag)
-        _once(vs, f"children:{req.folder}", lambda req=req: inventory.vms_in(vs, vs.cache[f"folder:{req.folder}"]))
     shared.done += [f"created {c}" for c in vs.tagging.created]
     del vs.tagging.created[:]
     if len(reqs) == 1 or jobs <= 1:
