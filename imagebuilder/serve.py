@@ -22,6 +22,9 @@ from typing import TextIO
 from urllib.parse import quote, unquote, urlsplit
 
 HOOK_FILES = ("vmlinuz-x86_64", "initramfs-x86_64")
+DEFAULT_PORT = 8080
+#: machines being provisioned fetch from this host over the network: all interfaces by default (spec 1.8)
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104
 
 
 class FileServer(ThreadingHTTPServer):
@@ -38,8 +41,10 @@ class FileServer(ThreadingHTTPServer):
 
     @property
     def base_url(self) -> str:
-        host, port = self.server_address[:2]
-        host = str(host)
+        """The URL other machines use: this host's address when listening on all interfaces."""
+        host, port = str(self.server_address[0]), int(self.server_address[1])
+        if host in (ALL_INTERFACES, "::"):
+            host = local_address()
         return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
     def access(self, line: str) -> None:
@@ -229,3 +234,21 @@ def local_address() -> str:
             return str(s.getsockname()[0])
         except OSError:
             return "127.0.0.1"
+
+
+def served_url(path: str, port: int = DEFAULT_PORT) -> str:
+    """Where ``path`` (relative to the served directory) will be, once ``serve`` runs on this host."""
+    return f"http://{local_address()}:{port}/{quote(path)}"
+
+
+def nginx_site(root: Path, bind: str, port: int, listing: bool) -> str:
+    """The nginx site that serves ``root`` the way ``serve`` does, for production."""
+    from imagebuilder.render import template_env
+
+    return (
+        template_env()
+        .get_template("templates/nginx/site.conf.j2")
+        .render(
+            root=str(root.resolve()), listen=f"{bind}:{port}" if bind != ALL_INTERFACES else str(port), listing=listing
+        )
+    )

@@ -59,9 +59,9 @@ def bottlerocket(
     path = download(target, Path(dest), trusted, byte_progress(target.name))
     print(f"wrote {path} (verified against the signed metadata)")
     if variant == "baremetal":
-        from imagebuilder.serve import local_address
+        from imagebuilder.serve import served_url
 
-        print(f"osImageURL: http://{local_address()}:8080/{path.name} (once 'image-builder serve --dir {dest}' runs)")
+        print(f"osImageURL: {served_url(path.name)} (once 'image-builder serve --dir {dest}' runs)")
 
 
 @task(
@@ -90,9 +90,8 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
 
     for path in download_hook(Path(dest), manifest or None, progress):
         print(f"wrote {path} (verified)")
-    from imagebuilder.serve import local_address
+    from imagebuilder.serve import served_url
 
     print(
-        f"hookImagesURLPath: http://{local_address()}:8080/{Path(dest).name} "
-        f"(once 'image-builder serve --dir {Path(dest).parent}' runs)"
+        f"hookImagesURLPath: {served_url(Path(dest).name)} (once 'image-builder serve --dir {Path(dest).parent}' runs)"
     )

@@ -10,16 +10,14 @@ from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import ExternalError, InputError
-
-#: machines being provisioned fetch from this host over the network: all interfaces by default (spec 1.8)
-ALL_INTERFACES = "0.0.0.0"  # noqa: S104
+from imagebuilder.serve import ALL_INTERFACES, DEFAULT_PORT
 
 
 @task(
     help={
         "dir": "directory to serve (e.g. the download.bottlerocket and download.hook destinations)",
-        "bind": "address to listen on (default 0.0.0.0: all)",
-        "port": "TCP port (default 8080)",
+        "bind": f"address to listen on (default {ALL_INTERFACES}: all)",
+        "port": f"TCP port (default {DEFAULT_PORT})",
         "listing": "list directories (off by default)",
         "access_log": "write the access log to this file (default: standard error)",
         "nginx_config": "write an nginx site for this directory to this file instead of serving",
@@ -32,14 +30,14 @@ def serve(
     c: Context,
     dir: str = "",
     bind: str = ALL_INTERFACES,
-    port: int = 8080,
+    port: int = DEFAULT_PORT,
     listing: bool = False,
     access_log: str = "",
     nginx_config: str = "",
     dry_run: bool = False,
 ) -> None:
     """Serve images and boot assets over HTTP (ranges, HEAD, sendfile); print osImageURL and hookImagesURLPath."""
-    from imagebuilder.serve import FileServer, cluster_values, local_address
+    from imagebuilder.serve import FileServer, cluster_values, nginx_site
 
     if not dir:
         raise InputError("required flag missing", field="--dir", expected="the directory to serve")
@@ -48,17 +46,8 @@ def serve(
         raise InputError(f"{dir} is not a directory", field="--dir")
     if nginx_config:
         from imagebuilder.files import atomic_write
-        from imagebuilder.render import template_env
 
-        text = (
-            template_env()
-            .get_template("templates/nginx/site.conf.j2")
-            .render(
-                root=str(root.resolve()),
-                listen=f"{bind}:{port}" if bind != ALL_INTERFACES else str(port),
-                listing=listing,
-            )
-        )
+        text = nginx_site(root, bind, port, listing)
         if dry_run:
             print(text, end="")
             return
@@ -71,8 +60,7 @@ def serve(
         server = FileServer(root, bind, port, listing=listing, log=log)
     except OSError as exc:
         raise ExternalError(f"cannot listen on {bind}:{port}: {exc.strerror}", hint="choose another --port") from None
-    host = local_address() if bind in (ALL_INTERFACES, "::") else bind
-    base = f"http://{host}:{server.server_address[1]}"
+    base = server.base_url
     print(f"serving {root.resolve()} on {base}/ (Ctrl-C stops)")
     for key, value in cluster_values(base, root).items():
         print(f"{key}: {value}")
