@@ -78,18 +78,17 @@ def _sidecar(uri: str) -> dict[str, str]:
     return {}
 
 
-def fetch_manifest(source: str | None) -> tuple[str, str]:
-    """The manifest text and where it came from: a file, a URL, or the profile's bundle on the assets host."""
+def load_hook_assets(source: str | None) -> list[Asset]:
+    """The hook assets of the manifest at ``source`` (a file or URL; default: the profile's bundle)."""
     where = source or manifest_url()
-    return fetch_bytes(where, timeout=30, what="bundle manifest").decode(errors="replace"), where
+    return hook_assets(fetch_bytes(where, timeout=30, what="bundle manifest").decode(errors="replace"), where)
 
 
 def download_hook(
-    dest: Path, manifest: str | None = None, progress: Callable[[str], Callable[[int], None] | None] | None = None
+    dest: Path, assets: list[Asset], progress: Callable[[str], Callable[[int], None] | None] | None = None
 ) -> list[Path]:
-    text, source = fetch_manifest(manifest)
     paths = []
-    for asset in hook_assets(text, source):
+    for asset in assets:
         hashes = asset.hashes or _sidecar(asset.uri)
         if not hashes:
             raise ExternalError(

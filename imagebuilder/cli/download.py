@@ -75,11 +75,11 @@ def bottlerocket(
 @cli_task
 def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = False) -> None:
     """Download the bare-metal boot kernel and ramdisk of the bundle, verified (spec 1.8)."""
-    from imagebuilder.hook import download_hook, fetch_manifest, hook_assets
+    from imagebuilder.hook import download_hook, load_hook_assets
 
+    assets = load_hook_assets(manifest or None)
     if dry_run:
-        text, source = fetch_manifest(manifest or None)
-        for asset in hook_assets(text, source):
+        for asset in assets:
             sums = ", ".join(asset.hashes) or "the .sha512/.sha256 file published beside it"
             print(f"{asset.uri} -> {Path(dest) / asset.name} (verified by {sums})")
         return
@@ -88,7 +88,7 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
         start = byte_progress(name)
         return start(0) if start else None
 
-    for path in download_hook(Path(dest), manifest or None, progress):
+    for path in download_hook(Path(dest), assets, progress):
         print(f"wrote {path} (verified)")
     from imagebuilder.serve import served_url
 
