@@ -83,7 +83,7 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
         raise InputError(
             f"user {user} does not exist on {vs.target.server}, and --force cannot create it",
             field="--password",
-            expected="--password (from a file or prompt; see --help) to create the user",
+            expected="--password (-, @FILE or env:VAR) to create the user",
         )
     if sso.group_exists(cfg.group, cfg.domain):
         plan.add("=", f"group {cfg.principal} exists")
@@ -96,8 +96,9 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
 
     # roles
     auth = vs.content.authorizationManager
-    roles = {r.name: r for r in auth.roleList}
-    admin = next((r for r in auth.roleList if r.roleId == -1), None)
+    role_list = auth.roleList  # one read: every role with all its privileges
+    roles = {r.name: r for r in role_list}
+    admin = next((r for r in role_list if r.roleId == -1), None)
     # the Administrator role holds every privilege the server defines (vcsim's privilegeList is empty)
     known = {p.privId for p in auth.privilegeList} | set(admin.privilege if admin is not None else ())
     desired = {
@@ -142,19 +143,22 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
             plan.add("!", f"role {name} privileges differ from the list: {diff} (--force resets them)")
 
     # folders, then permissions
-    for path in dict.fromkeys(cfg.folders + cfg.templates):
-        if inventory.find(vs, path) is None:
+    folders = list(dict.fromkeys(cfg.folders + cfg.templates))
+    entities = {p: inventory.find(vs, p) for p in [*folders, *cfg.networks, *cfg.datastores, *cfg.resource_pools]}
+    entities["/"] = vs.content.rootFolder
+    for path in folders:
+        if entities[path] is None:
             plan.add("+", f"create folder {path}", lambda path=path: inventory.ensure_folder(vs, path))
         else:
             plan.add("=", f"folder {path} exists")
     targets: list[tuple[str, str]] = [("/", cfg.global_role)]
-    targets += [(p, cfg.admin_role) for p in dict.fromkeys(cfg.folders + cfg.templates)]
+    targets += [(p, cfg.admin_role) for p in folders]
     targets += [(p, cfg.user_role) for p in cfg.networks + cfg.datastores + cfg.resource_pools]
     me = _principal_key(cfg.principal)
-    names = {r.roleId: r.name for r in auth.roleList}
+    names = {r.roleId: r.name for r in role_list}
     for path, role_name in targets:
-        entity = vs.content.rootFolder if path == "/" else inventory.find(vs, path)
-        if entity is None and not any(path == p for p in cfg.folders + cfg.templates):
+        entity = entities[path]
+        if entity is None and path not in folders:
             raise ExternalError(
                 f"{path} (in {cfg.source}) does not exist on {vs.target.server}",
                 hint="fix the path in user.yaml; list the inventory with: govc ls /" + cfg.datacenter,
