@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from imagebuilder import disk
+from imagebuilder.bootcheck import DiskCheck, check_raw
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, run_checked, sha256_file
 
@@ -34,6 +36,9 @@ PACKAGES = [
     "linux-image-amd64", "openssh-server", "sudo", "python3", "python3-apt", "cloud-init", "cloud-guest-utils",
     "ca-certificates", "conntrack", "curl", "ebtables", "ethtool", "iptables", "jq", "socat", "tar",
     "apt-transport-https", "nfs-common", "containerd", "open-vm-tools",
+    # the system bus and logind, as on a cloud image: without them systemctl's poweroff cannot reach logind
+    # ("Failed to connect to bus") and falls back to a non-blocking low-level shutdown
+    "dbus", "libpam-systemd",
 ]  # fmt: skip
 
 Log = Callable[[str], None]
@@ -46,32 +51,11 @@ def _run(*args: str, log: Log | None = None, timeout: int = 3600, env: dict[str,
 
 
 @contextlib.contextmanager
-def _loop(image: Path, offset: int, size: int) -> Iterator[str]:
-    dev = _run("losetup", "--find", "--show", "--offset", str(offset), "--sizelimit", str(size), str(image)).strip()
-    try:
-        yield dev
-    finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
+def _chroot_mounts(root: Path, log: Log | None = None) -> Iterator[None]:
+    """/proc, /sys, /dev and /dev/pts for package scripts; services must not start (policy-rc.d).
 
-
-@contextlib.contextmanager
-def _mounted(dev: str, target: Path, *options: str) -> Iterator[Path]:
-    target.mkdir(parents=True, exist_ok=True)
-    _run("mount", *(["-o", ",".join(options)] if options else []), dev, str(target))
-    try:
-        yield target
-    finally:
-        for attempt in range(5):
-            if subprocess.run(["umount", str(target)], check=False, capture_output=True).returncode == 0:
-                break
-            subprocess.run(["sync"], check=False)
-            if attempt == 4:
-                subprocess.run(["umount", "-l", str(target)], check=False)
-
-
-@contextlib.contextmanager
-def _chroot_mounts(root: Path) -> Iterator[None]:
-    """/proc, /sys, /dev and /dev/pts for package scripts; services must not start (policy-rc.d)."""
+    On the way out, whatever the package scripts left running in the chroot is stopped before anything is
+    unmounted, and each mount is released for real (:func:`imagebuilder.disk.unmount`)."""
     mounts = [("proc", "proc", ["-t", "proc"]), ("sys", "sys", ["-t", "sysfs"]), ("/dev", "dev", ["--bind"]),
               ("devpts", "dev/pts", ["-t", "devpts"])]  # fmt: skip
     done: list[Path] = []
@@ -87,9 +71,9 @@ def _chroot_mounts(root: Path) -> Iterator[None]:
             done.append(path)
         yield
     finally:
+        disk.stop_holders(root, log=log)
         for path in reversed(done):
-            if subprocess.run(["umount", str(path)], check=False, capture_output=True).returncode != 0:
-                subprocess.run(["umount", "-l", str(path)], check=False)
+            disk.unmount(path, log=log)
         policy.unlink(missing_ok=True)
         (root / "etc" / "resolv.conf").write_text("")
 
@@ -124,6 +108,64 @@ def _configure(root: Path, uuid: str) -> None:
     (root / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
 
 
+def assemble_disk(
+    raw: Path, size: int, populate: Callable[[Path, str], None], *, mbr: Path, log: Log | None = None
+) -> DiskCheck:
+    """Partition and format ``raw``, fill its root with ``populate(root, uuid)``, and make it bootable.
+
+    The order is what makes the result safe to copy: extlinux installs its loader while the filesystem is mounted;
+    then everything still running in it is stopped and it is unmounted for real (never lazily) and the loop device
+    detached, so the journal is checkpointed and empty; the filesystem is checked (``e2fsck -fn``, no
+    ``needs_recovery``); only then are the boot sectors written (the partition's, as extlinux made it, and the
+    MBR), last, onto a disk nothing has mounted. The result is checked like any image (:mod:`bootcheck`): boot
+    signatures, and the boot sector pointing at ``ldlinux.sys`` as it lies on disk. Any failure raises.
+    """
+    with raw.open("wb") as fh:
+        fh.truncate(size)
+    subprocess.run(
+        ["sfdisk", "--quiet", str(raw)], input="label: dos\nstart=2048, type=83, bootable\n", text=True, check=True
+    )
+    with disk.loop_device(raw, PARTITION_OFFSET, size - PARTITION_OFFSET) as dev:
+        # extlinux reads ext4 without the 64bit and metadata_csum_seed features
+        _run("mkfs.ext4", "-q", "-F", "-L", "root", "-O", "^64bit,^metadata_csum_seed", dev, log=log)
+        uuid = _run("blkid", "-s", "UUID", "-o", "value", dev).strip()
+        with disk.mounted(dev, raw.parent / "mnt", log=log) as root:
+            populate(root, uuid)
+            _run("extlinux", "--install", str(root / "boot" / "extlinux"), log=log)
+            subprocess.run(["sync"], check=False)
+            with open(dev, "rb") as fh:
+                boot_sector = fh.read(512)
+    fs = check_raw_fs(raw)
+    if not fs.ok:
+        raise ExternalError(
+            "the base image's filesystem is not clean after unmounting: " + "; ".join(fs.problems),
+            hint="rerun image.base; nothing was written to the destination",
+        )
+    with raw.open("r+b") as fh:
+        fh.seek(PARTITION_OFFSET)
+        fh.write(boot_sector)
+        fh.seek(0)
+        fh.write(mbr.read_bytes()[:440])
+        fh.flush()
+        os.fsync(fh.fileno())
+    result = check_raw(raw, deep=False)
+    if not result.ok:
+        raise ExternalError(
+            "the base image would not boot: " + "; ".join(result.problems),
+            hint="rerun image.base; nothing was written to the destination",
+        )
+    if log:
+        log("checked: " + result.summary())
+    return result
+
+
+def check_raw_fs(raw: Path) -> DiskCheck:
+    """Only the filesystem half of :func:`check_raw` (the boot sectors are not written yet)."""
+    result = check_raw(raw, deep=True)
+    result.problems = [p for p in result.problems if "filesystem" in p]
+    return result
+
+
 def make_base_image(
     dest: Path,
     *,
@@ -135,7 +177,7 @@ def make_base_image(
     """Build the base image at ``dest`` (qcow2) and ``dest.sha256``; returns the path and its sha256."""
     if os.geteuid() != 0:
         raise ExternalError("image.base needs root (loop devices, mount, debootstrap)", hint="run it as root")
-    for tool in ("debootstrap", "losetup", "mkfs.ext4", "sfdisk", "extlinux", "qemu-img"):
+    for tool in ("debootstrap", "losetup", "mkfs.ext4", "sfdisk", "extlinux", "qemu-img", "e2fsck", "debugfs"):
         if shutil.which(tool) is None:
             raise ExternalError(f"{tool} is not installed", hint="run ./scripts/setup.sh")
     mbr = next((Path(p) for p in MBR_CANDIDATES if Path(p).is_file()), None)
@@ -145,42 +187,32 @@ def make_base_image(
         raise InputError(f"{size_gb} GiB is not a usable base image size", field="--size-gb", expected="2 to 64")
     dest = dest.resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
+
+    def populate(root: Path, uuid: str) -> None:
+        _run(
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(BOOTSTRAP)}",
+            suite,
+            str(root),
+            mirror,
+            log=log,
+            timeout=3600,
+            env={"DEBIAN_FRONTEND": "noninteractive"},
+        )
+        with _chroot_mounts(root, log):
+            _run("chroot", str(root), "apt-get", "update", "-qq", log=log)
+            _run(
+                "chroot", str(root), "apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES,
+                log=log, timeout=3600, env={"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"},
+            )  # fmt: skip
+            _run("chroot", str(root), "apt-get", "clean", log=log)
+        _configure(root, uuid)
+
     with tempfile.TemporaryDirectory(prefix=".image-base-", dir=dest.parent) as tmp:
         work = Path(tmp)
         raw = work / "disk.raw"
-        size = size_gb * 1024**3
-        with raw.open("wb") as fh:
-            fh.truncate(size)
-        subprocess.run(
-            ["sfdisk", "--quiet", str(raw)], input="label: dos\nstart=2048, type=83, bootable\n", text=True, check=True
-        )
-        with _loop(raw, PARTITION_OFFSET, size - PARTITION_OFFSET) as dev:
-            # extlinux reads ext4 without the 64bit and metadata_csum_seed features
-            _run("mkfs.ext4", "-q", "-F", "-L", "root", "-O", "^64bit,^metadata_csum_seed", dev, log=log)
-            uuid = _run("blkid", "-s", "UUID", "-o", "value", dev).strip()
-            with _mounted(dev, work / "mnt") as root:
-                _run(
-                    "debootstrap",
-                    "--variant=minbase",
-                    f"--include={','.join(BOOTSTRAP)}",
-                    suite,
-                    str(root),
-                    mirror,
-                    log=log,
-                    timeout=3600,
-                    env={"DEBIAN_FRONTEND": "noninteractive"},
-                )
-                with _chroot_mounts(root):
-                    _run("chroot", str(root), "apt-get", "update", "-qq", log=log)
-                    _run(
-                        "chroot", str(root), "apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES,
-                        log=log, timeout=3600, env={"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"},
-                    )  # fmt: skip
-                    _run("chroot", str(root), "apt-get", "clean", log=log)
-                _configure(root, uuid)
-                _run("extlinux", "--install", str(root / "boot" / "extlinux"), log=log)
-        with raw.open("r+b") as fh:
-            fh.write(mbr.read_bytes()[:440])
+        assemble_disk(raw, size_gb * 1024**3, populate, mbr=mbr, log=log)
         tmp_out = work / "base.qcow2"
         _run("qemu-img", "convert", "-O", "qcow2", str(raw), str(tmp_out), log=log)
         raw.unlink()

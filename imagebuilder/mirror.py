@@ -108,10 +108,18 @@ def file_sha256(path: Path) -> str | None:
 
 
 def fetch_verified(
-    location: str, target: Path, sha256: str, *, on_bytes: Callable[[int], None] | None = None, timeout: float = 60
+    location: str,
+    target: Path,
+    sha256: str,
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+    timeout: float = 60,
+    algorithm: str = "sha256",
 ) -> int:
-    """Stream ``location`` (URL or path) into a temp file beside ``target``; rename only when the sha256 matches."""
-    digest = hashlib.sha256()
+    """Stream ``location`` (URL or path) into a temp file beside ``target``; rename only when the digest matches.
+
+    ``sha256`` is the expected hex digest of ``algorithm`` (sha256 unless said otherwise)."""
+    digest = hashlib.new(algorithm)
     size = 0
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
@@ -138,7 +146,7 @@ def fetch_verified(
                         on_bytes(len(block))
         if digest.hexdigest() != sha256:
             raise ExternalError(
-                f"checksum mismatch for {location}: got sha256 {digest.hexdigest()}, the manifest says {sha256}",
+                f"checksum mismatch for {location}: got {algorithm} {digest.hexdigest()}, expected {sha256}",
                 hint="the source is corrupt or tampered with; nothing was kept",
             )
         os.replace(tmp, target)

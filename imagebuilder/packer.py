@@ -193,7 +193,9 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
     return out
 
 
-def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatus) -> dict[str, Any]:
+def _context(
+    plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatus, source_image: Path | None = None
+) -> dict[str, Any]:
     catalog = load_catalog()
     builder = builder_for(plan)
     key, public_key = _keypair(directory / "ssh")
@@ -232,7 +234,9 @@ def _context(plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatu
         ctx["iso_checksum"] = f"{config.iso_checksum_type or 'sha256'}:{config.iso_checksum}"
         ctx["secrets"] += ["enterprise_username", "enterprise_password"]
     elif isinstance(config, SourceImageFields) and config.uses_source_image:
-        ctx["source_image"] = {"url": config.source_image_url, "checksum": config.source_image_checksum}
+        # the local, already verified and checked copy when the build fetched it (Packer checks the checksum again)
+        url = str(source_image) if source_image else config.source_image_url
+        ctx["source_image"] = {"url": url, "checksum": config.source_image_checksum}
         ctx["seed_files"] = [str(directory / "seed" / "meta-data"), str(directory / "seed" / "user-data")]
     else:
         ctx["iso_url"] = os_version.iso_url
@@ -289,17 +293,19 @@ def render_build(
     *,
     kvm: KvmStatus | None = None,
     require_artifacts: bool = True,
+    source_image: Path | None = None,
 ) -> RenderedBuild:
     """Render every file of a Packer build into ``directory``.
 
     ``require_artifacts`` is False only for linting: a real build needs the release manifest resolved.
+    ``source_image`` is the local copy of a fetched source image (see :func:`runner.prepare_source_image`).
     """
     if require_artifacts:
         check_buildable(plan)
     kvm = kvm or kvm_status()
     builder = builder_for(plan)
     directory.mkdir(parents=True, exist_ok=True)
-    ctx = _context(plan, directory, packer, kvm)
+    ctx = _context(plan, directory, packer, kvm, source_image)
     env = template_env()
     files: list[Path] = []
 

@@ -27,9 +27,11 @@ from typing import IO, Any
 from rich.console import Console
 
 from imagebuilder import __version__
-from imagebuilder.errors import ExternalError
+from imagebuilder.bootcheck import check_image
+from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, sha256_file
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_version
+from imagebuilder.mirror import fetch_verified, is_url
 from imagebuilder.ova import make_ova
 from imagebuilder.packer import (
     PackerInfo,
@@ -40,7 +42,7 @@ from imagebuilder.packer import (
     render_build,
 )
 from imagebuilder.plan import BuildPlan
-from imagebuilder.provider_config import AmiConfig, VsphereConfig
+from imagebuilder.provider_config import AmiConfig, SourceImageFields, VsphereConfig
 
 CHUNK = 4 * 1024 * 1024
 
@@ -220,13 +222,15 @@ def run_build(
             def status(text: str) -> None:
                 spinner.update(f"[bold]{plan.output_name}[/]: {text[:110]}")
 
+            with _step(steps, "source"):
+                source = prepare_source_image(plan, workspace, status)
             with _step(steps, "render"):
                 if builder == "qemu" and kvm is None:
                     kvm = kvm_status()
                     log.write(f"accelerator: {kvm.accelerator} ({kvm.reason})\n")
                     if not kvm.usable:
                         console.print(f"[yellow]warning:[/] {kvm.reason}; QEMU uses TCG (slow)")
-                rendered = render_build(plan, workspace, packer, kvm=kvm)
+                rendered = render_build(plan, workspace, packer, kvm=kvm, source_image=source)
             with _step(steps, "packer"):
                 _run_packer(rendered, packer, log, redact, status)
             with _step(steps, "package"):
@@ -283,6 +287,9 @@ def _package(
         )
     assert plan.output_path is not None
     final = plan.output_path
+    if builder_for(plan) == "qemu":
+        status("checking the image's boot sectors and filesystem")
+        require_bootable(disk, "the built image", work_dir=rendered.directory)
     if plan.provider == "baremetal":
         total, done = disk.stat().st_size, 0
 
@@ -297,6 +304,8 @@ def _package(
     if isinstance(plan.config, VsphereConfig):
         status("packaging the OVA (streamOptimized VMDK, OVF, manifest)")
         source = disk if disk.is_file() else _exported_disk(output)
+        if builder_for(plan) != "qemu":
+            require_bootable(source, "the exported disk", work_dir=rendered.directory)
         make_ova(
             source,
             final,
@@ -306,6 +315,66 @@ def _package(
         return final, sha256_file(final), final.stat().st_size
     sha, size = _place(disk, final)
     return final, sha, size
+
+
+def require_bootable(disk: Path, what: str, *, work_dir: Path) -> None:
+    """Fail the build at once when its output would not boot, instead of after compressing it and a boot test."""
+    check = check_image(disk, work_dir=work_dir)
+    if not check.ok:
+        raise ExternalError(
+            f"{what} would not boot: " + "; ".join(check.problems),
+            hint="read the build log (did the guest power off cleanly?); rerun with --keep-on-error to inspect it",
+        )
+
+
+def source_image(plan: BuildPlan) -> tuple[str, str] | None:
+    """(location, checksum) of the disk image a qemu build starts from, or None (an ISO install)."""
+    config = plan.config
+    if builder_for(plan) != "qemu" or not isinstance(config, SourceImageFields) or not config.uses_source_image:
+        return None
+    assert config.source_image_url and config.source_image_checksum
+    return config.source_image_url, config.source_image_checksum
+
+
+def check_source_image(plan: BuildPlan, location: Path | None = None, *, work_dir: Path | None = None) -> str | None:
+    """Refuse a source image that is dirty or would not boot, in seconds and before any VM starts (exit 2).
+
+    A remote source is checked once fetched (:func:`prepare_source_image`); the dry run checks local ones.
+    Returns what was checked, for the plan's output."""
+    source = source_image(plan)
+    if source is None:
+        return None
+    if location is None:
+        if is_url(source[0]):
+            return f"{source[0]}: checked after it is fetched and verified"
+        location = Path(source[0].removeprefix("file://"))
+    check = check_image(location, work_dir=work_dir)
+    if not check.ok:
+        raise InputError(
+            "the source image is unfit to build from: " + "; ".join(check.problems),
+            source=plan.config_path or location,
+            field="source_image_url",
+            expected="a cleanly unmounted, bootable image (make one with 'image-builder image.base')",
+        )
+    return f"{location}: {check.summary()}"
+
+
+def prepare_source_image(plan: BuildPlan, workspace: Path, status: Callable[[str], None]) -> Path | None:
+    """The source image as a local, verified and checked file for Packer (a URL is fetched into the workspace)."""
+    source = source_image(plan)
+    if source is None:
+        return None
+    location, checksum = source
+    if is_url(location):
+        algorithm, _, digest = checksum.partition(":")
+        local = workspace / "source" / Path(location.split("?")[0]).name
+        status(f"fetching the source image {location}")
+        fetch_verified(location, local, digest, algorithm=algorithm)
+    else:
+        local = Path(location.removeprefix("file://"))
+    status("checking the source image's boot sectors and filesystem")
+    check_source_image(plan, local, work_dir=workspace)
+    return local
 
 
 def _exported_disk(output: Path) -> Path:

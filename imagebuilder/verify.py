@@ -1,6 +1,7 @@
 """``image.verify``: check a built image the way a cluster will meet it.
 
-Two parts:
+Three parts:
+- the disk: boot sectors and bootloader consistent, filesystems cleanly unmounted (:mod:`imagebuilder.bootcheck`);
 - offline: the image's root filesystem is mounted read-only and testinfra (chroot backend) checks what the
   build promised: Kubernetes binaries with the release manifest's checksums, containerd and kubelet enabled, swap
   off, sysctls and modules configured, and nothing of the build VM left (machine-id, SSH host keys, cloud-init
@@ -11,25 +12,19 @@ The expected checksums come from the build manifest written beside the image.
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import json
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagebuilder.bootcheck import check_raw
+from imagebuilder.disk import mounted_root, raw_view
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import run_checked
 from imagebuilder.hostinfo import KvmStatus, kvm_status
-
-SECTOR = 512
-ZERO = bytes(1024 * 1024)
 
 
 @dataclass(frozen=True)
@@ -37,85 +32,6 @@ class Finding:
     name: str
     ok: bool
     detail: str
-
-
-def gunzip_sparse(src: Path, dest: Path) -> None:
-    """Decompress a .gz disk image, seeking over zero blocks so the raw file stays sparse."""
-    with gzip.open(src, "rb") as fin, dest.open("wb") as fout:
-        while block := fin.read(len(ZERO)):
-            if block == ZERO[: len(block)]:
-                fout.seek(len(block), 1)
-            else:
-                fout.write(block)
-        fout.truncate()
-
-
-@contextlib.contextmanager
-def raw_disk(image: Path) -> Iterator[Path]:
-    """A raw view of a .gz, .ova, .qcow2 or .raw image, in a temp dir removed afterwards."""
-    if not image.is_file():
-        raise InputError("image not found", source=image)
-    with tempfile.TemporaryDirectory(prefix="image-verify-") as tmp:
-        work = Path(tmp)
-        name = image.name
-        if name.endswith(".gz"):
-            out = work / "disk.raw"
-            gunzip_sparse(image, out)
-            yield out
-        elif name.endswith(".ova"):
-            with tarfile.open(image) as tar:
-                members = tar.getnames()
-                if not members or not members[0].endswith(".ovf"):
-                    raise ExternalError(f"{image}: the OVF descriptor is not the first file of the OVA")
-                vmdk = next((m for m in tar.getmembers() if m.name.endswith(".vmdk")), None)
-                if vmdk is None:
-                    raise ExternalError(f"{image}: no .vmdk disk in the OVA")
-                tar.extract(vmdk, work, filter="data")
-            out = work / "disk.raw"
-            run_checked("qemu-img", "convert", "-O", "raw", str(work / vmdk.name), str(out), timeout=3600)
-            yield out
-        else:
-            fmt = json.loads(run_checked("qemu-img", "info", "--output=json", str(image)))["format"]
-            if fmt == "raw":
-                yield image
-            else:
-                out = work / "disk.raw"
-                run_checked("qemu-img", "convert", "-O", "raw", str(image), str(out), timeout=3600)
-                yield out
-
-
-def root_partition(raw: Path) -> tuple[int, int]:
-    """(offset, size) in bytes of the largest Linux partition."""
-    table = json.loads(run_checked("sfdisk", "--json", str(raw)))["partitiontable"]
-    parts = [p for p in table.get("partitions", []) if p.get("type") in ("83", "0FC63DAF-8483-4772-8E79-3D69D8477DE4")]
-    if not parts:
-        raise ExternalError(f"{raw}: no Linux partition in the partition table")
-    best = max(parts, key=lambda p: p["size"])
-    return best["start"] * SECTOR, best["size"] * SECTOR
-
-
-@contextlib.contextmanager
-def mounted_root(image: Path) -> Iterator[Path]:
-    with raw_disk(image) as raw, mounted_raw_root(raw) as root:
-        yield root
-
-
-@contextlib.contextmanager
-def mounted_raw_root(raw: Path) -> Iterator[Path]:
-    """The root partition of a raw disk, mounted read-only."""
-    with tempfile.TemporaryDirectory(prefix="image-root-") as mnt:
-        offset, size = root_partition(raw)
-        dev = run_checked(
-            "losetup", "--find", "--show", "--read-only", "--offset", str(offset), "--sizelimit", str(size), str(raw)
-        ).strip()
-        try:
-            run_checked("mount", "-o", "ro,noload", dev, mnt)
-            try:
-                yield Path(mnt)
-            finally:
-                subprocess.run(["umount", mnt], check=False)
-        finally:
-            subprocess.run(["losetup", "-d", dev], check=False)
 
 
 def expectations(image: Path, manifest: Path | None = None) -> dict[str, Any]:
@@ -189,7 +105,7 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
 
 def boot_test(image: Path, *, timeout: float = 600, kvm: KvmStatus | None = None) -> Finding:
     """Boot a throwaway copy under QEMU (``-snapshot``) until a login prompt shows on the serial console."""
-    with raw_disk(image) as raw:
+    with raw_view(image) as raw:
         return boot_raw(raw, timeout=timeout, kvm=kvm)
 
 
@@ -235,10 +151,12 @@ def verify_image(
     image: Path, *, manifest: Path | None = None, boot: bool = True, boot_timeout: float = 600
 ) -> list[Finding]:
     expected = expectations(image, manifest)
-    # one raw view serves both parts: a .gz or an OVA is decompressed or converted once, not twice
-    with raw_disk(image) as raw:
-        with mounted_raw_root(raw) as root:
-            findings = offline_checks(root, expected)
+    # one raw view serves every part: a .gz or an OVA is decompressed or converted once, not three times
+    with raw_view(image) as raw:
+        disk_check = check_raw(raw)
+        findings = [Finding("disk", disk_check.ok, disk_check.summary())]
+        with mounted_root(raw) as root:
+            findings += offline_checks(root, expected)
         if boot:
             findings.append(boot_raw(raw, timeout=boot_timeout))
     return findings

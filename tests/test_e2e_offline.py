@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.baseimage import make_base_image
+from imagebuilder.bootcheck import check_image
 from imagebuilder.model import load_catalog
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import verify_image
@@ -32,7 +33,13 @@ SECRET = "vc-Pa55-never-logged-7731"
 
 @pytest.fixture(scope="module")
 def base_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    return make_base_image(tmp_path_factory.mktemp("base") / "debian-base.qcow2")
+    image, digest = make_base_image(tmp_path_factory.mktemp("base") / "debian-base.qcow2")
+    # what image.base ships: a cleanly unmounted filesystem and a boot sector that points at its loader
+    check = check_image(image)
+    assert check.ok, check.problems
+    assert any("ldlinux.sys" in n and "consistent" in n for n in check.notes), check.notes
+    assert not list(image.parent.glob(".image-base-*")), "no work folder left beside the image"
+    return image, digest
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +175,11 @@ def test_offline_bare_metal_build_is_verified(
     ).stdout.split()[0]
     manifest = json.loads((out / "ubuntu-v1.24.8-eks-5-amd64.build-manifest.json").read_text())
     assert manifest["artifact"]["name"] == gz.name and manifest["tools"]["packer"]
-    assert set(manifest["steps"]) == {"render", "packer", "package"}
+    assert set(manifest["steps"]) == {"source", "render", "packer", "package"}
+    log = Path(manifest["log"]).read_text()
+    # the guest powered off by itself, cleanly: systemd reached logind over D-Bus, Packer did not have to kill it
+    assert "Failed to connect to bus" not in log
+    assert "Timeout while waiting for machine to shut" not in log
     assert not list((home / "work").iterdir()), "the workspace is removed after a build"
     assert not [p for p in out.rglob("*") if p.name.startswith(".")], "no temp file left at the output"
     findings = verify_image(gz)

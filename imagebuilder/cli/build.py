@@ -68,7 +68,7 @@ def build(
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     from imagebuilder.plan import BuildRequest, make_plan
     from imagebuilder.preflight import require
-    from imagebuilder.runner import run_build
+    from imagebuilder.runner import check_source_image, run_build
 
     if output not in ("text", "json"):
         raise InputError(f"'{output}' is not a plan format", field="--output", expected="text or json")
@@ -104,10 +104,14 @@ def build(
             disk_gb=None if disk_gb < 0 else disk_gb,
         )
     )
+    # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
+    checked = check_source_image(plan) if dry_run else None
     if output == "json":
-        print_json({"dry_run": dry_run, **plan.to_json()})
+        print_json({"dry_run": dry_run, **plan.to_json(), "source_image_check": checked})
     else:
         print(plan.render_text())
+        if checked:
+            print(f"source image: {checked}")
     if dry_run:
         return
     require(plan.os, plan.provider, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)

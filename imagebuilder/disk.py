@@ -1,0 +1,283 @@
+"""The one disk helper: raw views of images, partition tables, loop devices and mounts.
+
+Why one module: a disk image is attached, mounted and released in three places (``image.base`` assembles one,
+``image.verify`` inspects one, the boot checks read one), and the way a mount is released decides whether the image
+is safe to ship. An unmount that gives up and detaches lazily leaves the filesystem mounted while the image is
+copied, with a journal that the first boot replays over whatever was written to the disk behind the kernel's back
+(the boot sector). So a mount is released only for real: whatever still holds it is stopped first, and if it still
+cannot be unmounted the operation fails, naming the holders, instead of carrying on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.files import run_checked
+
+SECTOR = 512
+_ZERO = bytes(1024 * 1024)
+#: partition types that hold a Linux filesystem (MBR id, GPT type GUID)
+LINUX_TYPES = ("83", "0FC63DAF-8483-4772-8E79-3D69D8477DE4")
+
+Log = Callable[[str], None]
+
+
+def gunzip_sparse(src: Path, dest: Path) -> None:
+    """Decompress a .gz disk image, seeking over zero blocks so the raw file stays sparse."""
+    try:
+        with gzip.open(src, "rb") as fin, dest.open("wb") as fout:
+            while block := fin.read(len(_ZERO)):
+                if block == _ZERO[: len(block)]:
+                    fout.seek(len(block), 1)
+                else:
+                    fout.write(block)
+            fout.truncate()
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise InputError(
+            f"not a complete gzip file ({exc})", source=src, expected="a gzip-compressed raw disk"
+        ) from None
+
+
+@contextlib.contextmanager
+def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
+    """A raw view of a .gz, .ova, .vmdk, .qcow2 or raw image; temporary copies are removed afterwards.
+
+    A raw image is used in place (read only by the callers); other formats are decompressed or converted into a
+    temporary directory (under ``work_dir`` when given: the build's workspace, not /tmp)."""
+    if not image.is_file():
+        raise InputError("image not found", source=image)
+    with tempfile.TemporaryDirectory(prefix="image-raw-", dir=work_dir) as tmp:
+        work = Path(tmp)
+        out = work / "disk.raw"
+        if image.name.endswith(".gz"):
+            gunzip_sparse(image, out)
+            yield out
+            return
+        if image.name.endswith(".ova"):
+            try:
+                with tarfile.open(image) as tar:
+                    members = tar.getmembers()
+                    if not members or not members[0].name.endswith(".ovf"):
+                        raise InputError("the OVF descriptor is not the first file of the OVA", source=image)
+                    vmdk = next((m for m in members if m.isfile() and m.name.endswith(".vmdk")), None)
+                    if vmdk is None:
+                        raise InputError("no .vmdk disk in the OVA", source=image)
+                    tar.extract(vmdk, work, filter="data")
+            except tarfile.TarError as exc:
+                raise InputError(f"not a readable OVA (tar): {exc}", source=image) from None
+            run_checked("qemu-img", "convert", "-O", "raw", str(work / vmdk.name), str(out), timeout=3600)
+            yield out
+            return
+        fmt = image_format(image)
+        if fmt == "raw":
+            yield image
+            return
+        run_checked("qemu-img", "convert", "-f", fmt, "-O", "raw", str(image), str(out), timeout=3600)
+        yield out
+
+
+def image_format(image: Path) -> str:
+    """The format qemu-img reads in ``image`` (raw, qcow2, vmdk...)."""
+    try:
+        info = json.loads(run_checked("qemu-img", "info", "--output=json", str(image)))
+    except ExternalError as exc:
+        raise InputError(f"not a disk image qemu-img can read: {exc}", source=image) from None
+    return str(info["format"])
+
+
+@dataclass(frozen=True)
+class Partition:
+    number: int
+    start: int  #: first sector
+    size: int  #: sectors
+    type: str
+    bootable: bool
+
+    @property
+    def offset(self) -> int:
+        return self.start * SECTOR
+
+    @property
+    def length(self) -> int:
+        return self.size * SECTOR
+
+
+def partitions(raw: Path) -> tuple[str, list[Partition]]:
+    """The partition table of a raw disk: (``dos`` or ``gpt``, partitions)."""
+    try:
+        table = json.loads(run_checked("sfdisk", "--json", str(raw)))["partitiontable"]
+    except ExternalError:
+        return "none", []
+    parts = [
+        Partition(
+            number=i + 1,
+            start=int(p["start"]),
+            size=int(p["size"]),
+            type=str(p.get("type", "")).upper(),
+            bootable=bool(p.get("bootable", False)),
+        )
+        for i, p in enumerate(table.get("partitions", []))
+    ]
+    return str(table.get("label", "none")), parts
+
+
+def root_partition(raw: Path) -> Partition:
+    """The largest Linux partition (where the root filesystem of our images lives)."""
+    _, parts = partitions(raw)
+    linux = [p for p in parts if p.type in LINUX_TYPES]
+    if not linux:
+        raise ExternalError(f"{raw}: no Linux partition in the partition table")
+    return max(linux, key=lambda p: p.size)
+
+
+@contextlib.contextmanager
+def loop_device(image: Path, offset: int, size: int, *, read_only: bool = False) -> Iterator[str]:
+    """A loop device over ``size`` bytes of ``image`` from ``offset`` (no partition nodes, no udev needed)."""
+    args = ["losetup", "--find", "--show", "--offset", str(offset), "--sizelimit", str(size)]
+    dev = run_checked(*args, *(["--read-only"] if read_only else []), str(image)).strip()
+    try:
+        yield dev
+    finally:
+        detach_loop(dev)
+
+
+def detach_loop(dev: str) -> None:
+    """Detach a loop device and wait until the kernel has let it go (detaching is asynchronous)."""
+    subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+    name = Path(dev).name
+    for _ in range(50):
+        backing = Path(f"/sys/block/{name}/loop/backing_file")
+        if not backing.exists():
+            return
+        time.sleep(0.1)
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    command: str
+    why: str  #: root, cwd, open file or mapping
+
+    def __str__(self) -> str:
+        return f"{self.pid} ({self.command}: {self.why})"
+
+
+def holders(mountpoint: Path) -> list[Holder]:
+    """Processes that keep ``mountpoint`` busy: their root, working directory, an open file or a mapping in it."""
+    mnt = str(mountpoint.resolve())
+
+    def inside(path: str) -> bool:
+        return path == mnt or path.startswith(mnt + "/")
+
+    found: list[Holder] = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        proc = Path("/proc") / entry
+        why = None
+        with contextlib.suppress(OSError):
+            for link in ("root", "cwd"):
+                if inside(os.readlink(proc / link)):
+                    why = link
+                    break
+            if why is None:
+                for fd in os.listdir(proc / "fd"):
+                    with contextlib.suppress(OSError):
+                        if inside(os.readlink(proc / "fd" / fd)):
+                            why = "open file"
+                            break
+            if why is None:
+                for line in (proc / "maps").read_text().splitlines():
+                    parts = line.split(maxsplit=5)
+                    if len(parts) == 6 and inside(parts[5]):
+                        why = "mapping"
+                        break
+        if why is not None:
+            command = ""
+            with contextlib.suppress(OSError):
+                command = (proc / "comm").read_text().strip()
+            found.append(Holder(pid, command, why))
+    return found
+
+
+def stop_holders(mountpoint: Path, *, grace: float = 5.0, log: Log | None = None) -> list[Holder]:
+    """Stop every process that holds ``mountpoint``: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+    Package scripts run in a chroot can leave daemons behind (a service started despite policy-rc.d, a helper that
+    forked); they keep the filesystem busy. Returns what was found."""
+    found = holders(mountpoint)
+    if not found:
+        return []
+    if log:
+        log("stopping what still holds " + str(mountpoint) + ": " + ", ".join(str(h) for h in found))
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        for h in holders(mountpoint):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(h.pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and holders(mountpoint):
+            time.sleep(0.1)
+        if not holders(mountpoint):
+            break
+    return found
+
+
+def unmount(target: Path, *, attempts: int = 10, log: Log | None = None) -> None:
+    """Unmount ``target`` for real: stop its holders, sync, retry; never lazily. Raises when it stays busy."""
+    last = ""
+    for attempt in range(attempts):
+        stop_holders(target, log=log)
+        subprocess.run(["sync"], check=False)
+        proc = subprocess.run(["umount", str(target)], check=False, capture_output=True, text=True)
+        if proc.returncode == 0:
+            return
+        last = proc.stderr.strip()
+        if not os.path.ismount(target):
+            return
+        time.sleep(min(0.5 * (attempt + 1), 3.0))
+    left = ", ".join(str(h) for h in holders(target)) or "no process found (a kernel reference)"
+    raise ExternalError(
+        f"{target} could not be unmounted ({last}); still held by: {left}",
+        hint="stop those processes and rerun; the image was not written",
+    )
+
+
+@contextlib.contextmanager
+def mounted(source: str, target: Path, *options: str, log: Log | None = None) -> Iterator[Path]:
+    """Mount ``source`` at ``target`` for the block; released with :func:`unmount` (never lazily)."""
+    target.mkdir(parents=True, exist_ok=True)
+    run_checked("mount", *(["-o", ",".join(options)] if options else []), source, str(target))
+    try:
+        yield target
+    except BaseException:
+        # the block already failed: release what we can without masking its error
+        with contextlib.suppress(ExternalError):
+            unmount(target, attempts=3, log=log)
+        raise
+    unmount(target, log=log)
+
+
+@contextlib.contextmanager
+def mounted_root(raw: Path) -> Iterator[Path]:
+    """The root partition of a raw disk, mounted read-only without replaying its journal."""
+    part = root_partition(raw)
+    with (
+        tempfile.TemporaryDirectory(prefix="image-root-") as mnt,
+        loop_device(raw, part.offset, part.length, read_only=True) as dev,
+        mounted(dev, Path(mnt), "ro", "noload"),
+    ):
+        yield Path(mnt)

@@ -1,0 +1,287 @@
+"""Boot sectors and filesystem state, on real disk images: small ext4 disks assembled with the real tools (sfdisk,
+loop devices, mkfs.ext4, extlinux, syslinux's MBR), then broken the ways images break in the field: a copy taken
+while mounted (a journal to replay), a zeroed partition boot sector, a stale pointer to ldlinux.sys. Needs root."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import disk
+from imagebuilder.baseimage import MBR_CANDIDATES, PARTITION_OFFSET, assemble_disk
+from imagebuilder.bootcheck import check_image, check_raw
+from imagebuilder.errors import ExternalError
+from tests.conftest import run
+
+SIZE = 64 * 1024 * 1024
+MBR = next(Path(p) for p in MBR_CANDIDATES if Path(p).is_file())
+
+
+def minimal_root(root: Path, uuid: str) -> None:
+    """What extlinux needs: its folder and a config (the kernel does not matter to the checks)."""
+    (root / "boot" / "extlinux").mkdir(parents=True)
+    (root / "boot" / "extlinux" / "extlinux.conf").write_text(
+        f"DEFAULT l\nLABEL l\n  LINUX /vmlinuz root=UUID={uuid}\n"
+    )
+    (root / "etc").mkdir()
+    (root / "etc" / "hostname").write_text("localhost\n")
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    raw = tmp_path_factory.mktemp("good") / "disk.raw"
+    assemble_disk(raw, SIZE, minimal_root, mbr=MBR)
+    return raw
+
+
+def copy(raw: Path, dest: Path) -> Path:
+    subprocess.run(["cp", "--sparse=always", str(raw), str(dest)], check=True)
+    return dest
+
+
+def test_an_assembled_disk_passes_and_its_loader_is_followed(good: Path) -> None:
+    result = check_raw(good)
+    assert result.ok, result.problems
+    assert any("boot sector -> /boot/extlinux/ldlinux.sys" in n and "consistent" in n for n in result.notes)
+    assert any("e2fsck -fn passed" in n for n in result.notes)
+    fields = subprocess.run(["dumpe2fs", "-h", f"{good}?offset={PARTITION_OFFSET}"], capture_output=True, text=True)
+    assert "needs_recovery" not in fields.stdout and "Journal start:            0" in fields.stdout
+    with good.open("rb") as fh:
+        fh.seek(PARTITION_OFFSET)
+        vbr = fh.read(512)
+    assert vbr[:3] == b"\xeb\x58\x90" and vbr[3:11] == b"SYSLINUX" and vbr[510:] == b"\x55\xaa"
+
+
+def test_a_zeroed_partition_boot_sector_is_refused(good: Path, tmp_path: Path) -> None:
+    raw = copy(good, tmp_path / "zero.raw")
+    with raw.open("r+b") as fh:
+        fh.seek(PARTITION_OFFSET)
+        fh.write(bytes(512))
+    result = check_raw(raw)
+    assert not result.ok
+    assert "boot sector (sector 2048) is all zeros" in result.summary()
+
+
+def test_a_copy_taken_while_mounted_is_refused(good: Path, tmp_path: Path) -> None:
+    raw = copy(good, tmp_path / "live.raw")
+    part = disk.root_partition(raw)
+    with disk.loop_device(raw, part.offset, part.length) as dev, disk.mounted(dev, tmp_path / "mnt") as root:
+        (root / "etc" / "written-while-mounted").write_text("x\n")
+        subprocess.run(["sync"], check=True)
+        dirty = copy(raw, tmp_path / "dirty.raw")
+    result = check_raw(dirty)
+    assert not result.ok
+    assert "not unmounted cleanly (needs_recovery)" in result.summary()
+    assert check_raw(raw).ok, "the original, unmounted for real, is clean"
+
+
+def test_a_stale_pointer_to_ldlinux_is_refused(good: Path, tmp_path: Path) -> None:
+    raw = copy(good, tmp_path / "stale.raw")
+    with raw.open("r+b") as fh:
+        fh.seek(PARTITION_OFFSET)
+        vbr = bytearray(fh.read(512))
+        start = next(n for n in check_raw(good).notes if n.startswith("SYSLINUX"))
+        sector = int(start.split(" at sector ")[1].split(",")[0]) - 2048
+        at = vbr.find(struct.pack("<I", sector))
+        assert at > 0
+        vbr[at : at + 4] = struct.pack("<I", sector + 8)
+        fh.seek(PARTITION_OFFSET)
+        fh.write(vbr)
+    result = check_raw(raw)
+    assert not result.ok
+    assert f"the boot sector loads sector {sector + 8}" in result.summary()
+
+
+def test_a_damaged_loader_on_disk_is_refused(good: Path, tmp_path: Path) -> None:
+    raw = copy(good, tmp_path / "damaged.raw")
+    note = next(n for n in check_raw(good).notes if n.startswith("SYSLINUX"))
+    sector = int(note.split(" at sector ")[1].split(",")[0])
+    with raw.open("r+b") as fh:
+        fh.seek((sector + 3) * 512)  # inside the loader, past its first sector
+        fh.write(b"\xff" * 512)
+    # the bytes on disk are the file's: its checksum (what extlinux patched in) no longer holds
+    assert "its checksum does not match" in check_raw(raw).summary()
+
+
+def test_an_mbr_without_boot_code_is_refused(good: Path, tmp_path: Path) -> None:
+    raw = copy(good, tmp_path / "nombr.raw")
+    with raw.open("r+b") as fh:
+        fh.write(bytes(440))
+    assert "the MBR holds no boot code" in check_raw(raw).summary()
+
+
+def test_grub_pointing_at_an_empty_sector_is_refused(good: Path, tmp_path: Path) -> None:
+    raw = copy(good, tmp_path / "grub.raw")
+    with raw.open("r+b") as fh:
+        code = bytearray(440)
+        code[0x180:0x184] = b"GRUB"
+        code[0x5C:0x64] = struct.pack("<Q", 1)  # the post-MBR gap, left empty
+        fh.write(code)
+    assert "GRUB's boot code points at sector 1, which is empty" in check_raw(raw).summary()
+    with raw.open("r+b") as fh:
+        fh.seek(512)
+        fh.write(b"\x52" * 512)
+    result = check_raw(raw)
+    assert result.ok and "GRUB (BIOS): core image at sector 1" in result.summary()
+
+
+def test_a_gpt_disk_with_an_efi_partition_and_no_bios_code_is_accepted(tmp_path: Path) -> None:
+    raw = tmp_path / "uefi.raw"
+    with raw.open("wb") as fh:
+        fh.truncate(SIZE)
+    table = (
+        "label: gpt\nsize=16MiB, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B\ntype=0FC63DAF-8483-4772-8E79-3D69D8477DE4\n"
+    )
+    subprocess.run(["sfdisk", "--quiet", str(raw)], input=table, text=True, check=True)
+    part = disk.root_partition(raw)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-E", f"offset={part.offset}", str(raw), f"{part.size // 2}k"], check=True)
+    result = check_raw(raw)
+    assert result.ok, result.problems
+    assert "UEFI only" in result.summary()
+
+
+def test_formats_are_read_through_one_raw_view(good: Path, tmp_path: Path) -> None:
+    qcow2 = tmp_path / "good.qcow2"
+    subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(good), str(qcow2)], check=True)
+    gz = tmp_path / "good.gz"
+    with gz.open("wb") as out:
+        subprocess.run(["gzip", "-c", str(good)], stdout=out, check=True)
+    assert check_image(qcow2).ok and check_image(gz).ok
+    bad = tmp_path / "bad.gz"
+    bad.write_bytes(gz.read_bytes()[:2000])
+    with pytest.raises(Exception, match="not a complete gzip file"):
+        check_image(bad)
+
+
+def spawn_holder(args: list[str], cwd: Path) -> int:
+    """A daemon as a package script leaves one: its own session, not our child once we return."""
+    proc = subprocess.Popen(["setsid", "--fork", *args], cwd=cwd, stdin=subprocess.DEVNULL)
+    proc.wait()
+    for _ in range(50):
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    if os.readlink(f"/proc/{pid}/cwd") == str(cwd) and Path(
+                        f"/proc/{pid}/comm"
+                    ).read_text().strip() in (
+                        "sleep",
+                        "tail",
+                    ):
+                        return int(pid)
+                except OSError:
+                    continue
+        time.sleep(0.1)
+    raise AssertionError("the holder did not start")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return state != "Z"
+
+
+def test_a_mount_kept_busy_by_a_leftover_process_still_yields_a_clean_disk(tmp_path: Path) -> None:
+    holders: list[int] = []
+
+    def populate(root: Path, uuid: str) -> None:
+        minimal_root(root, uuid)
+        (root / "var" / "log").mkdir(parents=True)
+        (root / "var" / "log" / "daemon.log").write_text("")
+        # one with its working directory in the root, one writing a file in it (as a started service would)
+        holders.append(spawn_holder(["sleep", "600"], root))
+        holders.append(spawn_holder(["tail", "-f", str(root / "var" / "log" / "daemon.log")], root / "var" / "log"))
+        (root / "var" / "lib").mkdir()
+        (root / "var" / "lib" / "late-write").write_text("y\n")
+
+    raw = tmp_path / "busy.raw"
+    result = assemble_disk(raw, SIZE, populate, mbr=MBR)
+    assert result.ok
+    assert holders and not [p for p in holders if alive(p)], "the leftover processes were stopped"
+    assert check_raw(raw).ok
+    assert "/busy" not in Path("/proc/mounts").read_text() and str(tmp_path) not in Path("/proc/mounts").read_text()
+
+
+def test_a_mount_that_cannot_be_released_fails_instead_of_detaching_lazily(tmp_path: Path) -> None:
+    def populate(root: Path, uuid: str) -> None:
+        minimal_root(root, uuid)
+        (root / "sub").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(root / "sub")], check=True)
+
+    raw = tmp_path / "stuck.raw"
+    try:
+        with pytest.raises(ExternalError, match="could not be unmounted"):
+            assemble_disk(raw, SIZE, populate, mbr=MBR)
+        assert os.path.ismount(tmp_path / "mnt"), "never a lazy unmount"
+    finally:
+        subprocess.run(["umount", str(tmp_path / "mnt" / "sub")], check=False)
+        subprocess.run(["umount", str(tmp_path / "mnt")], check=False)
+        for line in subprocess.run(["losetup", "-j", str(raw)], capture_output=True, text=True).stdout.splitlines():
+            subprocess.run(["losetup", "-d", line.split(":")[0]], check=False)
+
+
+def source_config(tmp_path: Path, raw: Path, name: str) -> Path:
+    qcow2 = tmp_path / f"{name}.qcow2"
+    subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(qcow2)], check=True)
+    digest = subprocess.run(["sha256sum", str(qcow2)], capture_output=True, text=True, check=True).stdout.split()[0]
+    config = tmp_path / f"{name}.json"
+    config.write_text(json.dumps({"source_image_url": str(qcow2), "source_image_checksum": f"sha256:{digest}"}))
+    return config
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "message"),
+    [
+        ("zeroed", lambda fh: (fh.seek(PARTITION_OFFSET), fh.write(bytes(512))), "is all zeros"),
+        ("good", None, None),
+    ],
+)
+def test_build_refuses_a_broken_source_image_in_seconds(
+    good: Path, tmp_path: Path, name: str, damage: Callable[..., object] | None, message: str | None
+) -> None:
+    raw = copy(good, tmp_path / f"{name}.raw")
+    if damage:
+        with raw.open("r+b") as fh:
+            damage(fh)
+    config = source_config(tmp_path, raw, name)
+    out = tmp_path / "out"
+    args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--offline"]
+    start = time.monotonic()
+    res = run(*args, "--baremetal-config", str(config), "--output-dir", str(out), "--dry-run")
+    assert time.monotonic() - start < 30
+    if message:
+        assert res.code == 2, res.out + res.err
+        assert f"{config}: source_image_url: the source image is unfit to build from" in res.err
+        assert message in res.err
+    else:
+        assert res.code == 0, res.err
+        assert "source image:" in res.out and "consistent" in res.out
+    assert not out.exists(), "a dry run creates nothing"
+
+
+def test_build_refuses_a_dirty_source_image(good: Path, tmp_path: Path) -> None:
+    raw = copy(good, tmp_path / "live.raw")
+    part = disk.root_partition(raw)
+    with disk.loop_device(raw, part.offset, part.length) as dev, disk.mounted(dev, tmp_path / "mnt") as root:
+        (root / "etc" / "x").write_text("x\n")
+        subprocess.run(["sync"], check=True)
+        config = source_config(tmp_path, raw, "dirty")
+    args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--offline"]
+    res = run(*args, "--baremetal-config", str(config), "--dry-run")
+    assert res.code == 2
+    assert "was not unmounted cleanly (needs_recovery)" in res.err
+
+
+def test_tools_are_there() -> None:
+    for tool in ("extlinux", "debugfs", "dumpe2fs", "e2fsck", "sfdisk", "qemu-img", "setsid"):
+        assert shutil.which(tool), f"{tool} missing: run ./scripts/setup.sh"
