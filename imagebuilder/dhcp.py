@@ -25,10 +25,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
+from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
 from imagebuilder.files import atomic_write, load_yaml_mapping
 from imagebuilder.provider_config import pydantic_problems
@@ -48,15 +49,42 @@ class Range(_Strict):
     end: IP = Field(description="last address of the dynamic range")
 
 
+#: DHCP carries lease times as 32-bit seconds; 0xffffffff means infinite, so longer values would wrap
+LeaseSeconds = Annotated[StrictInt, Field(ge=1, le=2**31 - 1)]
+
+
 class LeaseTimes(_Strict):
-    default: int = Field(600, description="default-lease-time in seconds (spec 4.9: 600)")
-    max: int = Field(7200, description="max-lease-time in seconds (spec 4.9: 7200)")
+    default: LeaseSeconds = Field(600, description="default-lease-time in seconds (spec 4.9: 600)")
+    max: LeaseSeconds = Field(7200, description="max-lease-time in seconds (spec 4.9: 7200)")
+
+
+def _address_or_object(schema: dict[str, Any]) -> None:
+    """The schema says what the model accepts: a plain address is a control-plane IP too."""
+    obj = dict(schema)
+    schema.clear()
+    schema["anyOf"] = [{"type": "string", "format": "ipv4"}, obj]
 
 
 class ControlPlaneIP(_Strict):
+    """A control-plane endpoint IP: ``{ip, cluster, method}`` or just the address."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_address_or_object)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_address(cls, value: Any) -> Any:
+        return {"ip": value} if isinstance(value, str) else value
+
     ip: IP = Field(description="the cluster's controlPlaneConfiguration.endpoint.host")
-    cluster: str | None = Field(None, description="cluster name, for messages and the reservation's host name")
+    cluster: str | None = Field(
+        None, description="cluster name (a letter, then letters, digits, '-'), for comments and the reservation"
+    )
     method: Method | None = Field(None, description="outside, shrink or reserve (default: the file's exclusion)")
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, value: str | None) -> str | None:
+        return None if value is None else grammar.cluster_name(value)
 
 
 class DhcpConfig(_Strict):
@@ -71,8 +99,13 @@ class DhcpConfig(_Strict):
     lease_time: LeaseTimes = Field(default_factory=LeaseTimes, description="lease times in seconds")
     exclusion: Method | None = Field(None, description="default method for control-plane IPs inside the range")
     control_plane_ips: list[ControlPlaneIP] = Field(
-        default_factory=list, description="one per cluster: the management cluster and each workload cluster"
+        default_factory=list,
+        description="one per cluster (the management cluster and each workload cluster): an address, or an object",
     )
+
+    @property
+    def endpoints(self) -> list[ControlPlaneIP]:
+        return self.control_plane_ips
 
     @field_validator("interface")
     @classmethod
@@ -91,18 +124,10 @@ class DhcpConfig(_Strict):
                 raise ValueError(f"{value!r} is not a network address with prefix ({exc})") from None
         return value
 
-    @field_validator("control_plane_ips", mode="before")
-    @classmethod
-    def _ips(cls, value: Any) -> Any:
-        # a bare address is accepted for a list item
-        return [{"ip": v} if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
-
     @field_validator("domain_name")
     @classmethod
     def _domain(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"(?!-)[A-Za-z0-9.-]{1,253}(?<!-)", value):
-            raise ValueError(f"{value!r} is not a domain name")
-        return value
+        return None if value is None else grammar.domain_name(value)
 
 
 @dataclass(frozen=True)
@@ -150,19 +175,20 @@ def resolve(config: DhcpConfig, source: str | Path = "dhcp config") -> Pool:
     for i, router in enumerate(config.routers):
         if router not in net:
             problems.append((f"routers[{i}]", f"{router} is not inside the subnet {net}"))
+        elif router in (net.network_address, net.broadcast_address):
+            which = "network" if router == net.network_address else "broadcast"
+            problems.append((f"routers[{i}]", f"{router} is the subnet's {which} address, not a host"))
         if rng.start <= router <= rng.end:
             problems.append((f"routers[{i}]", f"{router} is inside the dynamic range {rng.start}-{rng.end}"))
     lt = config.lease_time
-    if lt.default <= 0 or lt.max <= 0:
-        problems.append(("lease_time", "lease times must be positive seconds"))
-    elif lt.default > lt.max:
+    if lt.default > lt.max:
         problems.append(("lease_time", f"default ({lt.default}) is longer than max ({lt.max})"))
 
     ranges: list[tuple[IP, IP]] = [(rng.start, rng.end)]
     reservations: list[Reservation] = []
     notes: list[str] = []
     seen: dict[IP, int] = {}
-    for i, cp in enumerate(config.control_plane_ips):
+    for i, cp in enumerate(config.endpoints):
         where = f"control_plane_ips[{i}]"
         label = cp.cluster or str(cp.ip)
         if cp.ip in seen:

@@ -58,6 +58,8 @@ def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
     temporary directory (under ``work_dir`` when given: the build's workspace, not /tmp)."""
     if not image.is_file():
         raise InputError("image not found", source=image)
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="image-raw-", dir=work_dir) as tmp:
         work = Path(tmp)
         out = work / "disk.raw"

@@ -19,10 +19,19 @@ import yaml
 
 from imagebuilder.errors import ExternalError, InputError
 
+#: the largest input document read (release and bundle manifests are well under 1 MiB)
+MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
+#: the most nodes a YAML document may expand to once its aliases are followed (an alias bomb expands to billions)
+MAX_YAML_NODES = 200_000
+#: and at most this deep (no configuration or manifest comes near it)
+MAX_YAML_DEPTH = 64
+
 
 def read_text(path: str | Path, what: str = "file") -> str:
     p = Path(path)
     try:
+        if p.is_file() and p.stat().st_size > MAX_DOCUMENT_BYTES:
+            raise InputError(f"{what} is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=p)
         return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{what} not found", source=p) from None
@@ -34,29 +43,139 @@ def read_text(path: str | Path, what: str = "file") -> str:
         raise InputError(f"cannot read {what}: {exc.strerror}", source=p) from None
 
 
+class DuplicateKey(ValueError):
+    """A mapping names the same key twice: which one the user meant is unknown, so neither wins."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+def parse_json(text: str, source: str | Path) -> Any:
+    """Parse JSON strictly: duplicate keys, NaN and Infinity are errors; errors give line and column."""
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise InputError(f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=source)
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", source=source) from None
+    except RecursionError:
+        raise InputError("invalid JSON: nested too deeply", source=source) from None
+    except ValueError as exc:
+        raise InputError(f"invalid JSON: {exc}", source=source) from None
+
+
 def load_json_object(path: str | Path, what: str = "config file") -> dict[str, Any]:
     """Load a JSON file that must hold one object; errors give line and column."""
-    text = read_text(path, what)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", source=path) from None
+    data = parse_json(read_text(path, what), path)
     if not isinstance(data, dict):
         raise InputError(f"top level is {type(data).__name__}", source=path, expected="a JSON object")
     return data
 
 
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_BaseLoader):  # type: ignore[misc]
+    """The safe loader (libyaml's when present), refusing duplicate keys."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # '<<' merges may override what they bring in: that is their purpose
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key is not a plain value", key_node.start_mark
+                ) from None
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (which one is meant is unknown)", key_node.start_mark
+                )
+            seen.add(key)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+def _expanded_nodes(root: yaml.Node, limit: int) -> int:
+    """How many nodes ``root`` expands to with its aliases followed, without expanding it (memoised per node)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, bool, int]] = [(root, False, 0)]
+    while stack:
+        node, done, depth = stack.pop()
+        ident = id(node)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        if done:
+            active.discard(ident)
+            sizes[ident] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[ident] > limit:
+                return sizes[ident]
+            continue
+        if ident in sizes:
+            continue
+        if ident in active:
+            raise ValueError("an alias refers to a node that contains it (a recursive structure)")
+        if depth > MAX_YAML_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_YAML_DEPTH} levels")
+        active.add(ident)
+        stack.append((node, True, depth))
+        stack.extend((c, False, depth + 1) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
 def parse_yaml_documents(text: str, source: str | Path) -> list[Any]:
-    """Parse (possibly multi-document) YAML; errors give the line."""
+    """Parse (possibly multi-document) YAML safely; errors give the line.
+
+    Safe means: no Python objects (the safe loader), at most :data:`MAX_DOCUMENT_BYTES` of text, no duplicate keys,
+    and no document that expands past :data:`MAX_YAML_NODES` nodes through aliases (a one-kilobyte alias bomb
+    would otherwise take all the memory of the machine once something walks it)."""
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise InputError(f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=source)
+    loader = _StrictLoader(text)
+    docs: list[Any] = []
     try:
-        # libyaml's loader when present: the same safe loader, several times faster on the config files
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        return [d for d in yaml.load_all(text, Loader=loader) if d is not None]
+        while loader.check_node():
+            node = loader.get_node()
+            try:
+                size = _expanded_nodes(node, MAX_YAML_NODES)
+            except ValueError as exc:
+                raise InputError(f"invalid YAML: {exc}", source=source) from None
+            if size > MAX_YAML_NODES:
+                raise InputError(
+                    f"the YAML expands to more than {MAX_YAML_NODES} values through its aliases",
+                    source=source,
+                    expected="a document without an alias bomb",
+                )
+            doc = loader.construct_document(node)
+            if doc is not None:
+                docs.append(doc)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError(f"invalid YAML{where}: {problem}", source=source) from None
+    except RecursionError:
+        raise InputError("invalid YAML: nested too deeply", source=source) from None
+    finally:
+        loader.dispose()
+    return docs
 
 
 def load_yaml_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:

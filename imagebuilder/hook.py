@@ -17,6 +17,7 @@ from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import parse_yaml_documents
 from imagebuilder.mirror import fetch_bytes
 from imagebuilder.profile import load_profile
+from imagebuilder.safepath import safe_join
 from imagebuilder.stream import Copy, Expected, download_verified
 
 HOOK_KEYS = ("vmlinuz", "initramfs")
@@ -84,11 +85,16 @@ def load_hook_assets(source: str | None) -> list[Asset]:
     return hook_assets(fetch_bytes(where, timeout=30, what="bundle manifest").decode(errors="replace"), where)
 
 
+def destinations(dest: Path, assets: list[Asset]) -> list[Path]:
+    """Where each asset goes: inside ``dest`` whatever the manifest names it (the dry run checks the same)."""
+    return [safe_join(dest, asset.name, what="hook file name") for asset in assets]
+
+
 def download_hook(
     dest: Path, assets: list[Asset], progress: Callable[[str], Callable[[int], None] | None] | None = None
 ) -> list[Path]:
     paths = []
-    for asset in assets:
+    for asset, target in zip(assets, destinations(dest, assets), strict=True):
         hashes = asset.hashes or _sidecar(asset.uri)
         if not hashes:
             raise ExternalError(
@@ -98,7 +104,7 @@ def download_hook(
         paths.append(
             download_verified(
                 asset.uri,
-                dest / asset.name,
+                target,
                 Expected(None, hashes),
                 Copy(),
                 progress=progress(asset.name) if progress else None,

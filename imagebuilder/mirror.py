@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, sha256_file
+from imagebuilder.safepath import check_relative, safe_join
 
 if TYPE_CHECKING:
     from imagebuilder.release_manifest import ReleaseManifest
@@ -35,7 +37,11 @@ class Mirror:
 
     @classmethod
     def parse(cls, value: str, flag: str = "--mirror") -> Mirror:
-        if value.startswith(("http://", "https://")):
+        if "://" in value:
+            try:
+                grammar.url(value, ("http", "https"))
+            except ValueError as exc:
+                raise InputError(str(exc), field=flag, expected="a directory or an http(s) URL") from None
             return cls(value.rstrip("/"))
         path = Path(value).expanduser()
         if not path.is_dir():
@@ -49,7 +55,9 @@ class Mirror:
     def locate(self, url: str) -> str:
         """The mirror location of an upstream URL (a path for a directory mirror, else a URL)."""
         path = urlsplit(url).path.lstrip("/")
-        return str(Path(self.base) / path) if self.is_local else f"{self.base}/{path}"
+        if self.is_local:
+            return str(safe_join(Path(self.base), path, what=f"the path of {url}"))
+        return f"{self.base}/{check_relative(path, what=f'the path of {url}')}"
 
 
 def is_url(value: str) -> bool:

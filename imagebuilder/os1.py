@@ -20,6 +20,7 @@ from urllib.parse import quote
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.mirror import fetch_bytes
 from imagebuilder.profile import load_profile
+from imagebuilder.safepath import safe_join
 from imagebuilder.stream import Copy, Expected, Lz4ToGzip, ProgressFactory, Transform, download_verified
 from imagebuilder.workspace import workspace_root
 
@@ -165,4 +166,5 @@ def _consistent_snapshot(target: Os1Target) -> bool:
 def download(target: Os1Target, dest_dir: Path, root: bytes, progress: ProgressFactory | None = None) -> Path:
     expected, url = target_info(target, root)
     advance = progress(expected.length or 0) if progress else None
-    return download_verified(url, dest_dir / target.output_name, expected, target.transform(), progress=advance)
+    dest = safe_join(dest_dir, target.output_name)
+    return download_verified(url, dest, expected, target.transform(), progress=advance)

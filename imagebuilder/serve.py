@@ -9,17 +9,23 @@ encoded or not, and symlinks that leave it are refused) and directories are not 
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import mimetypes
 import os
+import re
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 from urllib.parse import quote, unquote, urlsplit
+
+from imagebuilder.errors import InputError
+from imagebuilder.safepath import safe_join
 
 HOOK_FILES = ("vmlinuz-x86_64", "initramfs-x86_64")
 DEFAULT_PORT = 8080
@@ -50,8 +56,13 @@ class FileServer(ThreadingHTTPServer):
     def access(self, line: str) -> None:
         if self.log is not None:
             with self._log_lock:
-                self.log.write(line + "\n")
+                self.log.write(printable(line) + "\n")
                 self.log.flush()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One log line, never a traceback: a request must not be able to print one."""
+        exc = sys.exc_info()[1]
+        self.access(f"{client_address[0]} error: {type(exc).__name__}: {exc}")
 
 
 @dataclass(frozen=True)
@@ -64,24 +75,35 @@ class ByteRange:
         return self.end - self.start + 1
 
 
+_RANGE = re.compile(r"bytes=(?:([0-9]{1,19})-([0-9]{0,19})|-([0-9]{1,19}))")
+
+
 def parse_range(header: str | None, size: int) -> ByteRange | str | None:
-    """None: serve it all; a ByteRange; or "unsatisfiable". Several ranges are answered with the whole file."""
-    if not header or not header.startswith("bytes=") or "," in header:
+    """None: serve it all; a ByteRange; or "unsatisfiable" (RFC 9110, 14.1.2 and 14.2).
+
+    Digits only (no signs, no ``1_0``); a range whose last position is before its first is invalid and ignored, like
+    any header we cannot parse (the whole file is served); several ranges are answered with the whole file."""
+    match = _RANGE.fullmatch(header.strip()) if header else None
+    if match is None:
         return None
-    first, _, last = header[6:].strip().partition("-")
-    try:
-        if not first:  # the last N bytes
-            n = int(last)
-            if n <= 0:
-                return "unsatisfiable"
-            return ByteRange(max(0, size - n), size - 1) if size else "unsatisfiable"
-        start = int(first)
-        end = int(last) if last else size - 1
-    except ValueError:
+    first, last, suffix = match.groups()
+    if suffix is not None:  # the last N bytes
+        n = int(suffix)
+        if n == 0 or size == 0:
+            return "unsatisfiable"
+        return ByteRange(max(0, size - n), size - 1)
+    start = int(first)
+    end = int(last) if last else size - 1
+    if last and end < start:
         return None
-    if start >= size or end < start:
+    if start >= size:
         return "unsatisfiable"
     return ByteRange(start, min(end, size - 1))
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (terminal escapes among them) and non-ASCII escaped, for a log line."""
+    return "".join(ch if 0x20 <= ord(ch) < 0x7F and ch != "\\" else ch.encode("unicode_escape").decode() for ch in text)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -97,15 +119,23 @@ class Handler(BaseHTTPRequestHandler):
         self._serve(body=True)
 
     def _resolve(self) -> Path | None:
-        path = unquote(urlsplit(self.path).path)
-        if "\x00" in path or any(part == ".." for part in path.split("/")):
+        """The file a request names, inside the served directory; None: forbidden. Raises OSError: not found."""
+        path = unquote(urlsplit(self.path).path, errors="strict")
+        try:
+            return safe_join(self.server.root, path.lstrip("/") or ".", what="request path")
+        except InputError:
             return None
-        target = (self.server.root / path.lstrip("/")).resolve()
-        if target != self.server.root and not target.is_relative_to(self.server.root):
-            return None  # a symlink that leads out of the served directory
-        return target
 
     def _serve(self, body: bool) -> None:
+        try:
+            self._serve_file(body)
+        except (OSError, RuntimeError, ValueError):
+            # over-long names, symbolic link loops, undecodable escapes: nothing we can serve
+            if not self.wfile.closed:
+                with contextlib.suppress(OSError):
+                    self._plain(HTTPStatus.NOT_FOUND, "not found\n", body)
+
+    def _serve_file(self, body: bool) -> None:
         target = self._resolve()
         if target is None:
             self._plain(HTTPStatus.FORBIDDEN, "forbidden\n", body)

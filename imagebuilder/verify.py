@@ -12,7 +12,6 @@ The expected checksums come from the build manifest written beside the image.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 from imagebuilder.bootcheck import check_raw
 from imagebuilder.disk import mounted_root, raw_view
 from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.files import parse_json, read_text
 from imagebuilder.hostinfo import KvmStatus, kvm_status
 
 
@@ -42,7 +42,12 @@ def expectations(image: Path, manifest: Path | None = None) -> dict[str, Any]:
     path = manifest or image.with_name(f"{stem}.build-manifest.json")
     if not path.is_file():
         raise InputError("build manifest not found", source=path, expected="the manifest written by the build")
-    data: dict[str, Any] = json.loads(path.read_text())
+    data = parse_json(read_text(path, "build manifest"), path)
+    if not isinstance(data, dict) or not isinstance(data.get("plan"), dict):
+        raise InputError("not a build manifest (no 'plan' object)", source=path, expected="the build's manifest")
+    plan = data["plan"]
+    if not isinstance(plan.get("artifacts"), list) or not isinstance(plan.get("provider"), str):
+        raise InputError("the build manifest's plan has no artifacts or provider", source=path)
     return data
 
 

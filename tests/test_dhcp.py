@@ -92,7 +92,17 @@ def test_reserve_splits_the_range_and_uses_a_mac_no_nic_has(tmp_path: Path) -> N
         (base(range={"start": "10.77.0.31", "end": "10.77.0.10"}), "range", "is after end"),
         (base(routers=["10.77.0.15"]), "routers[0]", "inside the dynamic range"),
         (base(lease_time={"default": 9000, "max": 7200}), "lease_time", "longer than max"),
-        (base(lease_time={"default": 0, "max": 7200}), "lease_time", "positive"),
+        (base(lease_time={"default": 0, "max": 7200}), "lease_time.default", "greater than or equal to 1"),
+        (base(lease_time={"default": 10**10}), "lease_time.default", "less than or equal to 2147483647"),
+        (base(lease_time={"max": True}), "lease_time.max", "valid integer"),
+        (base(routers=["10.77.0.0"]), "routers[0]", "network address, not a host"),
+        (base(routers=["10.77.0.255"]), "routers[0]", "broadcast address, not a host"),
+        (base(domain_name="not a domain!"), "domain_name", "not a domain name"),
+        (
+            base(control_plane_ips=[{"ip": "10.77.0.5", "cluster": "a\nsubnet 1.2.3.0 {"}]),
+            "control_plane_ips[0].cluster",
+            "not a cluster name",
+        ),
         (
             base(
                 range={"start": "10.77.0.10", "end": "10.77.0.10"}, control_plane_ips=["10.77.0.10"], exclusion="shrink"

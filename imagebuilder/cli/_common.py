@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from invoke.exceptions import Exit
@@ -44,6 +45,22 @@ def cli_task(body: F) -> F:
             return body(*args, **kwargs)
         except ImageBuilderError as exc:
             raise Exit(format_error(exc), code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            # every finally block has run on the way here: what the task made is cleaned up
+            raise Exit("interrupted", code=130) from None
+        except (Exit, SystemExit):
+            raise
+        except Exception as exc:
+            # a bug, not the user's input: no traceback (it could carry a secret), one line that says where
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            where = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}" if tb else "?"
+            raise Exit(
+                f"error: internal error ({type(exc).__name__} at {where}) in {body.__name__}; this is a bug in "
+                "image-builder: please report it with the command you ran",
+                code=1,
+            ) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json
 from imagebuilder.errors import InputError
 
@@ -61,8 +62,8 @@ def build(
     output: str = "text",
     offline: bool = False,
     skip_check: list[str] | None = None,
-    min_disk_gb: int = -1,
-    disk_gb: int = -1,
+    min_disk_gb: str = "",
+    disk_gb: str = "",
     keep_on_error: bool = False,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
@@ -70,8 +71,9 @@ def build(
     from imagebuilder.preflight import require
     from imagebuilder.runner import check_source_image, run_build
 
-    if output not in ("text", "json"):
-        raise InputError(f"'{output}' is not a plan format", field="--output", expected="text or json")
+    flags.choice(output, "--output", ("text", "json"))
+    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb else None
+    flags.dest_dir(output_dir, "--output-dir")
     given = {
         "vsphere": vsphere_config,
         "platform": platform_config,
@@ -101,7 +103,7 @@ def build(
             name=name,
             output_dir=output_dir,
             offline=offline,
-            disk_gb=None if disk_gb < 0 else disk_gb,
+            disk_gb=flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb else None,
         )
     )
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
@@ -114,7 +116,7 @@ def build(
             print(f"source image: {checked}")
     if dry_run:
         return
-    require(plan.os, plan.provider, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
+    require(plan.os, plan.provider, skip_check or [], min_disk)
     result = run_build(plan, keep_on_error=keep_on_error)
     if result.artifact:
         print(f"image:    {result.artifact}\nsha256:   {result.sha256}")

@@ -7,6 +7,7 @@ import json
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json
 from imagebuilder.errors import InputError, did_you_mean
 
@@ -34,11 +35,11 @@ def schema(c: Context, provider: str = "", dest: str = "") -> None:
     from imagebuilder.files import atomic_write
     from imagebuilder.provider_config import MODELS, json_schema
 
-    if not provider:
-        raise InputError("required flag missing", field="--provider", expected=f"one of {', '.join(MODELS)}")
-    data = json_schema(_provider_name(provider))
-    if dest:
-        with atomic_write(dest) as fh:
+    name = _provider_name(flags.required(provider, "--provider", f"one of {', '.join(MODELS)}"))
+    target = flags.dest_file(dest, "--dest") if dest else None
+    data = json_schema(name)
+    if target:
+        with atomic_write(target) as fh:
             json.dump(data, fh, indent=2)
             fh.write("\n")
         print(f"wrote {dest}")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
 from imagebuilder.cli.image import print_findings
 from imagebuilder.errors import ExternalError
@@ -29,30 +28,34 @@ def demo(
     c: Context,
     dest: str = "demo",
     release_channel: str = "1-24",
-    disk_gb: int = 4,
+    disk_gb: str = "4",
     no_boot: bool = False,
     skip_check: list[str] | None = None,
     dry_run: bool = False,
 ) -> None:
     """Run the offline flow end to end: base image, mirror, bare-metal build, image.verify."""
     from imagebuilder.demo import run_demo
+    from imagebuilder.model import load_catalog
 
+    out = flags.dest_dir(dest, "--dest")
+    size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
+    load_catalog().channel(release_channel)
     if dry_run:
-        root = Path(dest).resolve()
+        root = out.resolve()
         for step in (
             f"image.base --dest {root}/base/debian-base.qcow2 (reused when its sha256 still matches)",
             f"stand-in release {release_channel} under {root}/upstream",
             f"mirror.create --release-channel {release_channel} --dest {root}/mirror --source {root}/upstream",
             f"build --os ubuntu --hypervisor baremetal --release-channel {release_channel} --mirror {root}/mirror"
-            f" --offline --disk-gb {disk_gb} --output-dir {root}/output",
+            f" --offline --disk-gb {size} --output-dir {root}/output",
             "image.verify" + (" --no-boot" if no_boot else ""),
         ):
             print(f"would run: {step}")
         return
     result = run_demo(
-        Path(dest),
+        out,
         channel=release_channel,
-        disk_gb=disk_gb,
+        disk_gb=size,
         boot=not no_boot,
         skip_checks=tuple(skip_check or ()),
     )

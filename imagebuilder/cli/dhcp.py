@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json
 from imagebuilder.errors import ExternalError, InputError
 
@@ -15,9 +17,7 @@ CONFIG_HELP = "the DHCP config file (YAML; see config/examples/dhcp.yaml)"
 
 
 def _need(config: str) -> str:
-    if not config:
-        raise InputError("required flag missing", field="--config", expected=CONFIG_HELP)
-    return config
+    return str(flags.existing_file(flags.required(config, "--config", CONFIG_HELP), "--config"))
 
 
 @task(
@@ -35,6 +35,7 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool
     from imagebuilder.files import atomic_write
 
     pool = load_dhcp_config(_need(config))
+    out = flags.dest_dir(dest, "--dest")
     files = render(pool)
     for note in pool.notes:
         print(f"note: {note}")
@@ -42,7 +43,7 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool
         if dry_run:
             print(f"--- {path}\n{text}")
         else:
-            target = Path(dest) / path.lstrip("/")
+            target = out / path.lstrip("/")
             with atomic_write(target) as fh:
                 fh.write(text)
             print(f"wrote {target}")
@@ -62,7 +63,7 @@ def install_server(c: Context, config: str = "", prefix: str = "/", dry_run: boo
     from imagebuilder.dhcp import DhcpHost, install, load_dhcp_config, render
 
     pool = load_dhcp_config(_need(config))
-    host = DhcpHost(Path(prefix))
+    host = DhcpHost(flags.dest_dir(prefix, "--prefix"))
     report = install(pool, host, dry_run=dry_run)
     verb = "would change" if dry_run else "changed"
     for path in report.changed:
@@ -84,20 +85,22 @@ def install_server(c: Context, config: str = "", prefix: str = "/", dry_run: boo
     auto_shortflags=False,
 )
 @cli_task
-def verify(c: Context, interface: str = "", timeout: int = 60) -> None:
+def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
     """Capture DHCP on an interface and report a request and its ACK (spec 4.9)."""
     from imagebuilder.dhcp import capture, complete
 
-    if not interface:
-        raise InputError("required flag missing", field="--interface")
-    messages = capture(interface, timeout)
+    interface = flags.required(interface, "--interface", "a network interface name")
+    if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", interface) or not Path("/sys/class/net", interface).exists():
+        raise InputError(f"no network interface {interface[:40]!r} on this host", field="--interface")
+    seconds = flags.duration(timeout, "--timeout", 1, 3600)
+    messages = capture(interface, seconds)
     ack = complete(messages)
     for m in messages:
         print(f"{m.kind:<9} xid 0x{m.xid} client {m.client_mac or '-'}" + (f" -> {m.your_ip}" if m.your_ip else ""))
     if ack is None:
         seen = sum(1 for m in messages if m.kind in ("Discover", "Request"))
         raise ExternalError(
-            f"no DHCP ACK on {interface} within {timeout} s ({seen} client message(s) seen)",
+            f"no DHCP ACK on {interface} within {seconds} s ({seen} client message(s) seen)",
             hint="check that the DHCP server runs on this network; switches with DHCP snooping drop replies "
             "from servers they do not trust: turn snooping off or trust the server's port (spec 4.9)",
         )

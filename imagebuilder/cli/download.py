@@ -75,13 +75,13 @@ def bottlerocket(
 @cli_task
 def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = False) -> None:
     """Download the bare-metal boot kernel and ramdisk of the bundle, verified (spec 1.8)."""
-    from imagebuilder.hook import download_hook, load_hook_assets
+    from imagebuilder.hook import destinations, download_hook, load_hook_assets
 
     assets = load_hook_assets(manifest or None)
     if dry_run:
-        for asset in assets:
+        for asset, target in zip(assets, destinations(Path(dest), assets), strict=True):
             sums = ", ".join(asset.hashes) or "the .sha512/.sha256 file published beside it"
-            print(f"{asset.uri} -> {Path(dest) / asset.name} (verified by {sums})")
+            print(f"{asset.uri} -> {target} (verified by {sums})")
         return
 
     def progress(name: str) -> Callable[[int], None] | None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
-from imagebuilder.errors import InputError
 from imagebuilder.hostinfo import CHECKS
 
 
@@ -24,14 +22,19 @@ from imagebuilder.hostinfo import CHECKS
 )
 @cli_task
 def preflight(
-    c: Context, os: str = "", hypervisor: str = "", skip_check: list[str] | None = None, min_disk_gb: int = -1
+    c: Context, os: str = "", hypervisor: str = "", skip_check: list[str] | None = None, min_disk_gb: str = ""
 ) -> None:
     """Check this host before a build: OS, arch, disk, CPUs, memory, tools, /dev/kvm, SSH config, proxy."""
-    if not os or not hypervisor:
-        raise InputError("required flags: --os and --hypervisor")
+    flags.required(os, "--os", "ubuntu or redhat")
+    flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
     from imagebuilder.preflight import require
 
-    require(os, hypervisor, skip_check or [], None if min_disk_gb < 0 else min_disk_gb)
+    require(
+        os,
+        hypervisor,
+        skip_check or [],
+        flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb else None,
+    )
 
 
 @task(
@@ -64,7 +67,7 @@ def prepare(
 
     catalog = load_catalog()
     providers = tuple(catalog.provider(h).name for h in hypervisor or [])
-    prep = HostPrep(Path(root), user=user or None, providers=providers)
+    prep = HostPrep(flags.existing_dir(root, "--root"), user=user or None, providers=providers)
     actions = prep.actions(proxies_from(http_proxy, https_proxy, no_proxy))
     if not actions:
         print(f"host prepared: nothing to change in {prep.root}")

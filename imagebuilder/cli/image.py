@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
 from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import ExternalError, InputError
 
@@ -31,20 +32,26 @@ def base(
     dest: str = "",
     suite: str = "bookworm",
     mirror: str = "http://deb.debian.org/debian",
-    size_gb: int = 4,
+    size_gb: str = "4",
     dry_run: bool = False,
 ) -> None:
     """Make a Debian-family cloud-style base image (debootstrap): kernel, cloud-init, openssh-server."""
     from imagebuilder.baseimage import BOOTSTRAP, PACKAGES, make_base_image
 
-    if not dest:
-        raise InputError("required flag missing", field="--dest", expected="a path for the qcow2")
+    target = flags.dest_file(flags.required(dest, "--dest", "a path for the qcow2"), "--dest")
+    size = flags.integer(size_gb, "--size-gb", 2, 64)
+    if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", suite):
+        raise InputError(f"{suite[:40]!r} is not a Debian suite name", field="--suite", expected="e.g. bookworm")
+    if mirror.startswith("file://"):
+        flags.existing_dir(mirror.removeprefix("file://"), "--mirror")
+    else:
+        flags.url(mirror, "--mirror", ("http", "https"))
     if dry_run:
-        print(f"would build {Path(dest).resolve()} (+ .sha256): Debian {suite} from {mirror}, {size_gb} GiB disk,")
+        print(f"would build {target.resolve()} (+ .sha256): Debian {suite} from {mirror}, {size} GiB disk,")
         print(f"  debootstrap: {' '.join(BOOTSTRAP)}\n  then apt-get install: {' '.join(PACKAGES)}")
         print("  extlinux (BIOS), serial console, empty machine-id, no SSH host keys")
         return
-    path, digest = make_base_image(Path(dest), suite=suite, mirror=mirror, size_gb=size_gb, log=print)
+    path, digest = make_base_image(target, suite=suite, mirror=mirror, size_gb=size, log=print)
     print(f"base image: {path}\nsha256:     {digest}")
     print(f'use it: "source_image_url": "{path}", "source_image_checksum": "sha256:{digest}"')
 
@@ -64,14 +71,16 @@ def print_findings(findings: list[Finding]) -> None:
     auto_shortflags=False,
 )
 @cli_task
-def verify(c: Context, image: str = "", manifest: str = "", no_boot: bool = False, boot_timeout: int = 600) -> None:
+def verify(c: Context, image: str = "", manifest: str = "", no_boot: bool = False, boot_timeout: str = "600") -> None:
     """Check a built image with testinfra (mounted read-only) and boot it to a login prompt."""
     from imagebuilder.verify import verify_image
 
-    if not image:
-        raise InputError("required flag missing", field="--image", expected="a built image")
+    path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
     findings = verify_image(
-        Path(image), manifest=Path(manifest) if manifest else None, boot=not no_boot, boot_timeout=boot_timeout
+        path,
+        manifest=flags.existing_file(manifest, "--manifest") if manifest else None,
+        boot=not no_boot,
+        boot_timeout=flags.duration(boot_timeout, "--boot-timeout", 10, 7200),
     )
     print_findings(findings)
     bad = [f.name for f in findings if not f.ok]

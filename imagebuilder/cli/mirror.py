@@ -7,8 +7,8 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
-from imagebuilder.errors import InputError
 
 
 @task(
@@ -37,14 +37,13 @@ def create(
     from imagebuilder.model import load_catalog
     from imagebuilder.release_manifest import load_manifest
 
-    if not release_channel or not dest:
-        raise InputError("required flags missing", field="--release-channel, --dest")
-    channel = load_catalog().channel(release_channel)
-    url = release_manifest or channel.manifest_url
+    channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-21 to 1-24"))
+    out = flags.dest_dir(dest, "--dest")
+    url = flags.url_or_file(release_manifest, "--release-manifest") if release_manifest else channel.manifest_url
     src = Mirror.parse(source, "--source") if source else None
     if dry_run:
         manifest = load_manifest(url, src)
-        target = Mirror(str(Path(dest).resolve()))
+        target = Mirror(str(out.resolve()))
         for item_url, sha in mirror_items(manifest):
             path = Path(target.locate(item_url))
             state = "present" if file_sha256(path) == sha else "would download"
@@ -56,7 +55,7 @@ def create(
         bar = progress.add_task("mirroring", total=None)
         manifest, items = create_mirror(
             url,
-            Path(dest),
+            out,
             source=src,
             on_item=lambda u, _: progress.update(bar, description=u.rsplit("/", 1)[-1][:40]),
             on_bytes=lambda n: progress.advance(bar, n),

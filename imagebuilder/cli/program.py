@@ -33,6 +33,8 @@ def _parse_tasks_exit_2(self: Program, original: Any) -> None:
     except ParseError as exc:
         names = list(self.collection.task_names) if self.collection is not None else []
         raise Exit(friendly_parse_error(exc, names), code=2) from None
+    except ValueError as exc:  # a flag's value Invoke itself could not convert
+        raise Exit(f"error: a flag has a value of the wrong type: {exc}", code=2) from None
 
 
 def exit_2_on_bad_flags() -> None:
@@ -60,6 +62,9 @@ program = Program(namespace=namespace, name="image-builder", binary="image-build
 def main() -> None:
     try:
         program.run()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
     except BrokenPipeError:
         # whoever read our output went away (``| head``): not an error to report, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

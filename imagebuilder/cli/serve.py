@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import sys
-from pathlib import Path
 
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.serve import ALL_INTERFACES, DEFAULT_PORT
@@ -30,7 +31,7 @@ def serve(
     c: Context,
     dir: str = "",
     bind: str = ALL_INTERFACES,
-    port: int = DEFAULT_PORT,
+    port: str = str(DEFAULT_PORT),
     listing: bool = False,
     access_log: str = "",
     nginx_config: str = "",
@@ -39,27 +40,34 @@ def serve(
     """Serve images and boot assets over HTTP (ranges, HEAD, sendfile); print osImageURL and hookImagesURLPath."""
     from imagebuilder.serve import FileServer, cluster_values, nginx_site
 
-    if not dir:
-        raise InputError("required flag missing", field="--dir", expected="the directory to serve")
-    root = Path(dir)
-    if not root.is_dir():
-        raise InputError(f"{dir} is not a directory", field="--dir")
+    root = flags.existing_dir(flags.required(dir, "--dir", "the directory to serve"), "--dir")
+    number = flags.port(port)
+    address = flags.ip_address(bind, "--bind")
     if nginx_config:
         from imagebuilder.files import atomic_write
 
-        text = nginx_site(root, bind, port, listing)
+        site = flags.dest_file(nginx_config, "--nginx-config")
+        text = nginx_site(root, address, number, listing)
         if dry_run:
             print(text, end="")
             return
-        with atomic_write(nginx_config) as fh:
+        with atomic_write(site) as fh:
             fh.write(text)
         print(f"wrote {nginx_config}")
         return
-    log = open(access_log, "a") if access_log else sys.stderr  # noqa: SIM115 -- lives as long as the server
+    if access_log:
+        flags.dest_file(access_log, "--access-log")
     try:
-        server = FileServer(root, bind, port, listing=listing, log=log)
+        server = FileServer(root, address, number, listing=listing, log=sys.stderr)
     except OSError as exc:
-        raise ExternalError(f"cannot listen on {bind}:{port}: {exc.strerror}", hint="choose another --port") from None
+        hint = "choose another --port" if exc.errno == errno.EADDRINUSE else "choose an address of this host for --bind"
+        raise ExternalError(f"cannot listen on {address}:{number}: {exc.strerror}", hint=hint) from None
+    try:
+        log = open(access_log, "a") if access_log else sys.stderr  # noqa: SIM115 -- lives as long as the server
+    except OSError as exc:
+        server.server_close()
+        raise InputError(f"cannot open the access log: {exc.strerror}", field="--access-log") from None
+    server.log = log
     base = server.base_url
     print(f"serving {root.resolve()} on {base}/ (Ctrl-C stops)")
     for key, value in cluster_values(base, root).items():

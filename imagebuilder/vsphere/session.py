@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.profile import load_profile
 
@@ -44,9 +45,16 @@ THUMBPRINT_EXPECTED = "the SHA1 thumbprint: 20 hex pairs joined by ':' (image-bu
 def split_server(value: str) -> tuple[str, int]:
     """``vc.example.com``, ``vc:8443``, ``https://vc/sdk`` or ``https://u:p@vc:8443/sdk`` -> (host, port)."""
     text = value.strip()
-    parts = urlsplit(text if "://" in text else f"https://{text}")
-    if not parts.hostname:
-        raise InputError(f"'{value}' is not a server address", field="server", expected="a host name, IP or URL")
+    try:
+        # user:password@ is allowed (GOVC_URL carries it) and never repeated in a message
+        parts = grammar.url(text if "://" in text else f"https://{text}", ("https", "http"), credentials=True)
+    except ValueError as exc:
+        raise InputError(
+            f"{grammar.redact_url(text)[:80]!r} is not a server address: {exc}",
+            field="server",
+            expected="a host name, IP or URL (a password with '#', '/' or '@' must be percent-encoded)",
+        ) from None
+    assert parts.hostname
     return parts.hostname, parts.port or 443
 
 

@@ -1,0 +1,131 @@
+"""The one flag layer: every typed flag is parsed here, and every bad value exits 2 naming the flag.
+
+Tasks declare their flags as text (Invoke would otherwise convert ``--port abc`` itself and crash with a traceback)
+and turn each into its type with one of these functions. The rules are those of :mod:`imagebuilder.grammar`, the
+same a config file's fields follow.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import SplitResult
+
+from imagebuilder import grammar
+from imagebuilder.errors import InputError
+
+T = TypeVar("T")
+
+
+def _typed(flag: str, value: str, parse: Callable[[str], T]) -> T:
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise InputError(str(exc), field=flag) from None
+
+
+def required(value: str, flag: str, expected: str) -> str:
+    """``value`` when given; a missing required flag says what it wants."""
+    if not value:
+        raise InputError("required flag missing", field=flag, expected=expected)
+    return value
+
+
+def integer(value: str, flag: str, lo: int, hi: int) -> int:
+    return _typed(flag, value, lambda v: grammar.integer(v, lo, hi))
+
+
+def port(value: str, flag: str = "--port") -> int:
+    return _typed(flag, value, grammar.port)
+
+
+def duration(value: str, flag: str, lo: int, hi: int) -> int:
+    return _typed(flag, value, lambda v: grammar.duration(v, lo, hi))
+
+
+def ip_address(value: str, flag: str) -> str:
+    return _typed(flag, value, grammar.ip_address)
+
+
+def hostname(value: str, flag: str) -> str:
+    return _typed(flag, value, grammar.hostname)
+
+
+def url(value: str, flag: str, schemes: tuple[str, ...] = ("https",)) -> SplitResult:
+    return _typed(flag, value, lambda v: grammar.url(v, schemes))
+
+
+def url_or_file(value: str, flag: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """A URL with one of ``schemes``, or an existing file."""
+    if "://" in value:
+        return url(value, flag, schemes).geturl()
+    return str(existing_file(value, flag))
+
+
+def existing_file(value: str, flag: str) -> Path:
+    path = Path(value)
+    if not value or not path.exists():
+        raise InputError(f"{value!r} does not exist", field=flag, expected="an existing file")
+    if not path.is_file():
+        raise InputError(f"{value} is not a regular file", field=flag, expected="an existing file")
+    return path
+
+
+def existing_dir(value: str, flag: str) -> Path:
+    path = Path(value)
+    if not value or not path.is_dir():
+        raise InputError(f"{value!r} is not a directory", field=flag, expected="an existing directory")
+    return path
+
+
+def _creatable(path: Path, flag: str, what: str) -> None:
+    """The nearest existing ancestor of ``path`` is a directory we can write into."""
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{parent} is not a directory, so {path} cannot be created", field=flag, expected=what)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{parent} is not writable, so {path} cannot be created", field=flag, expected=what)
+
+
+def dest_dir(value: str, flag: str) -> Path:
+    """A directory that exists or can be created (checked, not created: a dry run creates nothing)."""
+    if not value:
+        raise InputError("required flag missing", field=flag, expected="a directory")
+    path = Path(value)
+    if path.exists():
+        if not path.is_dir():
+            raise InputError(f"{value} exists and is not a directory", field=flag, expected="a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise InputError(f"{value} is not writable", field=flag, expected="a writable directory")
+        return path
+    _creatable(path, flag, "a directory that can be created")
+    return path
+
+
+def dest_file(value: str, flag: str) -> Path:
+    """A file to write: not a directory, in a folder that exists or can be created."""
+    if not value:
+        raise InputError("required flag missing", field=flag, expected="a file path")
+    path = Path(value)
+    if path.is_dir() or value.endswith("/"):
+        raise InputError(f"{value} is a directory", field=flag, expected="a file path")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InputError(f"{value} is not writable", field=flag, expected="a writable file")
+    _creatable(path, flag, "a file in a folder that exists or can be created")
+    return path
+
+
+def choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        from imagebuilder.errors import did_you_mean
+
+        raise InputError(
+            f"{value[:40]!r} is not one of them{did_you_mean(value, choices)}",
+            field=flag,
+            expected=" or ".join(choices),
+        )
+    return value

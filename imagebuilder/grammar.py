@@ -1,0 +1,158 @@
+"""The grammars of the values that travel from input to somewhere that interprets them.
+
+Each function takes text (or a number already typed by a parser) and returns the value in its canonical form, or
+raises :class:`ValueError` whose message says what was expected. The same function serves a command-line flag
+(:mod:`imagebuilder.cli.flags` names the flag) and a config field (the models name the file and field), so a value is
+held to one rule wherever it is written. Numbers are strict: digits only (Python's ``int`` would take ``1_0`` and
+`` 10 ``), booleans are not numbers.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from urllib.parse import SplitResult, urlsplit
+
+_DIGITS = re.compile(r"[0-9]{1,18}")
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+_DURATION = re.compile(r"([0-9]{1,9})(s|m|h)?")
+
+
+def integer(value: object, lo: int, hi: int) -> int:
+    """A whole number from ``lo`` to ``hi``: an int (not a bool) or text of digits."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a whole number from {lo} to {hi}, got {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and _DIGITS.fullmatch(value.lstrip("-")) and value.count("-") <= int(value[:1] == "-"):
+        number = int(value)
+    else:
+        raise ValueError(f"expected a whole number from {lo} to {hi}, got {str(value)[:40]!r}")
+    if not lo <= number <= hi:
+        raise ValueError(f"{number} is out of range (expected {lo} to {hi})")
+    return number
+
+
+def port(value: object) -> int:
+    """A TCP/UDP port, 1 to 65535."""
+    try:
+        return integer(value, 1, 65535)
+    except ValueError:
+        raise ValueError(f"expected a port from 1 to 65535, got {str(value)[:40]!r}") from None
+
+
+def duration(value: object, lo: int, hi: int) -> int:
+    """Seconds from ``lo`` to ``hi``: a number of seconds, or digits with s, m or h."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    match = _DURATION.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"expected seconds ({lo} to {hi}) or a number with s, m or h, got {str(value)[:40]!r}")
+    seconds = int(match.group(1)) * {"s": 1, None: 1, "m": 60, "h": 3600}[match.group(2)]
+    if not lo <= seconds <= hi:
+        raise ValueError(f"{seconds} s is out of range (expected {lo} to {hi} s)")
+    return seconds
+
+
+def ip_address(text: str) -> str:
+    """An IPv4 or IPv6 address in its canonical form."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise ValueError(f"expected an IPv4 or IPv6 address, got {text[:60]!r}") from None
+
+
+def hostname(text: str) -> str:
+    """A DNS name (RFC 1123 labels, at most 253 characters) or an IP address; lower-cased."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("expected a host name or IP address, got nothing")
+    try:
+        return str(ipaddress.ip_address(text.strip("[]") if text.startswith("[") else text))
+    except ValueError:
+        pass
+    name = text.rstrip(".")
+    labels = name.split(".")
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels) or labels[-1].isdigit():
+        raise ValueError(f"expected a host name (letters, digits, '-', dots) or an IP address, got {text[:60]!r}")
+    return name.lower()
+
+
+def host_port(text: str, default_port: int | None = None) -> tuple[str, int | None]:
+    """``host``, ``host:port`` or ``[v6]:port``."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("expected host or host:port, got nothing")
+    host, port_text = text, None
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(f"expected [IPv6]:port, got {text[:60]!r}")
+        host, rest = text[1:end], text[end + 1 :]
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"expected [IPv6]:port, got {text[:60]!r}")
+            port_text = rest[1:]
+        return ip_address(host), port(port_text) if port_text is not None else default_port
+    if text.count(":") == 1:
+        host, port_text = text.split(":")
+    return hostname(host), port(port_text) if port_text is not None else default_port
+
+
+def url(text: str, schemes: tuple[str, ...] = ("https",), *, credentials: bool = False) -> SplitResult:
+    """An absolute URL with one of ``schemes``, a valid host and port; user:password only when allowed.
+
+    Messages never repeat a password that was in the URL."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("expected a URL, got nothing")
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in text):
+        raise ValueError("a URL may not contain spaces or control characters")
+    shown = redact_url(text)
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError(f"expected a URL ({'/'.join(schemes)}), got {shown[:80]!r}: bad port or address") from None
+    if parts.scheme.lower() not in schemes:
+        raise ValueError(f"expected a {' or '.join(schemes)} URL, got {shown[:80]!r}")
+    if not parts.hostname:
+        raise ValueError(f"the URL {shown[:80]!r} has no host")
+    if (parts.username or parts.password) and not credentials:
+        raise ValueError(f"the URL {shown[:80]!r} carries credentials; give them in the environment instead")
+    hostname(parts.hostname)
+    return parts
+
+
+_CLUSTER = re.compile(r"[a-zA-Z][a-zA-Z0-9-]{1,79}")
+
+
+def cluster_name(text: object) -> str:
+    """A cluster name as the product accepts it: a letter, then letters, digits and '-'; at most 80 characters."""
+    if not isinstance(text, str) or not _CLUSTER.fullmatch(text):
+        raise ValueError(
+            f"{str(text)[:60]!r} is not a cluster name (a letter, then letters, digits and '-', 2 to 80 characters)"
+        )
+    return text
+
+
+def domain_name(text: object) -> str:
+    """A DNS domain name: labels of letters, digits and '-', separated by dots."""
+    if not isinstance(text, str) or not text or text.replace(".", "").isdigit():
+        raise ValueError(f"{str(text)[:60]!r} is not a domain name")
+    try:
+        name = hostname(text)
+    except ValueError:
+        raise ValueError(f"{text[:60]!r} is not a domain name (labels of letters, digits and '-', dots)") from None
+    return name
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the password of a URL's ``user:password@`` part replaced: safe to print.
+
+    Errs on the side of hiding: everything between the first ':' of the user part and the last '@' goes."""
+    if "@" not in text:
+        return text
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    userinfo, _, host = rest.rpartition("@")
+    if ":" not in userinfo:
+        return text
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:********@{host}"
