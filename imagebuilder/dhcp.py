@@ -27,7 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
@@ -36,7 +45,16 @@ from imagebuilder.provider_config import pydantic_problems
 from imagebuilder.render import template_env
 
 Method = Literal["outside", "shrink", "reserve"]
-IP = ipaddress.IPv4Address
+
+
+def _address_text(value: Any) -> Any:
+    """Addresses are written as text: a bare number (or a bool) is a mistake, not 192.168.10.50 in disguise."""
+    if not isinstance(value, str | ipaddress.IPv4Address):
+        raise ValueError(f"expected an IPv4 address such as 192.168.10.50, got {value!r}")
+    return value
+
+
+IP = Annotated[ipaddress.IPv4Address, BeforeValidator(_address_text)]
 PACKAGE = "isc-dhcp-server"
 
 

@@ -97,3 +97,84 @@ def make_ova(
                     tar.addfile(info, fh)
         os.replace(tmp_ova, dest)
     return dest
+
+
+#: a disk's first bytes by format: sparse/streamOptimized VMDK ("KDMV"), a VMDK text descriptor, qcow2, ISO at 32 KiB
+_DISK_MAGIC = (b"KDMV", b"# Disk DescriptorFile", b"QFI\xfb")
+
+
+def check_ova(path: Path) -> list[str]:
+    """Everything that can be known about an OVA without a server, read whole before anything is created there.
+
+    A tar archive whose first member is an OVF descriptor that parses as XML, only plain files with safe names, a
+    manifest (when present) whose SHA-1/SHA-256 lines match every file, and disks that start like disks. Returns the
+    file names in archive order; raises :class:`InputError` (exit 2) naming the first problem."""
+    import hashlib
+    import re
+
+    from defusedxml import ElementTree
+    from defusedxml.common import DefusedXmlException
+
+    from imagebuilder.errors import InputError
+    from imagebuilder.safepath import check_relative
+
+    def bad(message: str) -> InputError:
+        return InputError(message, source=path, field="--ova", expected="an intact OVA (download it again)")
+
+    try:
+        tar = tarfile.open(path, "r:")  # noqa: SIM115 - closed below
+    except (tarfile.TarError, OSError) as exc:
+        raise bad(f"not a tar archive ({exc})") from None
+    names: list[str] = []
+    sums: dict[str, tuple[str, str]] = {}
+    digests: dict[str, dict[str, str]] = {}
+    try:
+        with tar:
+            for n, member in enumerate(tar):
+                if not member.isfile():
+                    raise bad(f"member {member.name[:60]!r} is not a plain file")
+                if "/" in member.name:
+                    raise bad(f"member {member.name[:60]!r} is in a folder (an OVA is flat)")
+                check_relative(member.name, what="OVA member")
+                if n == 0 and not member.name.endswith(".ovf"):
+                    raise bad("the OVF descriptor is not the first file")
+                stream = tar.extractfile(member)
+                assert stream is not None
+                hashers = {"SHA1": hashlib.sha1(usedforsecurity=False), "SHA256": hashlib.sha256()}
+                head = b""
+                data = b""
+                while block := stream.read(1024 * 1024):
+                    if not head:
+                        head = block[:64]
+                    if member.name.endswith((".ovf", ".mf")):
+                        data += block
+                        if len(data) > 16 * 1024 * 1024:
+                            raise bad(f"{member.name} is larger than 16 MiB: not a descriptor")
+                    for h in hashers.values():
+                        h.update(block)
+                if n == 0:
+                    try:
+                        ElementTree.fromstring(data)
+                    except (ElementTree.ParseError, DefusedXmlException) as exc:
+                        raise bad(f"the OVF descriptor is not valid XML ({exc})") from None
+                if member.name.endswith(".mf"):
+                    for line in data.decode(errors="replace").splitlines():
+                        m = re.fullmatch(r"(SHA1|SHA256)\((.+)\)\s*=\s*([0-9a-fA-F]+)", line.strip())
+                        if m:
+                            sums[m.group(2)] = (m.group(1), m.group(3).lower())
+                if member.name.endswith(".vmdk") and not head.startswith(_DISK_MAGIC):
+                    raise bad(f"{member.name} does not start like a VMDK disk")
+                digests[member.name] = {k: h.hexdigest() for k, h in hashers.items()}
+                names.append(member.name)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise bad(f"the archive is truncated or corrupt ({exc})") from None
+    if not names:
+        raise bad("the archive is empty")
+    if not any(n.endswith(".vmdk") for n in names):
+        raise bad("it holds no .vmdk disk")
+    for name, (alg, want) in sums.items():
+        if name not in digests:
+            raise bad(f"the manifest lists {name[:60]!r}, which is not in the archive")
+        if digests[name][alg] != want:
+            raise bad(f"{name} does not match the manifest ({alg} {digests[name][alg]}, manifest {want})")
+    return names

@@ -62,8 +62,8 @@ def build(
     output: str = "text",
     offline: bool = False,
     skip_check: list[str] | None = None,
-    min_disk_gb: str = "",
-    disk_gb: str = "",
+    min_disk_gb: str | None = None,
+    disk_gb: str | None = None,
     keep_on_error: bool = False,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
@@ -72,7 +72,7 @@ def build(
     from imagebuilder.runner import check_source_image, run_build
 
     flags.choice(output, "--output", ("text", "json"))
-    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb else None
+    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     flags.dest_dir(output_dir, "--output-dir")
     given = {
         "vsphere": vsphere_config,
@@ -103,7 +103,7 @@ def build(
             name=name,
             output_dir=output_dir,
             offline=offline,
-            disk_gb=flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb else None,
+            disk_gb=flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None,
         )
     )
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts

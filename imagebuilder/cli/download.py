@@ -9,6 +9,7 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import byte_progress, cli_task
 from imagebuilder.errors import InputError
 
@@ -41,11 +42,16 @@ def bottlerocket(
     """Download an OS-1 image over TUF: pinned root, verified metadata, one verified pass (spec 4.5)."""
     from imagebuilder.os1 import download, os1_target, pinned_root
 
-    if not variant:
-        raise InputError("required flag missing", field="--variant", expected="vsphere or baremetal")
+    flags.required(variant, "--variant", "vsphere or baremetal")
     kube = kubernetes or os.environ.get("KUBEVERSION", "")
     if not kube:
         raise InputError("required flag missing", field="--kubernetes", expected="1.21-1.24, or KUBEVERSION set")
+    out = flags.dest_dir(dest, "--dest")
+    for flag, value in (("--metadata-url", metadata_url), ("--targets-url", targets_url)):
+        if value:
+            flags.url(value, flag, ("http", "https"))
+    if root:
+        flags.url_or_file(root, "--root")
     target = os1_target(variant, kube, metadata_url or None, targets_url or None)
     print(f"target:   {target.name}\nmetadata: {target.metadata_url}\ntargets:  {target.targets_url}")
     trusted = pinned_root(root or None, root_sha512 or None)
@@ -54,9 +60,9 @@ def bottlerocket(
 
         expected, url = target_info(target, trusted)
         print(f"verified: {expected.length} bytes at {url}, {', '.join(expected.hashes)} signed")
-        print(f"output:   {Path(dest) / target.output_name} (not written: --dry-run)")
+        print(f"output:   {out / target.output_name} (not written: --dry-run)")
         return
-    path = download(target, Path(dest), trusted, byte_progress(target.name))
+    path = download(target, out, trusted, byte_progress(target.name))
     print(f"wrote {path} (verified against the signed metadata)")
     if variant == "baremetal":
         from imagebuilder.serve import served_url
@@ -77,9 +83,10 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
     """Download the bare-metal boot kernel and ramdisk of the bundle, verified (spec 1.8)."""
     from imagebuilder.hook import destinations, download_hook, load_hook_assets
 
-    assets = load_hook_assets(manifest or None)
+    out = flags.dest_dir(dest, "--dest")
+    assets = load_hook_assets(flags.url_or_file(manifest, "--manifest") if manifest else None)
     if dry_run:
-        for asset, target in zip(assets, destinations(Path(dest), assets), strict=True):
+        for asset, target in zip(assets, destinations(out, assets), strict=True):
             sums = ", ".join(asset.hashes) or "the .sha512/.sha256 file published beside it"
             print(f"{asset.uri} -> {target} (verified by {sums})")
         return
@@ -88,7 +95,7 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
         start = byte_progress(name)
         return start(0) if start else None
 
-    for path in download_hook(Path(dest), assets, progress):
+    for path in download_hook(out, assets, progress):
         print(f"wrote {path} (verified)")
     from imagebuilder.serve import served_url
 

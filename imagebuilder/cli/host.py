@@ -22,7 +22,7 @@ from imagebuilder.hostinfo import CHECKS
 )
 @cli_task
 def preflight(
-    c: Context, os: str = "", hypervisor: str = "", skip_check: list[str] | None = None, min_disk_gb: str = ""
+    c: Context, os: str = "", hypervisor: str = "", skip_check: list[str] | None = None, min_disk_gb: str | None = None
 ) -> None:
     """Check this host before a build: OS, arch, disk, CPUs, memory, tools, /dev/kvm, SSH config, proxy."""
     flags.required(os, "--os", "ubuntu or redhat")
@@ -33,7 +33,7 @@ def preflight(
         os,
         hypervisor,
         skip_check or [],
-        flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb else None,
+        flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None,
     )
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import flags
 from imagebuilder.cli._common import byte_progress, cli_task
 from imagebuilder.errors import ExternalError, InputError
 
@@ -108,15 +109,13 @@ def setup_user(
     from imagebuilder.vsphere.access import apply, global_permission_step, plan_setup_user
     from imagebuilder.vsphere.userconfig import load_user_config
 
-    if not file:
-        raise InputError("required flag missing", field="--file", expected="-f user.yaml")
+    cfg = load_user_config(flags.existing_file(flags.required(file, "--file", "-f user.yaml"), "--file"))
     if bool(password) == bool(force):
         raise InputError(
             "give exactly one of --password and --force",
             field="--password/--force",
             expected="--password to create the user, or --force to update an existing setup (mutually exclusive)",
         )
-    cfg = load_user_config(file)
     secret = read_secret(password, "--password") if password else None
     target = _target_of(cfg.server, cfg.insecure, thumbprint or None)
     with connected(target, f"setting up {cfg.username}@{cfg.domain} on {target.server}") as vs:
@@ -206,8 +205,10 @@ def import_ova(
     thumbprint: str = "",
 ) -> None:
     """Import OVAs as tagged templates: library, deploy (thin, off), OS-1 disk resize, snapshot, template, tags."""
+    from imagebuilder.ova import check_ova
     from imagebuilder.vsphere.templates import (
         ImportEntry,
+        check_name,
         default_name,
         import_templates,
         load_import_list,
@@ -226,10 +227,15 @@ def import_ova(
     else:
         if not ova:
             raise InputError("required flag missing", field="--ova", expected="a local OVA path or an http(s) URL")
-        if "://" not in ova and not Path(ova).is_file():
-            raise InputError(f"{ova} does not exist", field="--ova", expected="a local OVA file or an http(s) URL")
+        if "://" in ova:
+            flags.url(ova, "--ova", ("http", "https"))
+        else:
+            flags.existing_file(ova, "--ova")
         os_, channel = _os_channel(os, kubernetes)
-        entries = [ImportEntry(ova, os_, channel, name or None)]
+        entries = [ImportEntry(ova, os_, channel, check_name(name) if name else None)]
+    for entry in entries:  # every local OVA is read whole before anything is created on vCenter
+        if "://" not in entry.source:
+            check_ova(Path(entry.source))
     target = _target(server, insecure, thumbprint)
     first = entries[0]
     with connected(target, f"importing {first.source}") as vs:

@@ -97,6 +97,7 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
     # roles
     auth = vs.content.authorizationManager
     role_list = auth.roleList  # one read: every role with all its privileges
+    role_fields = {cfg.global_role: "spec.globalRole", cfg.user_role: "spec.userRole", cfg.admin_role: "spec.adminRole"}
     roles = {r.name: r for r in role_list}
     admin = next((r for r in role_list if r.roleId == -1), None)
     # the Administrator role holds every privilege the server defines (vcsim's privilegeList is empty)
@@ -117,6 +118,14 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
             )
         want = set(privs) | IMPLICIT
         role = roles.get(name)
+        if role is not None and (getattr(role, "system", False) or role.roleId < 0):
+            # vCenter's own roles (Admin, ReadOnly, NoAccess...) are never changed, nor granted by this tool
+            raise InputError(
+                f"{name} is one of vCenter's system roles: it is never created, changed or granted by setup-user",
+                source=cfg.source,
+                field=role_fields[name],
+                expected="a role name of your own, e.g. the defaults",
+            )
         if role is None:
             role_ids[name] = None
 

@@ -53,6 +53,12 @@ def _is_ip(value: str) -> bool:
     return True
 
 
+def _is_host_address(value: str) -> bool:
+    """An address a host can have: not unspecified (0.0.0.0), loopback, multicast or broadcast."""
+    ip = ipaddress.ip_address(value)
+    return not (ip.is_unspecified or ip.is_loopback or ip.is_multicast or str(ip) == "255.255.255.255")
+
+
 def _get(doc: Any, *keys: str) -> Any:
     for k in keys:
         if not isinstance(doc, dict):
@@ -64,6 +70,7 @@ def _get(doc: Any, *keys: str) -> Any:
 def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
     """Parse and statically check every file; all problems of all files are reported together (exit 2)."""
     kinds = load_profile().cluster_spec
+    catalog = load_catalog()
     problems: list[InputError] = []
     specs: list[ClusterSpec] = []
     for path in paths:
@@ -91,12 +98,17 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
             continue
         dwhere = f"{kinds.datacenter_kind}/{dc_name}"
         endpoint = str(_get(cluster, "spec", "controlPlaneConfiguration", "endpoint", "host") or "")
-        if not _is_ip(endpoint):
+        if not _is_ip(endpoint) or not _is_host_address(endpoint):
             problem(
                 f"{where} spec.controlPlaneConfiguration.endpoint.host",
-                f"{endpoint!r} is not an IP address",
+                f"{endpoint!r} is not " + ("an IP address" if not _is_ip(endpoint) else "a unicast host address"),
                 "the cluster's static control-plane IP, excluded from DHCP (spec 2.5, 8)",
             )
+        kubernetes = str(_get(cluster, "spec", "kubernetesVersion") or "")
+        try:
+            catalog.channel_for_kubernetes(kubernetes, "kubernetesVersion")
+        except InputError as exc:
+            problem(f"{where} spec.kubernetesVersion", exc.detail, exc.expected)
         datacenter = str(_get(dc, "spec", "datacenter") or "")
         if not datacenter:
             problem(f"{dwhere} spec.datacenter", "required field is missing", "the datacenter name")
@@ -151,6 +163,11 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
                     for k in ("datastore", "folder", "resourcePool", "template", "osFamily")
                 ),
             )
+            if machine.os_family:
+                try:
+                    catalog.os(machine.os_family, "osFamily")
+                except InputError as exc:
+                    problem(f"{mwhere} spec.osFamily", exc.detail, "bottlerocket, ubuntu or redhat")
             pool = [p for p in machine.resource_pool.split("/") if p]
             if len(pool) < 4 or pool[0] != datacenter or pool[1] != "host" or pool[3] != "Resources":
                 problem(

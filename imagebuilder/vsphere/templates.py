@@ -12,10 +12,12 @@ right) and otherwise left alone. The imported VM is never powered on (spec 7.4).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
 from imagebuilder.files import parse_yaml_documents, read_text
 from imagebuilder.model import OperatingSystem, ReleaseChannel, load_catalog
@@ -27,6 +29,9 @@ from imagebuilder.vsphere.tags import ExpectedTag, expected_tags
 
 SNAPSHOT = "root"
 SNAPSHOT_WARNING = "a snapshotted template cannot have its cluster VM disk size customised (spec 3, 8)"
+
+#: vSphere names a VM or template with at most 80 characters; '/' and '\\' separate paths, '%' escapes in them
+TEMPLATE_NAME = re.compile(r"[^/\\%\x00-\x1f\x7f]{1,80}")
 
 
 def default_name(os: OperatingSystem, channel: ReleaseChannel) -> str:
@@ -104,7 +109,12 @@ def load_import_list(path: str) -> list[ImportEntry]:
                 raise InputError(
                     "required field is missing", field="ova", expected="a local OVA path or an http(s) URL"
                 )
-            if "://" not in ova:
+            if "://" in ova:
+                try:
+                    grammar.url(ova, ("http", "https"))
+                except ValueError as exc:
+                    raise InputError(str(exc), field="ova", expected="a local OVA path or an http(s) URL") from None
+            else:
                 ova = str((base / ova).resolve())
                 if not Path(ova).is_file():
                     raise InputError(f"{ova} does not exist", field="ova", expected="a local OVA file or a URL")
@@ -113,7 +123,7 @@ def load_import_list(path: str) -> list[ImportEntry]:
                     ova,
                     catalog.os(str(item.get("os", "")), "os"),
                     catalog.channel_for_kubernetes(str(item.get("kubernetes", "")), "kubernetes"),
-                    str(item["name"]) if item.get("name") else None,
+                    check_name(str(item["name"]), "name") if item.get("name") else None,
                 )
             )
         except InputError as exc:
@@ -368,8 +378,26 @@ def validate_template(vs: VSphere, path: str, os: OperatingSystem, channel: Rele
 
 def tag_template(vs: VSphere, path: str, os: OperatingSystem, channel: ReleaseChannel) -> Outcome:
     out = Outcome(path)
-    ensure_tags(vs, need_vm(vs, path), os, channel, out)
+    vm = need_vm(vs, path)
+    if not _is_template(vm):
+        raise InputError(
+            f"{path} is a virtual machine, not a template: its tags would make it look like one",
+            field="--template",
+            expected="a template (mark the VM as template first, e.g. govc vm.markastemplate)",
+        )
+    ensure_tags(vs, vm, os, channel, out)
     return out
+
+
+def check_name(name: str, field: str = "--name") -> str:
+    """A template (and library item) name: what vSphere takes as one inventory name, nothing that reads as a path."""
+    if not TEMPLATE_NAME.fullmatch(name) or name in (".", ".."):
+        raise InputError(
+            f"{name[:60]!r} is not a template name",
+            field=field,
+            expected="1 to 80 characters without '/', '\\', '%' or control characters",
+        )
+    return name
 
 
 def resolve_request(
@@ -393,6 +421,8 @@ def resolve_request(
     for given in (folder, datastore, resource_pool):
         if given and not dc:
             dc = inventory.datacenter_of(given, "--folder/--datastore/--resource-pool")
+    if name is not None:
+        check_name(name)
     if not dc:
         dc = inventory.only_child(vs, "/", vim.Datacenter, "datacenter", "--datacenter").strip("/")
     for flag, value, root in (
@@ -404,6 +434,11 @@ def resolve_request(
             parts = inventory.split_path(value)
             if len(parts) < 2 or parts[0] != dc or parts[1] != root:
                 raise InputError(f"'{value}' is not under /{dc}/{root}", field=flag, expected=f"/{dc}/{root}/...")
+            # the folder is created when missing; a datastore or pool that does not exist fails the dry run too
+            if flag != "--folder" and inventory.find(vs, value) is None:
+                raise InputError(
+                    f"{value} does not exist on {vs.target.server}", field=flag, expected="govc ls shows it"
+                )
     profile = load_profile().vsphere_templates
     return ImportRequest(
         source=source,

@@ -7,14 +7,25 @@ is checked when connected.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuilder import grammar
 from imagebuilder.errors import InputError, InputErrors, did_you_mean
 from imagebuilder.files import load_yaml_mapping
 from imagebuilder.profile import load_profile
+from imagebuilder.vsphere.session import split_server
 
 MAX_USERNAME = 300  # spec 5, 8: and it cannot be changed after creation
+#: SSO user and group names: what the SSO admin API takes without escaping in a principal ``name@domain``
+SSO_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+#: an inventory object's or role's name: no path separator, no control characters
+INVENTORY_NAME = re.compile(r"[^/\x00-\x1f\x7f]{1,255}")
+#: vCenter's system roles (AuthorizationRole.system; ids -1 to -7): never created, changed or granted here
+SYSTEM_ROLES = frozenset(
+    name.lower() for name in ("Admin", "ReadOnly", "NoAccess", "Anonymous", "View", "NoCryptoAdmin", "NoTrustedAdmin")
+)
 DOMAIN_KEY = "vSphereDomain"
 
 #: objects key -> (inventory root under the datacenter, minimum path depth, shape shown in errors)
@@ -109,6 +120,10 @@ def load_user_config(path: str | Path) -> UserConfig:
         return value.strip()
 
     username = text("username", load_profile().product.short_name, "the SSO user name")
+    name_rule = "letters, digits and . _ - (no '@', spaces or other punctuation)"
+    for key, value in (("username", username), ("group", spec.get("group"))):
+        if isinstance(value, str) and value and not SSO_NAME.fullmatch(value.strip()):
+            problem(f"spec.{key}", f"{value[:60]!r} is not an SSO name", name_rule)
     if len(username) > MAX_USERNAME:
         problem(
             "spec.username",
@@ -121,7 +136,35 @@ def load_user_config(path: str | Path) -> UserConfig:
     admin_role = text("adminRole", vu.admin_role, "a role name")
     datacenter = text("datacenter", None, "the datacenter name")
     domain = text(DOMAIN_KEY, None, "the SSO domain users log in with, as in user@vsphere.local")
-
+    if domain:
+        try:
+            grammar.domain_name(domain)
+        except ValueError as exc:
+            problem(f"spec.{DOMAIN_KEY}", str(exc), "a domain such as vsphere.local")
+    if datacenter and not INVENTORY_NAME.fullmatch(datacenter):
+        problem(
+            "spec.datacenter",
+            f"{datacenter[:60]!r} is not a datacenter name",
+            "a name without '/' or control characters",
+        )
+    roles = {"globalRole": global_role, "userRole": user_role, "adminRole": admin_role}
+    for key, value in roles.items():
+        if value and not INVENTORY_NAME.fullmatch(value):
+            problem(f"spec.{key}", f"{value[:60]!r} is not a role name", "a name without '/' or control characters")
+        elif value.lower() in SYSTEM_ROLES:
+            problem(
+                f"spec.{key}",
+                f"{value} is one of vCenter's system roles: setup-user never creates, changes or grants them",
+                "a role name of your own (the default is safe)",
+            )
+    for key, value in roles.items():
+        others = [k for k, v in roles.items() if k != key and v and v == value]
+        if value and others and key > others[0]:
+            problem(
+                f"spec.{key}",
+                f"{value!r} is also {others[0]}: the three roles hold different privileges",
+                "three different role names",
+            )
     connection = spec.get("connection")
     server, insecure = "", False
     if not isinstance(connection, dict):
@@ -138,6 +181,11 @@ def load_user_config(path: str | Path) -> UserConfig:
         if not isinstance(server, str) or not server.strip():
             problem("spec.connection.server", "required field is missing", "the vCenter host name, IP or URL")
             server = ""
+        else:
+            try:
+                split_server(server)
+            except InputError as exc:
+                problem("spec.connection.server", exc.detail, "the vCenter host name, IP or URL")
         if not isinstance(connection.get("insecure"), bool):
             problem(
                 "spec.connection.insecure",
@@ -173,7 +221,9 @@ def load_user_config(path: str | Path) -> UserConfig:
                     problem(f"{field}[{i}]", f"got {item!r}", f"a path {shape} (write it as !!str)")
                     continue
                 parts = [p for p in item.split("/") if p]
-                if not item.startswith("/") or len(parts) < depth or parts[1] != root:
+                if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in item):
+                    problem(f"{field}[{i}]", f"{item[:60]!r} contains a control character", shape)
+                elif not item.startswith("/") or len(parts) < depth or parts[1] != root:
                     problem(f"{field}[{i}]", f"'{item}' has the wrong shape", shape)
                 elif datacenter and parts[0] != datacenter:
                     problem(f"{field}[{i}]", f"'{item}' is not in datacenter '{datacenter}'", shape)

@@ -1,0 +1,232 @@
+"""Hostile and careless files: every file a task reads, through the one loader and its models.
+
+Alias bombs, recursion, duplicate keys, deep nesting, wrong types and values that would land in a rendered file,
+a filesystem path or a remote API. Each must exit 2 naming the file, print no traceback, leak no secret and create
+nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.inproc import cli
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
+BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(9)
+)
+HOSTILE_YAML = {
+    "alias bomb": BOMB,
+    "recursive alias": "a: &a [*a]\n",
+    "duplicate key": "{text}\n{first_key}: again\n",
+    "deep nesting": "x: " + "[" * 200 + "]" * 200 + "\n",
+    "not a mapping": "- a\n- b\n",
+    "python tag": "!!python/object/apply:os.system ['true']\n",
+    "binary junk": "\x00\x01\x02",
+    "tabs": "a:\n\t- b\n",
+    "empty": "",
+}
+
+
+def _task_args(kind: str, path: Path) -> list[str]:
+    return {
+        "user": ["vsphere.setup-user", "-f", str(path), "--dry-run"],
+        "cluster": ["cluster.validate", "-f", str(path), "--offline"],
+        "dhcp": ["dhcp.render", "--config", str(path), "--dry-run"],
+        "import": ["template.import", "--from-file", str(path), "--dry-run"],
+        "bundle": ["download.hook", "--manifest", str(path), "--dry-run"],
+        "release": ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24",
+                    "--release-manifest", str(path), "--dry-run"],
+    }[kind]  # fmt: skip
+
+
+EXAMPLE = {
+    "user": EXAMPLES / "vsphere-user.yaml",
+    "cluster": EXAMPLES / "vsphere-cluster.yaml",
+    "dhcp": EXAMPLES / "dhcp.yaml",
+    "import": None,
+    "bundle": None,
+    "release": None,
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_YAML))
+@pytest.mark.parametrize("kind", list(EXAMPLE))
+def test_hostile_yaml_is_refused_by_every_reader(tmp_path: Path, kind: str, case: str) -> None:
+    example = EXAMPLE[kind]
+    text = example.read_text() if example else "a: 1\n"
+    first_key = next(ln.split(":")[0] for ln in text.splitlines() if ln and ln[0].isalpha())
+    body = HOSTILE_YAML[case].format(text=text, first_key=first_key) if "{" in HOSTILE_YAML[case] else HOSTILE_YAML[case]
+    path = tmp_path / "input.yaml"
+    path.write_text(body)
+    res = cli(*_task_args(kind, path), env={"GOVC_URL": "https://127.0.0.1:1/sdk"}, cwd=tmp_path)
+    assert res.code == 2, (kind, case, res.text)
+    assert str(path) in res.err, res.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["input.yaml"], "nothing created"
+
+
+def dhcp(**changes: object) -> str:
+    import yaml
+
+    data = yaml.safe_load((EXAMPLES / "dhcp.yaml").read_text())
+    for key, value in changes.items():
+        target = data
+        *parents, last = key.split(".")
+        for p in parents:
+            target = target[int(p)] if p.isdigit() else target[p]
+        if isinstance(target, list):
+            target[int(last)] = value
+        else:
+            target[last] = value
+    return yaml.safe_dump(data)
+
+
+DHCP_CASES = {
+    "cluster with a newline block": {"control_plane_ips.0.cluster": "mgmt\nsubnet 10.9.9.0 netmask 255.255.255.0 {}"},
+    "cluster with a host block": {"control_plane_ips.0.cluster": "x }\nhost evil { hardware ethernet 1:2:3:4:5:6; }"},
+    "cluster with a quote": {"control_plane_ips.0.cluster": 'a";'},
+    "cluster starting with a digit": {"control_plane_ips.0.cluster": "1abc"},
+    "cluster too long": {"control_plane_ips.0.cluster": "a" * 81},
+    "domain with a quote": {"domain_name": 'x"; option routers 1.1.1.1; "'},
+    "domain with spaces": {"domain_name": "not a domain!"},
+    "domain with a newline": {"domain_name": "a.com\n}"},
+    "interface with a quote": {"interface": 'eth0"\nINTERFACESv6="eth1'},
+    "interface too long": {"interface": "x" * 16},
+    "lease 10^10": {"lease_time.default": 10**10},
+    "lease true": {"lease_time.max": True},
+    "lease text": {"lease_time.max": "7200"},
+    "lease float": {"lease_time.default": 600.5},
+    "lease zero": {"lease_time.default": 0},
+    "router network address": {"routers": ["192.168.10.0"]},
+    "router broadcast": {"routers": ["192.168.10.255"]},
+    "router outside": {"routers": ["10.0.0.1"]},
+    "dns not an ip": {"dns_servers": ["dns.example.com"]},
+    "subnet with host bits": {"subnet": "192.168.10.1/24"},
+    "range reversed": {"range.start": "192.168.10.199", "range.end": "192.168.10.100"},
+    "ip as a number": {"control_plane_ips.0.ip": 3232238130},
+    "unknown method": {"control_plane_ips.0.method": "ignore"},
+    "ipv6 endpoint": {"control_plane_ips.0.ip": "::1"},
+}
+
+
+@pytest.mark.parametrize("case", list(DHCP_CASES))
+def test_dhcp_values_that_would_inject_or_wrap(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "dhcp.yaml"
+    path.write_text(dhcp(**DHCP_CASES[case]))
+    res = cli("dhcp.render", "--config", str(path), "--dest", str(tmp_path / "out"))
+    assert res.code == 2, (case, res.text)
+    assert str(path) in res.err
+    assert not (tmp_path / "out").exists()
+
+
+def user_yaml(**spec: object) -> str:
+    import yaml
+
+    data = yaml.safe_load((EXAMPLES / "vsphere-user.yaml").read_text())
+    data["spec"].update(spec)
+    return yaml.safe_dump(data)
+
+
+USER_CASES = {
+    "global role ReadOnly": {"globalRole": "ReadOnly"},
+    "user role Admin": {"userRole": "Admin"},
+    "admin role NoAccess (any case)": {"adminRole": "noaccess"},
+    "same name thrice": {"globalRole": "R", "userRole": "R", "adminRole": "R"},
+    "two roles the same": {"userRole": "X", "adminRole": "X"},
+    "username with @": {"username": "eksa@evil"},
+    "username with a newline": {"username": "eksa\nadmin"},
+    "username with a space": {"username": "eks a"},
+    "group with a slash": {"group": "a/b"},
+    "domain not a domain": {"vSphereDomain": "not a domain!"},
+    "role with a slash": {"globalRole": "a/b"},
+    "datacenter with a slash": {"datacenter": "a/b"},
+    "username 301 characters": {"username": "a" * 301},
+    "server with a password": {"connection": {"server": "admin:S3CRET-USER@", "insecure": False}},
+    "server with a bad port": {"connection": {"server": "vc:99999", "insecure": False}},
+    "insecure as text": {"connection": {"server": "vc.example.com", "insecure": "yes"}},
+    "object path with a newline": {"objects": {"networks": ["/dc/network/a\nb"], "datastores": [],
+                                               "resourcePools": [], "folders": [], "templates": []}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(USER_CASES))
+def test_user_yaml_values(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "user.yaml"
+    path.write_text(user_yaml(**USER_CASES[case]))
+    res = cli("vsphere.setup-user", "-f", str(path), "--dry-run", env={"GOVC_URL": "https://127.0.0.1:1/sdk"})
+    assert res.code == 2, (case, res.text)
+    assert str(path) in res.err and "S3CRET-USER" not in res.text
+
+
+def cluster_yaml(replace: tuple[str, str]) -> str:
+    text = (EXAMPLES / "vsphere-cluster.yaml").read_text()
+    old, new = replace
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def _example_value(key: str) -> str:
+    for line in (EXAMPLES / "vsphere-cluster.yaml").read_text().splitlines():
+        if line.strip().startswith(f"{key}:"):
+            return line.strip()
+    raise AssertionError(key)
+
+
+CLUSTER_CASES = {
+    "kubernetes 1.99": ("kubernetesVersion", 'kubernetesVersion: "1.99"'),
+    "kubernetes text": ("kubernetesVersion", "kubernetesVersion: latest"),
+    "os windows": ("osFamily", "osFamily: windows"),
+    "endpoint 0.0.0.0": ("host", 'host: "0.0.0.0"'),
+    "endpoint multicast": ("host", 'host: "224.0.0.1"'),
+    "endpoint loopback": ("host", 'host: "127.0.0.1"'),
+    "endpoint a name": ("host", 'host: "cp.example.com"'),
+    "thumbprint junk": ("thumbprint", 'thumbprint: "not-a-thumbprint"'),
+    "server junk": ("server", 'server: "not a host!"'),
+    "insecure text": ("insecure", 'insecure: "yes"'),
+}
+
+
+@pytest.mark.parametrize("case", list(CLUSTER_CASES))
+def test_cluster_spec_values(tmp_path: Path, case: str) -> None:
+    key, new = CLUSTER_CASES[case]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(cluster_yaml((_example_value(key), new)))
+    res = cli("cluster.validate", "-f", str(path), "--offline")
+    assert res.code == 2, (case, res.text)
+    assert str(path) in res.err
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("image.gz", b"not gzip at all"),
+        ("image.gz", b"\x1f\x8b\x08\x00" + b"\x00" * 20),
+        ("image.ova", b"not a tar"),
+        ("image.qcow2", b"QFI\xfb" + b"\x00" * 100),
+        ("image.raw", b""),
+    ],
+)
+def test_image_verify_of_things_that_are_not_images(tmp_path: Path, name: str, content: bytes) -> None:
+    image = tmp_path / name
+    image.write_bytes(content)
+    stem = name.rsplit(".", 1)[0]
+    (tmp_path / f"{stem}.build-manifest.json").write_text(json.dumps({"plan": {"artifacts": [], "provider": "baremetal"}}))
+    res = cli("image.verify", "--image", str(image), "--no-boot")
+    assert res.code in (1, 2), res.text
+    assert str(image) in res.err or "image" in res.err
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    ["not json", "[]", '{"plan": []}', '{"plan": {"provider": "baremetal"}}', '{"a": 1, "a": 2}', "NaN"],
+)
+def test_image_verify_with_a_bad_build_manifest(tmp_path: Path, manifest: str) -> None:
+    image = tmp_path / "x.gz"
+    image.write_bytes(b"\x1f\x8b")
+    path = tmp_path / "m.json"
+    path.write_text(manifest)
+    res = cli("image.verify", "--image", str(image), "--manifest", str(path), "--no-boot")
+    assert res.code == 2, res.text
+    assert str(path) in res.err

@@ -1,0 +1,138 @@
+"""Hostile and careless flag values, for every task that takes a typed flag, a destination or a URL.
+
+Each case must exit 2, name the flag, print no traceback and create nothing. Run in-process (tests.support.inproc);
+test_console_script_agrees runs a sample through the real console script."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run
+from tests.support.inproc import cli
+
+BAD_NUMBERS = ["abc", "1_0", " 8", "0x10", "1e3", "", "-", "１２", "9" * 40]
+#: (task args before the flag, flag, a value that is out of range)
+NUMERIC_FLAGS = [
+    (["serve", "--dir", "."], "--port", "99999"),
+    (["serve", "--dir", "."], "--port", "0"),
+    (["dhcp.verify", "--interface", "lo"], "--timeout", "-5"),
+    (["image.verify", "--image", "README.md"], "--boot-timeout", "0"),
+    (["image.base", "--dest", "{tmp}/b.qcow2", "--dry-run"], "--size-gb", "65"),
+    (["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--dry-run"],
+     "--disk-gb", "1"),
+    (["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24"], "--min-disk-gb", "0"),
+    (["demo", "--dest", "{tmp}/d", "--dry-run"], "--disk-gb", "3"),
+    (["preflight", "--os", "ubuntu", "--hypervisor", "baremetal"], "--min-disk-gb", "-1"),
+]  # fmt: skip
+
+
+def _fill(args: list[str], tmp: Path) -> list[str]:
+    return [a.replace("{tmp}", str(tmp)) for a in args]
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS)
+@pytest.mark.parametrize(("before", "flag", "out_of_range"), NUMERIC_FLAGS)
+def test_numbers_are_digits_in_range(tmp_path: Path, before: list[str], flag: str, out_of_range: str, value: str) -> None:
+    for bad in (value, out_of_range):
+        res = cli(*_fill(before, tmp_path), flag, bad)
+        assert res.code == 2, (flag, bad, res.text)
+        assert flag in res.err, res.err
+    assert not list(tmp_path.iterdir()), "nothing created"
+
+
+URLS = ["ftp://host/x", "file:///etc/passwd", "http://", "https://exa mple.com/", "https://h:99999/", "gopher://h/",
+        "https://u:S3CRET-URL@host/x", "javascript:alert(1)", "https://[::1/"]  # fmt: skip
+URL_FLAGS = [
+    (["download.bottlerocket", "--variant", "vsphere", "--kubernetes", "1.24", "--dry-run"], "--metadata-url"),
+    (["download.bottlerocket", "--variant", "vsphere", "--kubernetes", "1.24", "--dry-run"], "--targets-url"),
+    (["download.bottlerocket", "--variant", "vsphere", "--kubernetes", "1.24", "--dry-run"], "--root"),
+    (["download.hook", "--dry-run"], "--manifest"),
+    (["mirror.create", "--release-channel", "1-24", "--dest", "{tmp}/m", "--dry-run"], "--source"),
+    (["mirror.create", "--release-channel", "1-24", "--dest", "{tmp}/m", "--dry-run"], "--release-manifest"),
+    (["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--dry-run"], "--mirror"),
+    (["image.base", "--dest", "{tmp}/b.qcow2", "--dry-run"], "--mirror"),
+    (["template.import", "--os", "ubuntu", "--kubernetes", "1.24", "--dry-run"], "--ova"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("url", URLS)
+@pytest.mark.parametrize(("before", "flag"), URL_FLAGS)
+def test_urls_have_an_allowed_scheme_and_a_host(tmp_path: Path, before: list[str], flag: str, url: str) -> None:
+    res = cli(*_fill(before, tmp_path), flag, url, env={"GOVC_URL": "https://127.0.0.1:1/sdk"})
+    assert res.code == 2, (flag, url, res.text)
+    assert "S3CRET-URL" not in res.text
+    assert not (tmp_path / "m").exists() and not (tmp_path / "b.qcow2").exists()
+
+
+def test_destinations_that_are_files_or_cannot_be_created(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    a_dir = tmp_path / "dir"
+    a_dir.mkdir()
+    dhcp = Path(__file__).resolve().parents[2] / "config" / "examples" / "dhcp.yaml"
+    cases = [
+        (["download.hook", "--dest", str(a_file)], "--dest"),
+        (["download.hook", "--dest", f"{a_file}/sub"], "--dest"),
+        (["download.bottlerocket", "--variant", "vsphere", "--kubernetes", "1.24", "--dest", str(a_file)], "--dest"),
+        (["dhcp.render", "--config", str(dhcp), "--dest", str(a_file)], "--dest"),
+        (["dhcp.render", "--config", str(dhcp), "--dest", f"{a_file}/x"], "--dest"),
+        (["config.schema", "--provider", "vsphere", "--dest", str(a_dir)], "--dest"),
+        (["config.schema", "--provider", "vsphere", "--dest", f"{a_file}/schema.json"], "--dest"),
+        (["serve", "--dir", str(a_dir), "--access-log", str(a_dir)], "--access-log"),
+        (["serve", "--dir", str(a_dir), "--access-log", f"{a_file}/log"], "--access-log"),
+        (["serve", "--dir", str(a_dir), "--nginx-config", str(a_dir)], "--nginx-config"),
+        (["serve", "--dir", str(a_dir), "--nginx-config", f"{a_file}/site"], "--nginx-config"),
+        (["serve", "--dir", str(a_file)], "--dir"),
+        (["mirror.create", "--release-channel", "1-24", "--dest", str(a_file), "--dry-run"], "--dest"),
+        (["demo", "--dest", str(a_file), "--dry-run"], "--dest"),
+        (["image.base", "--dest", str(a_dir), "--dry-run"], "--dest"),
+        (["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--dry-run",
+          "--output-dir", str(a_file)], "--output-dir"),
+        (["image.verify", "--image", str(a_dir)], "--image"),
+        (["image.verify", "--image", str(tmp_path / "missing.gz")], "--image"),
+        (["dhcp.render", "--config", str(a_dir)], "--config"),
+        (["host.prepare", "--root", str(a_file), "--dry-run"], "--root"),
+    ]  # fmt: skip
+    for args, flag in cases:
+        res = cli(*args)
+        assert res.code == 2, (args, res.text)
+        assert flag in res.err, (args, res.err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "file"] and not list(a_dir.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["serve", "--dir", ".", "--bind", "999.1.1.1"], "--bind"),
+        (["serve", "--dir", ".", "--bind", "localhost; rm -rf /"], "--bind"),
+        (["dhcp.verify", "--interface", "eth0\nx"], "--interface"),
+        (["dhcp.verify", "--interface", "no-such-if0"], "--interface"),
+        (["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--output", "yaml"],
+         "--output"),
+        (["image.base", "--dest", "x.qcow2", "--suite", "bookworm; reboot", "--dry-run"], "--suite"),
+        (["template.import", "--ova", "x.ova", "--os", "ubuntu", "--kubernetes", "1.24", "--name", "../x"], "--ova"),
+        (["vsphere.setup-user"], "--file"),
+        (["cluster.validate"], "--file"),
+        (["dhcp.render"], "--config"),
+        (["image.verify"], "--image"),
+        (["serve"], "--dir"),
+        (["mirror.create", "--dest", "m"], "--release-channel"),
+        (["config.schema"], "--provider"),
+        (["preflight", "--hypervisor", "baremetal"], "--os"),
+    ],
+)
+def test_other_values_and_missing_flags(tmp_path: Path, args: list[str], flag: str) -> None:
+    res = cli(*args, cwd=tmp_path)
+    assert res.code == 2, res.text
+    assert flag in res.err, res.err
+    assert not list(tmp_path.iterdir())
+
+
+def test_console_script_agrees(tmp_path: Path) -> None:
+    """A sample through the real console script and through invoke: same status, no traceback (run() checks)."""
+    for program in ("image-builder", "invoke"):
+        for args in (["serve", "--dir", ".", "--port", "abc"], ["dhcp.verify", "--interface", "lo", "--timeout", "x"]):
+            res = run(*args, program=program)
+            assert res.code == 2 and args[-2] in res.err, (program, res.err)

@@ -1,0 +1,56 @@
+"""The ``image-builder`` program run in this process: the same Invoke Program the console script runs, with its
+output captured. Hundreds of hostile inputs run in seconds this way; a handful of tests also run the real console
+script as a subprocess (tests.conftest.run) to prove the two agree."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuilder.cli.program import program
+
+
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str] | None, cwd: Path | None) -> Iterator[None]:
+    saved, old_cwd = dict(os.environ), os.getcwd()
+    os.environ.update(env or {})
+    if cwd:
+        os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        os.chdir(old_cwd)
+
+
+def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Outcome:
+    """Run ``image-builder ARGS``; an exception escaping the program is a test failure (it would be a traceback)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with _environ(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            program.run(["image-builder", *args], exit=True)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # noqa: BLE001 - reported as the failure it is
+            raise AssertionError(f"image-builder {' '.join(args)} raised:\n{traceback.format_exc()}") from None
+    result = Outcome(code, out.getvalue(), err.getvalue())
+    assert "Traceback" not in result.text, result.text
+    return result
