@@ -196,14 +196,16 @@ def create_mirror(
     raw = fetch_bytes(location, what="release manifest")
     manifest = parse_manifest(raw.decode("utf-8"), location)
     results = []
-    for url, sha in mirror_items(manifest):
-        target = Path(target_mirror.locate(url))
+    # every location is resolved (and an escaping one refused) before anything is written
+    plan = [(url, sha, Path(target_mirror.locate(url)), source.locate(url) if source else url)
+            for url, sha in mirror_items(manifest)]  # fmt: skip
+    for url, sha, target, origin in plan:
         if on_item:
             on_item(url, 0)
         if file_sha256(target) == sha:
             results.append(MirrorItem(url, sha, target, "verified", target.stat().st_size))
             continue
-        size = fetch_verified(source.locate(url) if source else url, target, sha, on_bytes=on_bytes)
+        size = fetch_verified(origin, target, sha, on_bytes=on_bytes)
         results.append(MirrorItem(url, sha, target, "downloaded", size))
     manifest_target = Path(target_mirror.locate(manifest_url))
     with atomic_write(manifest_target, "wb") as fh:

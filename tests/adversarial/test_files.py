@@ -58,7 +58,9 @@ def test_hostile_yaml_is_refused_by_every_reader(tmp_path: Path, kind: str, case
     example = EXAMPLE[kind]
     text = example.read_text() if example else "a: 1\n"
     first_key = next(ln.split(":")[0] for ln in text.splitlines() if ln and ln[0].isalpha())
-    body = HOSTILE_YAML[case].format(text=text, first_key=first_key) if "{" in HOSTILE_YAML[case] else HOSTILE_YAML[case]
+    body = (
+        HOSTILE_YAML[case].format(text=text, first_key=first_key) if "{" in HOSTILE_YAML[case] else HOSTILE_YAML[case]
+    )
     path = tmp_path / "input.yaml"
     path.write_text(body)
     res = cli(*_task_args(kind, path), env={"GOVC_URL": "https://127.0.0.1:1/sdk"}, cwd=tmp_path)
@@ -212,7 +214,9 @@ def test_image_verify_of_things_that_are_not_images(tmp_path: Path, name: str, c
     image = tmp_path / name
     image.write_bytes(content)
     stem = name.rsplit(".", 1)[0]
-    (tmp_path / f"{stem}.build-manifest.json").write_text(json.dumps({"plan": {"artifacts": [], "provider": "baremetal"}}))
+    (tmp_path / f"{stem}.build-manifest.json").write_text(
+        json.dumps({"plan": {"artifacts": [], "provider": "baremetal"}})
+    )
     res = cli("image.verify", "--image", str(image), "--no-boot")
     assert res.code in (1, 2), res.text
     assert str(image) in res.err or "image" in res.err

@@ -34,7 +34,9 @@ def _fill(args: list[str], tmp: Path) -> list[str]:
 
 @pytest.mark.parametrize("value", BAD_NUMBERS)
 @pytest.mark.parametrize(("before", "flag", "out_of_range"), NUMERIC_FLAGS)
-def test_numbers_are_digits_in_range(tmp_path: Path, before: list[str], flag: str, out_of_range: str, value: str) -> None:
+def test_numbers_are_digits_in_range(
+    tmp_path: Path, before: list[str], flag: str, out_of_range: str, value: str
+) -> None:
     for bad in (value, out_of_range):
         res = cli(*_fill(before, tmp_path), flag, bad)
         assert res.code == 2, (flag, bad, res.text)
@@ -109,8 +111,10 @@ def test_destinations_that_are_files_or_cannot_be_created(tmp_path: Path) -> Non
         (["serve", "--dir", ".", "--bind", "localhost; rm -rf /"], "--bind"),
         (["dhcp.verify", "--interface", "eth0\nx"], "--interface"),
         (["dhcp.verify", "--interface", "no-such-if0"], "--interface"),
-        (["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--output", "yaml"],
-         "--output"),
+        (
+            ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--output", "yaml"],
+            "--output",
+        ),
         (["image.base", "--dest", "x.qcow2", "--suite", "bookworm; reboot", "--dry-run"], "--suite"),
         (["template.import", "--ova", "x.ova", "--os", "ubuntu", "--kubernetes", "1.24", "--name", "../x"], "--ova"),
         (["vsphere.setup-user"], "--file"),

@@ -49,7 +49,7 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) 
             program.run(["image-builder", *args], exit=True)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except BaseException:  # noqa: BLE001 - reported as the failure it is
+        except BaseException:
             raise AssertionError(f"image-builder {' '.join(args)} raised:\n{traceback.format_exc()}") from None
     result = Outcome(code, out.getvalue(), err.getvalue())
     assert "Traceback" not in result.text, result.text

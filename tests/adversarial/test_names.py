@@ -1,0 +1,108 @@
+"""Names from outside never write outside the destination: bundle manifest entries, artifact URIs, archive members.
+
+Real servers on 127.0.0.1 serve the hostile manifests; the tasks run as root here, so a name that escaped would
+really be written where it points. Each case checks the places it would have landed."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from imagebuilder.errors import InputError
+from imagebuilder.safepath import safe_join
+from tests.conftest import make_manifest
+from tests.support.inproc import cli
+
+HOSTILE_NAMES = ["../../x", "/abs/x", "a/../../x", "..", ".", "", "a\0b", "a\nb", "x" * 300, "a/" + "b" * 256,
+                 "a\\..\\..\\x", "./../x", "\x1b[31mred"]  # fmt: skip
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    root = tmp_path / "srv"
+    root.mkdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def bundle(base: str, name: str, data: bytes) -> str:
+    sha = hashlib.sha256(data).hexdigest()
+    entry = {"amd": {"uri": f"{base}/hook.bin", "name": name, "sha256": sha}}
+    hook = {"vmlinuz": entry, "initramfs": entry}
+    doc = {"spec": {"versionsBundles": [{"tinkerbell": {"tinkerbellStack": {"hook": hook}}}]}}
+    return yaml.safe_dump(doc)
+
+
+@pytest.mark.parametrize("name", [n for n in HOSTILE_NAMES if n])  # an empty name falls back to the URI's
+def test_hook_entry_names_stay_inside_dest(tmp_path: Path, served: tuple[Path, str], name: str) -> None:
+    root, base = served
+    data = b"kernel bytes\n"
+    (root / "hook.bin").write_bytes(data)
+    manifest = tmp_path / "bundle.yaml"
+    manifest.write_text(bundle(base, name, data))
+    dest = tmp_path / "a" / "b" / "hook"
+    for dry in (["--dry-run"], []):
+        res = cli("download.hook", "--manifest", str(manifest), "--dest", str(dest), *dry)
+        assert res.code == 2, (name, res.text)
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and root not in p.parents and p.read_bytes() == data]
+    assert not written, written
+    assert not Path("/abs/x").exists()
+
+
+@pytest.mark.parametrize("uri_path", ["../../escaped.tar.gz", "a/../../../escaped.tar.gz", "%2e%2e/%2e%2e/e.tar.gz"])
+def test_mirror_artifact_uris_stay_inside_dest(tmp_path: Path, served: tuple[Path, str], uri_path: str) -> None:
+    _root, _base = served
+    text = make_manifest("1-24", 5, "v1.24.8")
+    doc = yaml.safe_load(text)
+    assets = [a for c in doc["status"]["components"] for a in c["assets"]]
+    asset = next(a for a in assets if a.get("archive") and a.get("os") == "linux" and "amd64" in a.get("arch", []))
+    data = b"tarball\n"
+    asset["archive"]["uri"] = f"https://distro.eks.amazonaws.com/{uri_path}"
+    asset["archive"]["sha256"] = hashlib.sha256(data).hexdigest()
+    src = tmp_path / "source"  # a directory mirror holding the hostile manifest at the channel's upstream path
+    manifest = src / "kubernetes-1-24" / "kubernetes-1-24-eks-5.yaml"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(yaml.safe_dump(doc))
+    (src / "escaped.tar.gz").write_bytes(data)
+    (tmp_path / "escaped.tar.gz").write_bytes(b"before")
+    dest = tmp_path / "deep" / "er" / "mirror"
+    res = cli("mirror.create", "--release-channel", "1-24", "--dest", str(dest), "--source", str(src))
+    outside = [p for p in tmp_path.rglob("*") if p.is_file() and src not in p.parents and dest not in p.parents]
+    assert [p.name for p in outside] == ["escaped.tar.gz"] and outside[0].read_bytes() == b"before"
+    if ".." in uri_path and "%2e" not in uri_path:
+        assert res.code == 2, res.text
+        assert "climbs out" in res.err
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_safe_join_refuses_every_escape(tmp_path: Path, name: str) -> None:
+    with pytest.raises(InputError):
+        safe_join(tmp_path / "dest", name)
+
+
+def test_safe_join_refuses_a_link_that_leads_out(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "link").symlink_to(tmp_path)
+    with pytest.raises(InputError, match="symbolic link"):
+        safe_join(dest, "link/x")
+    (dest / "loop").symlink_to(dest / "loop")  # a loop fails at open time, inside the destination
+    assert dest.resolve() in safe_join(dest, "loop/x").parents
+    assert safe_join(dest, "sub/file") == dest.resolve() / "sub" / "file"
