@@ -275,10 +275,17 @@ def nginx_site(root: Path, bind: str, port: int, listing: bool) -> str:
     """The nginx site that serves ``root`` the way ``serve`` does, for production."""
     from imagebuilder.render import template_env
 
-    return (
-        template_env()
-        .get_template("templates/nginx/site.conf.j2")
-        .render(
-            root=str(root.resolve()), listen=f"{bind}:{port}" if bind != ALL_INTERFACES else str(port), listing=listing
+    try:
+        return (
+            template_env()
+            .get_template("templates/nginx/site.conf.j2")
+            .render(
+                root=str(root.resolve()),
+                listen=f"{bind}:{port}" if bind != ALL_INTERFACES else str(port),
+                listing=listing,
+            )
         )
-    )
+    except ValueError as exc:
+        raise InputError(
+            str(exc), field="--dir", expected="a directory path without '$' or control characters"
+        ) from None

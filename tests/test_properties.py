@@ -1,0 +1,243 @@
+"""Property-based tests (Hypothesis) for the parsers and renderers of the input boundary.
+
+The renderers are checked by the programs that read what they write: ISC dhcpd (``dhcpd -t``), Packer's own HCL2
+evaluator (``packer console``), and the YAML loader's round trip. The parsers (grammars, safe-join, byte ranges) are
+checked for their invariants on any text."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from imagebuilder import grammar
+from imagebuilder.dhcp import DhcpConfig, render, resolve
+from imagebuilder.errors import InputError
+from imagebuilder.files import parse_yaml_documents
+from imagebuilder.render import hcl, nginx_string
+from imagebuilder.safepath import safe_join
+from imagebuilder.serve import ByteRange, parse_range
+
+SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=300, deadline=None)
+
+# --- DHCP: any accepted config renders a file dhcpd accepts, with exactly the statements it implies -------------
+
+hostile_text = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
+    ['a"; }', "x\nsubnet 1.2.3.0 netmask 255.255.255.0 {}", "mgmt", "workload-1", "a" * 81, "w}", "#x", "\\"]
+)
+
+
+@st.composite
+def dhcp_configs(draw: st.DrawFn) -> dict[str, object]:
+    prefix = draw(st.integers(16, 28))
+    base = draw(st.integers(0, 2**32 - 1)) & ~((1 << (32 - prefix)) - 1) & 0xFFFFFFFF
+    net = ipaddress.IPv4Network((base, prefix))
+    hosts = net.num_addresses - 2
+    lo = draw(st.integers(1, hosts))
+    hi = draw(st.integers(lo, hosts))
+
+    def addr(i: int) -> str:
+        return str(net.network_address + i)
+
+    endpoints = draw(st.lists(st.integers(0, net.num_addresses - 1), max_size=4, unique=True))
+    lease = st.integers(60, 86400) | st.integers(-1, 2**33)
+    return {
+        "interface": draw(st.sampled_from(["eth0", "ens192", "br-lan.10", "eth1", 'eth0"', "e" * 16])),
+        "subnet": str(net),
+        "range": {"start": addr(lo), "end": addr(hi)},
+        "routers": [
+            addr(
+                draw(
+                    st.sampled_from([lo - 1, hi + 1]).filter(lambda i: 0 < i <= hosts)
+                    | st.integers(0, net.num_addresses - 1)
+                )
+            )
+        ],
+        "dns_servers": [addr(draw(st.integers(1, hosts)))],
+        "domain_name": draw(st.sampled_from([None, None, "cluster.local", "a-b.example.com"]) | hostile_text),
+        # routers: mostly a valid host outside the range
+        "lease_time": {"default": draw(lease), "max": draw(lease)},
+        "exclusion": draw(st.none() | st.sampled_from(["outside", "shrink", "reserve"])),
+        "control_plane_ips": [
+            {
+                "ip": addr(i),
+                "cluster": draw(st.none() | hostile_text),
+                "method": draw(st.none() | st.sampled_from(["outside", "shrink", "reserve"])),
+            }
+            for i in endpoints
+        ],
+    }
+
+
+def _statements(conf: str) -> list[str]:
+    """The statements of a dhcpd.conf, comments dropped, one per entry."""
+    text = "\n".join(line.split("#", 1)[0] for line in conf.splitlines())
+    return [s.strip() for s in re.split(r"[;{}]", text) if s.strip()]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dhcp_configs())
+def test_any_accepted_dhcp_config_renders_what_dhcpd_accepts_and_nothing_else(data: dict[str, object]) -> None:
+    try:
+        config = DhcpConfig.model_validate(data)
+        pool = resolve(config)
+    except (InputError, ValueError):
+        event("refused")
+        return  # refused: exit 2 at the CLI, nothing rendered
+    event("accepted")
+    files = render(pool)
+    conf = files["/etc/dhcp/dhcpd.conf"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "dhcpd.conf"
+        path.write_text(conf)
+        dhcpd = shutil.which("dhcpd") or "/usr/sbin/dhcpd"
+        proc = subprocess.run([dhcpd, "-t", "-cf", str(path)], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, conf + proc.stderr
+    statements = _statements(conf)
+    kinds = [s.split()[0] for s in statements]
+    allowed = {"default-lease-time", "max-lease-time", "ddns-update-style", "authoritative", "subnet", "range",
+               "option", "host", "hardware", "fixed-address"}  # fmt: skip
+    assert set(kinds) <= allowed, kinds
+    assert kinds.count("subnet") == 1
+    assert kinds.count("host") == len(pool.reservations)
+    ranges = [s.split()[1:] for s in statements if s.startswith("range ")]
+    assert ranges == [[str(lo), str(hi)] for lo, hi in pool.ranges]
+    for cp in config.endpoints:
+        assert not pool.contains(cp.ip) or (cp.method or config.exclusion) is None
+    defaults = files["/etc/default/isc-dhcp-server"]
+    assert [ln for ln in defaults.splitlines() if ln and not ln.startswith("#")] == [
+        f'INTERFACESv4="{config.interface}"',
+        'INTERFACESv6=""',
+    ]
+
+
+# --- HCL: any string or number is one literal that Packer evaluates back to the same value -------------------------
+
+
+@SLOW
+@given(st.lists(st.text(st.characters(codec="utf-8"), max_size=30) | st.sampled_from(["${x}", "%{if}", "$${", "\\"]),
+                min_size=1, max_size=12))  # fmt: skip
+def test_hcl_literals_evaluate_to_the_same_string_in_packer(values: list[str]) -> None:
+    body = "".join(f"  v{i} = {hcl(v)}\n" for i, v in enumerate(values))
+    template = f'locals {{\n{body}}}\nsource "null" "a" {{ communicator = "none" }}\n'
+    template += 'build { sources = ["source.null.a"] }\n'
+    expr = "jsonencode([" + ", ".join(f"local.v{i}" for i in range(len(values))) + "])"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.pkr.hcl"
+        path.write_text(template)
+        proc = subprocess.run(["packer", "console", str(path)], input=expr + "\n", capture_output=True, text=True,
+                              timeout=60, cwd=tmp)  # fmt: skip
+    assert proc.returncode == 0, template + proc.stdout + proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == values
+
+
+# --- YAML: what safe_dump writes comes back equal; any text is data or an InputError -----------------------------
+
+yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=30,
+)
+
+
+@FAST
+@given(yaml_values)
+def test_yaml_round_trip(value: object) -> None:
+    text = yaml.safe_dump({"v": value})
+    assert parse_yaml_documents(text, "x.yaml") == [{"v": value}]
+
+
+@FAST
+@given(st.text(max_size=200))
+def test_any_yaml_text_is_data_or_an_input_error(text: str) -> None:
+    try:
+        docs = parse_yaml_documents(text, "x.yaml")
+    except InputError as exc:
+        assert "x.yaml" in str(exc)
+        return
+    assert isinstance(docs, list)
+
+
+# --- grammars, safe-join, ranges ------------------------------------------------------------------------------------
+
+
+@FAST
+@given(st.text(max_size=30) | st.integers() | st.booleans())
+def test_ports_are_1_to_65535_from_digits_only(value: object) -> None:
+    try:
+        port = grammar.port(value)
+    except ValueError:
+        return
+    assert 1 <= port <= 65535 and not isinstance(value, bool)
+    assert isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit())
+
+
+@FAST
+@given(st.text(max_size=80))
+def test_hostnames_are_dns_names_or_ip_addresses(text: str) -> None:
+    try:
+        name = grammar.hostname(text)
+    except ValueError:
+        return
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        assert re.fullmatch(r"[a-z0-9.-]{1,253}", name), name
+
+
+@FAST
+@given(st.text(max_size=80), st.sampled_from([("https",), ("http", "https")]))
+def test_urls_have_an_allowed_scheme_a_host_and_no_credentials(text: str, schemes: tuple[str, ...]) -> None:
+    try:
+        parts = grammar.url(text, schemes)
+    except ValueError as exc:
+        if "@" in text and ":" in text.split("@")[0].split("//")[-1]:
+            password = text.split("@")[0].split("//")[-1].split(":", 1)[1]
+            assume(len(password) > 3)
+            assert password not in str(exc)
+        return
+    assert parts.scheme.lower() in schemes and parts.hostname and parts.password is None
+
+
+@FAST
+@given(st.text(max_size=300))
+def test_safe_join_never_leaves_the_destination(name: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = Path(tmp) / "dest"
+        try:
+            path = safe_join(dest, name)
+        except InputError:
+            return
+        assert dest.resolve() in path.parents
+
+
+@FAST
+@given(st.text(max_size=40) | st.from_regex(r"bytes=[0-9]{0,6}-[0-9]{0,6}", fullmatch=True), st.integers(0, 10**6))
+def test_ranges_are_inside_the_file_or_none(header: str, size: int) -> None:
+    got = parse_range(header, size)
+    if isinstance(got, ByteRange):
+        assert 0 <= got.start <= got.end < size
+        assert re.fullmatch(r"\s*bytes=[0-9]*-[0-9]*\s*", header)
+    else:
+        assert got in (None, "unsatisfiable")
+
+
+@FAST
+@given(st.text(max_size=60))
+def test_nginx_strings_are_quoted_or_refused(value: str) -> None:
+    try:
+        quoted = nginx_string(value)
+    except ValueError:
+        assert "$" in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+        return
+    inner = quoted[1:-1]
+    assert quoted[0] == quoted[-1] == '"' and not re.search(r'(?<!\\)(\\\\)*"', inner)
