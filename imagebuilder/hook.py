@@ -8,11 +8,13 @@ nothing vouches for is refused.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import parse_yaml_documents
 from imagebuilder.mirror import fetch_bytes
@@ -38,7 +40,7 @@ def manifest_url() -> str:
 def hook_assets(text: str, source: str) -> list[Asset]:
     """The x86_64 kernel and ramdisk of the newest versions bundle that has them."""
     docs = parse_yaml_documents(text, source)
-    bundles = (docs[0] or {}).get("spec", {}).get("versionsBundles") if docs and isinstance(docs[0], dict) else None
+    bundles = _dig(docs[0], "spec", "versionsBundles") if docs else None
     if not isinstance(bundles, list):
         raise InputError("not a bundle manifest (no spec.versionsBundles)", source=source)
     found: list[Asset] = []
@@ -48,12 +50,27 @@ def hook_assets(text: str, source: str) -> list[Asset]:
             continue
         for key in HOOK_KEYS:
             entry = _dig(hook, key, "amd")
-            if not isinstance(entry, dict) or not entry.get("uri"):
-                raise InputError(f"no x86_64 {key} entry", source=source, field=f"...hook.{key}.amd.uri")
-            hashes = {alg: str(entry[alg]) for alg in ("sha256", "sha512") if entry.get(alg)}
-            found.append(
-                Asset(str(entry.get("name") or str(entry["uri"]).rsplit("/", 1)[-1]), str(entry["uri"]), hashes)
-            )
+            field = f"...hook.{key}.amd"
+            if not isinstance(entry, dict) or not isinstance(entry.get("uri"), str):
+                raise InputError(f"no x86_64 {key} entry", source=source, field=f"{field}.uri")
+            try:
+                uri = grammar.url(entry["uri"], ("http", "https")).geturl()
+            except ValueError as exc:
+                raise InputError(str(exc), source=source, field=f"{field}.uri") from None
+            hashes: dict[str, str] = {}
+            for alg, length in (("sha256", 64), ("sha512", 128)):
+                value = entry.get(alg)
+                if value in (None, ""):
+                    continue
+                if not isinstance(value, str) or not re.fullmatch(rf"[0-9a-fA-F]{{{length}}}", value):
+                    raise InputError(
+                        "not a hex digest", source=source, field=f"{field}.{alg}", expected=f"{length} hex"
+                    )
+                hashes[alg] = value.lower()
+            name = entry.get("name") or uri.rsplit("/", 1)[-1]
+            if not isinstance(name, str):
+                raise InputError(f"got {name!r}", source=source, field=f"{field}.name", expected="a file name")
+            found.append(Asset(name, uri, hashes))
         return found
     raise InputError("no versions bundle carries the tinkerbell hook", source=source, field="spec.versionsBundles")
 

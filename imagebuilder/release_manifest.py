@@ -61,26 +61,35 @@ class ReleaseManifest:
         return next(a for a in self.artifacts if a.name == name and a.kind == kind)
 
 
+def _map(value: Any) -> dict[str, Any]:
+    """A mapping of the manifest, or an empty one where the manifest has something else (a list, a string...)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _assets(doc: dict[str, Any], source: str) -> list[tuple[str, dict[str, Any]]]:
-    components = (doc.get("status") or {}).get("components")
+    components = _map(doc.get("status")).get("components")
     if not isinstance(components, list):
         raise InputError("has no status.components list", source=source, field="status.components")
     out = []
     for comp in components:
         if not isinstance(comp, dict):
             continue
-        for asset in comp.get("assets") or []:
+        for asset in _list(comp.get("assets")):
             if isinstance(asset, dict):
                 out.append((str(comp.get("name", "")), asset))
     return out
 
 
 def _is_linux_amd64(asset: dict[str, Any]) -> bool:
-    arch = asset.get("arch") or []
+    arch = _list(asset.get("arch"))
     if asset.get("os") != "linux" or ARCH not in arch:
         return False
     # Trust the file name over the label when they disagree (see the module docstring).
-    name = str(asset.get("name", "")) + " " + str((asset.get("archive") or {}).get("uri", ""))
+    name = str(asset.get("name", "")) + " " + str(_archive(asset).get("uri", ""))
     return not any(re.search(rf"[-/_]{a}([-/_.]|$)", name) for a in OTHER_ARCHES)
 
 
@@ -117,13 +126,13 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
             f"expected exactly one document of kind Release, found {len(docs)}", source=source, field="kind"
         )
     doc = docs[0]
-    spec = doc.get("spec") or {}
+    spec = _map(doc.get("spec"))
     channel, number = spec.get("channel"), spec.get("number")
     if not isinstance(channel, str) or not re.fullmatch(r"\d+-\d+", channel):
         raise InputError("missing or malformed", source=source, field="spec.channel", expected="<major>-<minor>")
     if isinstance(number, bool) or not isinstance(number, int | str) or not str(number).isdigit():
         raise InputError("missing or malformed", source=source, field="spec.number", expected="a release number")
-    name = str((doc.get("metadata") or {}).get("name") or f"kubernetes-{channel}-{number}")
+    name = str(_map(doc.get("metadata")).get("name") or f"kubernetes-{channel}-{number}")
     assets = _assets(doc, source)
 
     artifacts: list[NodeArtifact] = []
@@ -165,15 +174,15 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
             for c, a in assets
             if a.get("type") == "Image"
             and a.get("name") == f"{image}-image"
-            and ARCH in (a.get("arch") or [ARCH])  # no arch list: a multi-arch image
+            and ARCH in (_list(a.get("arch")) or [ARCH])  # no arch list: a multi-arch image
         ]
         if not found:
             raise _missing(f"{image} image", f"an Image asset named {image}-image", source)
         comp, asset = found[0]
-        ref = (asset.get("image") or {}).get("uri")
+        ref = _map(asset.get("image")).get("uri")
         if not isinstance(ref, str) or not ref:
             raise InputError(f"image {image} has no uri", source=source, field="image.uri")
-        digest = (asset.get("image") or {}).get("imageDigest")
+        digest = _map(asset.get("image")).get("imageDigest")
         tar = tarballs.get(image)
         sha = None
         archive_uri = None
@@ -185,7 +194,7 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
 
     k8s = [
         c
-        for c in (doc.get("status") or {}).get("components", [])
+        for c in _list(_map(doc.get("status")).get("components"))
         if isinstance(c, dict) and c.get("name") == "kubernetes"
     ]
     version = str(k8s[0].get("gitTag", "")) if k8s else ""

@@ -6,6 +6,8 @@ checked for their invariants on any text."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import ipaddress
 import json
 import re
@@ -137,7 +139,8 @@ def test_hcl_literals_evaluate_to_the_same_string_in_packer(values: list[str]) -
         proc = subprocess.run(["packer", "console", str(path)], input=expr + "\n", capture_output=True, text=True,
                               timeout=60, cwd=tmp)  # fmt: skip
     assert proc.returncode == 0, template + proc.stdout + proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == values
+    # split on "\n" only: str.splitlines() and strip() would also cut at U+0085 and friends inside the JSON
+    assert json.loads([ln for ln in proc.stdout.split("\n") if ln][-1]) == values
 
 
 # --- YAML: what safe_dump writes comes back equal; any text is data or an InputError -----------------------------
@@ -241,3 +244,58 @@ def test_nginx_strings_are_quoted_or_refused(value: str) -> None:
         return
     inner = quoted[1:-1]
     assert quoted[0] == quoted[-1] == '"' and not re.search(r'(?<!\\)(\\\\)*"', inner)
+
+
+# --- manifests of any shape: data or an InputError, never a crash ----------------------------------------------------
+
+wrong_shapes = st.sampled_from([None, [], {}, "text", 0, True, [1, 2], {"a": 1}])
+
+
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+@functools.cache
+def _text(kind: str) -> str:
+    from tests.conftest import make_manifest, reference
+
+    if kind == "release":
+        return make_manifest("1-24", 5, "v1.24.8")
+    return reference("eksa", "bundles-testdata.yaml").read_text()
+
+
+def _loaded(kind: str) -> object:
+    return yaml.load(_text(kind), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def _mutate(doc: object, path: list[int], replacement: object) -> object:
+    """``doc`` with the node chosen by ``path`` (indices into each level's children) replaced."""
+    if not path:
+        return replacement
+    if isinstance(doc, dict) and doc:
+        keys = list(doc)
+        key = keys[path[0] % len(keys)]
+        return {**doc, key: _mutate(doc[key], path[1:], replacement)}
+    if isinstance(doc, list) and doc:
+        i = path[0] % len(doc)
+        return [*doc[:i], _mutate(doc[i], path[1:], replacement), *doc[i + 1 :]]
+    return replacement
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=8), wrong_shapes)
+def test_release_manifests_of_any_shape(path: list[int], replacement: object) -> None:
+    from imagebuilder.release_manifest import parse_manifest
+
+    doc = _mutate(_loaded("release"), path, replacement)
+    with contextlib.suppress(InputError):
+        parse_manifest(yaml.dump(doc, Dumper=DUMPER), "release.yaml")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=10), wrong_shapes)
+def test_bundle_manifests_of_any_shape(path: list[int], replacement: object) -> None:
+    from imagebuilder.hook import hook_assets
+
+    doc = _mutate(_loaded("bundle"), path, replacement)
+    with contextlib.suppress(InputError):
+        hook_assets(yaml.dump(doc, Dumper=DUMPER), "bundle.yaml")
