@@ -139,8 +139,11 @@ def target_info(target: Os1Target, root: bytes) -> tuple[Expected, str]:
     except exceptions.RepositoryError as exc:
         raise ExternalError(f"the repository's metadata failed verification: {type(exc).__name__}: {exc}") from None
     except exceptions.DownloadError as exc:
+        # python-tuf's DownloadError often has an empty message; its cause says what happened
+        reason = str(exc) or str(exc.__cause__ or exc.__context__ or "") or type(exc).__name__
         raise ExternalError(
-            f"fetching metadata from {target.metadata_url} failed: {exc}", hint="check --metadata-url and the network"
+            f"fetching metadata from {target.metadata_url} failed: {reason}",
+            hint="check --metadata-url and the network",
         ) from None
     except ValueError as exc:  # a root that is not TUF metadata
         raise ExternalError(f"root.json is not valid TUF root metadata: {exc}") from None

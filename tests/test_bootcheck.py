@@ -4,13 +4,14 @@ while mounted (a journal to replay), a zeroed partition boot sector, a stale poi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import struct
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -70,12 +71,19 @@ def test_a_zeroed_partition_boot_sector_is_refused(good: Path, tmp_path: Path) -
     assert "boot sector (sector 2048) is all zeros" in result.summary()
 
 
-def test_a_copy_taken_while_mounted_is_refused(good: Path, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def mounted_and_written(good: Path, tmp_path: Path) -> Iterator[Path]:
+    """A copy of ``good`` mounted with a file just written and synced: what is copied now has a journal to replay."""
     raw = copy(good, tmp_path / "live.raw")
     part = disk.root_partition(raw)
     with disk.loop_device(raw, part.offset, part.length) as dev, disk.mounted(dev, tmp_path / "mnt") as root:
         (root / "etc" / "written-while-mounted").write_text("x\n")
         subprocess.run(["sync"], check=True)
+        yield raw
+
+
+def test_a_copy_taken_while_mounted_is_refused(good: Path, tmp_path: Path) -> None:
+    with mounted_and_written(good, tmp_path) as raw:
         dirty = copy(raw, tmp_path / "dirty.raw")
     result = check_raw(dirty)
     assert not result.ok
@@ -270,11 +278,7 @@ def test_build_refuses_a_broken_source_image_in_seconds(
 
 
 def test_build_refuses_a_dirty_source_image(good: Path, tmp_path: Path) -> None:
-    raw = copy(good, tmp_path / "live.raw")
-    part = disk.root_partition(raw)
-    with disk.loop_device(raw, part.offset, part.length) as dev, disk.mounted(dev, tmp_path / "mnt") as root:
-        (root / "etc" / "x").write_text("x\n")
-        subprocess.run(["sync"], check=True)
+    with mounted_and_written(good, tmp_path) as raw:
         config = source_config(tmp_path, raw, "dirty")
     args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--offline"]
     res = run(*args, "--baremetal-config", str(config), "--dry-run")

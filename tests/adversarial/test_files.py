@@ -234,3 +234,41 @@ def test_image_verify_with_a_bad_build_manifest(tmp_path: Path, manifest: str) -
     res = cli("image.verify", "--image", str(image), "--manifest", str(path), "--no-boot")
     assert res.code == 2, res.text
     assert str(path) in res.err
+
+
+# --- the JSON Schemas accept what the tool accepts -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("provider", "example"),
+    [("vsphere", "vsphere-ubuntu.json"), ("vsphere", "vsphere-redhat.json"), ("ami", "ami-ubuntu.json"),
+     ("baremetal", "baremetal-redhat.json"), ("baremetal", "baremetal-ubuntu.json"),
+     ("cloudstack", "cloudstack-redhat.json"), ("nutanix", "nutanix-ubuntu.json")],
+)  # fmt: skip
+def test_provider_schemas_accept_every_documented_example(provider: str, example: str) -> None:
+    import jsonschema
+
+    schema = json.loads(cli("config.schema", "--provider", provider).out)
+    jsonschema.Draft202012Validator(schema).validate(json.loads((EXAMPLES / example).read_text()))
+
+
+def test_dhcp_schema_accepts_every_documented_form_and_refuses_what_the_tool_refuses(tmp_path: Path) -> None:
+    import jsonschema
+    import yaml
+
+    validator = jsonschema.Draft202012Validator(
+        json.loads(cli("dhcp.schema").out), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    documented = yaml.safe_load((EXAMPLES / "dhcp.yaml").read_text())
+    validator.validate(documented)
+    plain = {**documented, "control_plane_ips": ["192.168.10.50", {"ip": "192.168.10.51", "cluster": "w-2"}]}
+    validator.validate(plain)  # the plain-address form the README documents
+    path = tmp_path / "plain.yaml"
+    path.write_text(yaml.safe_dump({**plain, "exclusion": "shrink"}))
+    assert cli("dhcp.render", "--config", str(path), "--dry-run").code == 0
+    for bad in ({"lease_time": {"default": True}}, {"lease_time": {"max": 2**40}}, {"interface": 5},
+                {"control_plane_ips": [12345]}, {"unknown": 1}):  # fmt: skip
+        data = {**documented, **bad}
+        assert not validator.is_valid(data), bad
+        path.write_text(yaml.safe_dump(data))
+        assert cli("dhcp.render", "--config", str(path), "--dry-run").code == 2, bad

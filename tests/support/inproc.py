@@ -5,6 +5,7 @@ script as a subprocess (tests.conftest.run) to prove the two agree."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
 import traceback
@@ -12,7 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder.cli.program import program
+from invoke.program import Program
+
+from imagebuilder import __version__
+from imagebuilder.cli import namespace
+from imagebuilder.cli.program import program as _program  # noqa: F401 - installs the exit-2 parse handler
 
 
 @dataclass
@@ -45,6 +50,9 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) 
     out, err = io.StringIO(), io.StringIO()
     code = 0
     with _environ(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        # a fresh copy per run: Invoke pops each task's help texts when it first builds its arguments
+        program = Program(namespace=copy.deepcopy(namespace), name="image-builder", binary="image-builder",
+                          version=__version__)  # fmt: skip
         try:
             program.run(["image-builder", *args], exit=True)
         except SystemExit as exc:
