@@ -299,3 +299,40 @@ def test_bundle_manifests_of_any_shape(path: list[int], replacement: object) -> 
     doc = _mutate(_loaded("bundle"), path, replacement)
     with contextlib.suppress(InputError):
         hook_assets(yaml.dump(doc, Dumper=DUMPER), "bundle.yaml")
+
+
+# --- Packer templates: any accepted provider config renders a template Packer parses and formats as is ------------
+
+VSPHERE_TEXT_FIELDS = ["datacenter", "cluster", "resource_pool", "datastore", "network", "folder",
+                       "platform_library_name", "username"]  # fmt: skip
+
+
+@SLOW
+@given(st.dictionaries(st.sampled_from(VSPHERE_TEXT_FIELDS), hostile_text, min_size=1, max_size=3))
+def test_any_accepted_vsphere_config_renders_a_template_packer_accepts(changes: dict[str, str]) -> None:
+    from imagebuilder.lint import LINT_KVM
+    from imagebuilder.packer import PackerInfo, fmt_check, render_build
+    from imagebuilder.plan import BuildRequest, make_plan
+
+    base = json.loads((Path(__file__).resolve().parents[1] / "config" / "examples" / "vsphere-ubuntu.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "vsphere.json"
+        config.write_text(json.dumps({**base, **changes}))
+        try:
+            plan = make_plan(BuildRequest(os="ubuntu", hypervisor="vsphere", release_channel="1-24",
+                                          configs={"vsphere": str(config)}, offline=True))  # fmt: skip
+        except InputError:
+            event("refused")
+            return
+        event("accepted")
+        packer = PackerInfo.detect()
+        rendered = render_build(plan, Path(tmp) / "out", packer, kvm=LINT_KVM, require_artifacts=False)
+        fmt = fmt_check(rendered.template, packer)
+        assert fmt.returncode == 0, rendered.template.read_text() + fmt.stdout + fmt.stderr
+        text = rendered.template.read_text()
+        proc = subprocess.run(["packer", "validate", "-syntax-only", rendered.template.name], cwd=rendered.directory,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert proc.returncode == 0, text + proc.stdout + proc.stderr
+        for field in changes:
+            value = getattr(plan.config, field)
+            assert hcl(value) in text, value  # each value is one escaped literal, as the model holds it
