@@ -125,12 +125,19 @@ def test_destinations_that_are_files_or_cannot_be_created(tmp_path: Path) -> Non
         (["mirror.create", "--dest", "m"], "--release-channel"),
         (["config.schema"], "--provider"),
         (["preflight", "--hypervisor", "baremetal"], "--os"),
+        (["host.prepare", "--dry-run", "--root", ".", "--user", "--help"], "--user"),
+        (["host.prepare", "--dry-run", "--root", ".", "--user", "root;reboot"], "--user"),
+        (["host.prepare", "--dry-run", "--root", ".", "--http-proxy", "ftp://proxy:3128"], "--http-proxy"),
+        (["host.prepare", "--dry-run", "--root", ".", "--https-proxy", "http://u:S3CR3T@p:99999"], "--https-proxy"),
+        (["host.prepare", "--dry-run", "--root", ".", "--no-proxy", "a;b"], "--no-proxy"),
+        (["host.prepare", "--dry-run", "--root", ".", "--no-proxy", "x\nexport EVIL=1"], "--no-proxy"),
     ],
 )
 def test_other_values_and_missing_flags(tmp_path: Path, args: list[str], flag: str) -> None:
     res = cli(*args, cwd=tmp_path)
     assert res.code == 2, res.text
     assert flag in res.err, res.err
+    assert "S3CR3T" not in res.text
     assert not list(tmp_path.iterdir())
 
 
