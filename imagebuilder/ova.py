@@ -176,5 +176,5 @@ def check_ova(path: Path) -> list[str]:
         if name not in digests:
             raise bad(f"the manifest lists {name[:60]!r}, which is not in the archive")
         if digests[name][alg] != want:
-            raise bad(f"{name} does not match the manifest ({alg} {digests[name][alg]}, manifest {want})")
+            raise bad(f"{name} does not match the OVA's manifest ({alg} {digests[name][alg]}, manifest {want})")
     return names

@@ -305,7 +305,7 @@ def test_serve_task_prints_cluster_values_and_renders_nginx(tmp_path: Path) -> N
     dry = run("serve", "--dir", str(root), "--port", "8081", "--nginx-config", str(conf), "--dry-run")
     assert dry.code == 0 and "listen 8081;" in dry.out and not conf.exists()
     res = run("serve", "--dir", str(root), "--port", "8081", "--nginx-config", str(conf))
-    assert res.code == 0 and f"root {root.resolve()};" in conf.read_text() and "listen 8081;" in conf.read_text()
+    assert res.code == 0 and f'root "{root.resolve()}";' in conf.read_text() and "listen 8081;" in conf.read_text()
 
 
 def _hook_manifest(tmp_path: Path, base: str, files: dict[str, bytes], with_sums: bool) -> Path:
