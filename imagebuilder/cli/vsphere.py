@@ -352,12 +352,13 @@ def cluster_validate(c: Context, file: list[str] | None = None, offline: bool = 
 
     if not file:
         raise InputError("required flag missing", field="--file", expected="-f cluster.yaml (repeatable)")
-    specs = load_cluster_specs(file)
+    specs = load_cluster_specs([str(flags.existing_file(f, "--file")) for f in file])
     if offline:
         print(f"{len(specs)} cluster spec(s) pass the static checks (--offline: vCenter not contacted)")
         return
     for spec in specs:
         target = _target_of(spec.server, spec.insecure, spec.thumbprint)
         with connected(target, f"checking {spec.source} against {target.server}") as vs:
-            check_online(vs, spec)
+            for note in check_online(vs, spec):
+                print(f"note: {note}")
     print(f"{len(specs)} cluster spec(s) valid, checked against vCenter")

@@ -23,12 +23,46 @@ from imagebuilder.vsphere.session import THUMBPRINT_EXPECTED, THUMBPRINT_RE, VSp
 
 @dataclass
 class Machine:
+    """A machine config's placement, its paths made absolute (patterns stay patterns)."""
+
     name: str
     datastore: str
     folder: str
     resource_pool: str
-    template: str
+    template: str | None  #: None: Bottlerocket without a template (the product imports its default OVA)
     os_family: str
+
+
+#: what each path field may look like, absolute; each may also be relative to its folder under the datacenter
+PATH_SHAPES = {
+    "network": "/{dc}/network/<name>, or the name alone",
+    "datastore": "/{dc}/datastore/<name>, or the name alone",
+    "folder": "/{dc}/vm[/<folder path>], or a folder path relative to /{dc}/vm",
+    "resourcePool": "/{dc}/host/<cluster>/Resources[/<pool>...] or <cluster>/Resources[/<pool>...]; * for any",
+    "template": "/{dc}/vm/<folder path>/<template>, or the template's name",
+}
+_ROOTS = {"network": ("network", 3), "datastore": ("datastore", 3), "folder": ("vm", 2), "template": ("vm", 3),
+          "resourcePool": ("host", 4)}  # fmt: skip
+
+
+def path_problem(key: str, value: str, datacenter: str) -> str | None:
+    """What is wrong with the shape of a path field (None: nothing). Patterns are checked for shape only."""
+    import fnmatch
+
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        return f"{value[:60]!r} contains a control character"
+    if any(p in (".", "..") for p in inventory.split_path(value)):
+        return f"{value!r} has a '.' or '..' component"
+    if not datacenter:
+        return None
+    parts = inventory.split_path(inventory.absolute(value, datacenter, key))
+    root, depth = _ROOTS[key]
+    if len(parts) < depth or not fnmatch.fnmatchcase(datacenter, parts[0]) or parts[1] != root:
+        label = {"resourcePool": "resource pool", "folder": "VM folder"}.get(key, key)
+        return f"{value!r} is not a {label} path under datacenter {datacenter!r}"
+    if key == "resourcePool" and not fnmatch.fnmatchcase("Resources", parts[3]):
+        return f"{value!r} is not a resource pool path (a cluster's pools are under <cluster>/Resources)"
+    return None
 
 
 @dataclass
@@ -132,8 +166,12 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
                 "thumbprint set, or insecure: true (spec 7.2)",
             )
         network = str(_get(dc, "spec", "network") or "")
-        if datacenter and not network.startswith(f"/{datacenter}/network/"):
-            problem(f"{dwhere} spec.network", f"{network!r} is not a network path", f"/{datacenter}/network/<name>")
+        if not network:
+            problem(f"{dwhere} spec.network", "required field is missing", PATH_SHAPES["network"].format(dc=datacenter))
+        elif (bad := path_problem("network", network, datacenter)) is not None:
+            problem(f"{dwhere} spec.network", bad, PATH_SHAPES["network"].format(dc=datacenter))
+        elif datacenter:
+            network = inventory.absolute(network, datacenter, "network")
         spec = ClusterSpec(
             source,
             name,
@@ -156,37 +194,39 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
             if m is None:
                 problem(where, f"refers to {mwhere}, which is not in the file")
                 continue
-            machine = Machine(
-                str(ref),
-                *(
-                    str(_get(m, "spec", k) or "")
-                    for k in ("datastore", "folder", "resourcePool", "template", "osFamily")
-                ),
-            )
-            if machine.os_family:
+            raw = {k: _get(m, "spec", k) for k in ("datastore", "folder", "resourcePool", "template", "osFamily")}
+            for key, value in raw.items():
+                if value is not None and not isinstance(value, str):
+                    problem(f"{mwhere} spec.{key}", f"got {value!r}", "text")
+            text = {k: v.strip() if isinstance(v, str) else "" for k, v in raw.items()}
+            os_family = text["osFamily"] or "bottlerocket"  # the product's default
+            if text["osFamily"]:
                 try:
-                    catalog.os(machine.os_family, "osFamily")
+                    catalog.os(text["osFamily"], "osFamily")
                 except InputError as exc:
                     problem(f"{mwhere} spec.osFamily", exc.detail, "bottlerocket, ubuntu or redhat")
-            pool = [p for p in machine.resource_pool.split("/") if p]
-            if len(pool) < 4 or pool[0] != datacenter or pool[1] != "host" or pool[3] != "Resources":
-                problem(
-                    f"{mwhere} spec.resourcePool",
-                    f"{machine.resource_pool!r} is not a resource pool path",
-                    f"/{datacenter}/host/<cluster>/Resources or /{datacenter}/host/<cluster>/Resources/<pool>",
-                )
-            if not machine.folder.startswith(f"/{datacenter}/vm/"):
-                problem(
-                    f"{mwhere} spec.folder", f"{machine.folder!r} is not a VM folder path", f"/{datacenter}/vm/<folder>"
-                )
-            if not machine.datastore.startswith(f"/{datacenter}/datastore/"):
-                problem(
-                    f"{mwhere} spec.datastore",
-                    f"{machine.datastore!r} is not a datastore path",
-                    f"/{datacenter}/datastore/<name>",
-                )
-            if not machine.template:
-                problem(f"{mwhere} spec.template", "required field is missing", "the template's inventory path")
+            placed: dict[str, str] = {}
+            for key in ("datastore", "folder", "resourcePool", "template"):
+                value = text[key]
+                if not value:
+                    if key == "template" and os_family == "bottlerocket":
+                        continue  # the product imports its default Bottlerocket OVA when none is given
+                    expected = "the template's inventory path (required for ubuntu and redhat)"
+                    problem(f"{mwhere} spec.{key}", "required field is missing", expected if key == "template" else
+                            PATH_SHAPES[key].format(dc=datacenter or "<datacenter>"))  # fmt: skip
+                    continue
+                shape_problem = path_problem(key, value, datacenter)
+                if shape_problem:
+                    problem(f"{mwhere} spec.{key}", shape_problem, PATH_SHAPES[key].format(dc=datacenter or "<dc>"))
+                placed[key] = inventory.absolute(value, datacenter, key) if datacenter else value
+            machine = Machine(
+                str(ref),
+                placed.get("datastore", ""),
+                placed.get("folder", ""),
+                placed.get("resourcePool", ""),
+                placed.get("template"),
+                os_family,
+            )
             spec.machines.append(machine)
         folders = sorted({m.folder for m in spec.machines})
         if len(folders) > 1:
@@ -225,13 +265,50 @@ def _shared(
     return problems
 
 
-def check_online(vs: VSphere, spec: ClusterSpec) -> None:
+def _matched(matches: list[str]) -> str:
+    if not matches:
+        return "does not exist"
+    shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+    return f"matches {len(matches)} objects ({shown}); it must name exactly one"
+
+
+def _find_template(vs: VSphere, path: str, datacenter: str) -> str | None:
+    """The inventory path of the template ``path`` names. A bare name (``/<dc>/vm/<name>`` once made absolute) is
+    also found in any folder below the datacenter's VM folder, as the product finds it; it must be unique."""
+    obj, matches = inventory.resolve(vs, path)
+    if obj is not None:
+        return matches[0]
+    parts = inventory.split_path(path)
+    if len(parts) != 3 or inventory.is_pattern(path):
+        return None
+    from pyVmomi import vim
+
+    root = inventory.find(vs, f"/{datacenter}/vm")
+    if root is None:
+        return None
+    view = vs.content.viewManager.CreateContainerView(root, [vim.VirtualMachine], True)
+    try:
+        found = [vm for vm in view.view if vm.name == parts[2]]
+    finally:
+        view.Destroy()
+    if len(found) != 1:
+        return None
+    names = []
+    obj = found[0]
+    while obj is not None and obj != root:
+        names.append(obj.name)
+        obj = obj.parent
+    return f"/{datacenter}/vm/" + "/".join(reversed(names))
+
+
+def check_online(vs: VSphere, spec: ClusterSpec) -> list[str]:
     """What only vCenter knows; all problems of the spec in one error (exit 1)."""
     from imagebuilder.vsphere.templates import fix_command, validate_template
 
     catalog = load_catalog()
     problems: list[str] = []
     hints: list[str] = []
+    notes: list[str] = []
     if spec.thumbprint:
         actual = server_thumbprint(vs.target)
         if actual != spec.thumbprint:
@@ -240,13 +317,21 @@ def check_online(vs: VSphere, spec: ClusterSpec) -> None:
     for m in spec.machines:
         paths += [(m.datastore, "datastore"), (m.resource_pool, "resource pool"), (m.folder, "folder")]
     for path, what in dict.fromkeys(paths):
-        if inventory.find(vs, path) is None:
-            problems.append(f"{what} {path} does not exist")
-    for m in {m.template: m for m in spec.machines}.values():
-        if inventory.find(vs, m.template) is None:
+        obj, matches = inventory.resolve(vs, path)
+        if obj is None:
+            problems.append(f"{what} {path} " + _matched(matches))
+    templates = {m.template: m for m in spec.machines if m.template}
+    for m in spec.machines:
+        if not m.template:
+            notes.append(f"{m.name}: no template: the product imports its default {m.os_family} OVA")
+    for m in templates.values():
+        assert m.template
+        template = _find_template(vs, m.template, spec.datacenter)
+        if template is None:
             problems.append(f"template {m.template} does not exist")
             hints.append("image-builder template.import --ova ... (spec 3)")
             continue
+        m.template = template
         os_ = catalog.os(m.os_family or "bottlerocket", "osFamily")
         channel = catalog.channel_for_kubernetes(spec.kubernetes, "kubernetesVersion")
         bad = validate_template(vs, m.template, os_, channel)
@@ -258,3 +343,4 @@ def check_online(vs: VSphere, spec: ClusterSpec) -> None:
             f"{spec.source} ({spec.name}) does not match vCenter {vs.target.server}:\n  " + "\n  ".join(problems),
             hint="; ".join(dict.fromkeys(hints)) or "fix the paths in the cluster spec",
         )
+    return notes

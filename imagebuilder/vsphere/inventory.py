@@ -121,3 +121,73 @@ def vms_in(vs: VSphere, folder: Any) -> dict[str, Any]:
             break
         result = vs.content.propertyCollector.ContinueRetrievePropertiesEx(token=result.token)
     return found
+
+
+# --- govc-style paths: relative to a datacenter, and patterns ---------------------------------------------------------
+
+#: where a relative path of each cluster-spec field lives under its datacenter (the product completes a relative
+#: path as /<datacenter>/<folder>/<path>, and govc resolves relative names from the same folders)
+KIND_FOLDERS = {
+    "network": "network",
+    "datastore": "datastore",
+    "folder": "vm",
+    "template": "vm",
+    "resourcePool": "host",
+}
+_GLOB = set("*?[")
+
+
+def absolute(path: str, datacenter: str, kind: str) -> str:
+    """``path`` made absolute the way the product does: ``/<dc>/...`` stays, anything else goes under
+    ``/<dc>/<kind folder>/``. Patterns stay patterns."""
+    text = path.strip()
+    if text.startswith("/"):
+        return "/" + "/".join(split_path(text))
+    return f"/{datacenter}/{KIND_FOLDERS[kind]}/" + "/".join(split_path(text))
+
+
+def is_pattern(path: str) -> bool:
+    return any(ch in _GLOB for ch in path)
+
+
+def _children(obj: Any) -> list[tuple[str, Any]]:
+    """The named children of an inventory object, as govc lists them."""
+    from pyVmomi import vim
+
+    if isinstance(obj, vim.Datacenter):
+        return [("vm", obj.vmFolder), ("host", obj.hostFolder), ("datastore", obj.datastoreFolder),
+                ("network", obj.networkFolder)]  # fmt: skip
+    if isinstance(obj, vim.Folder):
+        return [(c.name, c) for c in obj.childEntity]
+    if isinstance(obj, vim.ComputeResource):
+        return [("Resources", obj.resourcePool)]
+    if isinstance(obj, vim.ResourcePool):
+        return [(c.name, c) for c in obj.resourcePool]
+    return []
+
+
+def glob(vs: VSphere, pattern: str, limit: int = 50) -> list[str]:
+    """Every inventory path matching ``pattern`` (``*``, ``?`` and ``[...]`` within one component, as govc does)."""
+    import fnmatch
+
+    level: list[tuple[str, Any]] = [("", vs.content.rootFolder)]
+    for part in split_path(pattern):
+        nxt: list[tuple[str, Any]] = []
+        for path, obj in level:
+            for name, child in _children(obj):
+                if fnmatch.fnmatchcase(name, part):
+                    nxt.append((f"{path}/{name}", child))
+        level = nxt[: limit + 1]
+        if not level:
+            break
+    return [p for p, _ in level]
+
+
+def resolve(vs: VSphere, path: str) -> tuple[Any | None, list[str]]:
+    """(the one object ``path`` names, the paths it matched): a plain path is looked up in one call; a pattern must
+    match exactly one object (None and the matches otherwise)."""
+    if not is_pattern(path):
+        obj = find(vs, path)
+        return obj, [path] if obj is not None else []
+    matches = glob(vs, path)
+    return (find(vs, matches[0]) if len(matches) == 1 else None), matches
