@@ -147,3 +147,44 @@ def test_patterns_resolve_to_exactly_one_object_when_connected(
     assert code == 1 and "does not exist" in text, text
     code, text = check("DC0_C0/Resources", template="ubuntu-kubernetes-1-24-eks-5")  # a bare name, found by name
     assert code == 0, text
+
+
+USER_DOC = f"{PRODUCT} docs/content/en/docs/getting-started/vsphere/vsphere-preparation.md (vSphereUser example)"
+
+
+def test_the_user_yaml_form_of_the_product_docs(vcsim: Vcsim, tmp_path: Path) -> None:
+    """The docs' user.yaml: quoted values, !!str paths, a pool written without its Resources step; on vcsim it sets
+    up the permissions on the pool the path means."""
+    assert USER_DOC
+    vcsim.govc("pool.create", "/DC0/host/DC0_C0/Resources/MyResourcePool")
+    text = f"""apiVersion: "eks-anywhere.amazon.com/v1"
+kind: vSphereUser
+spec:
+  username: "eksa"                # optional, default eksa
+  group: "MyExistingGroup"        # optional, default EKSAUsers
+  globalRole: "MyGlobalRole"      # optional, default EKSAGlobalRole
+  userRole: "MyUserRole"          # optional, default EKSAUserRole
+  adminRole: "MyEKSAAdminRole"    # optional, default EKSACloudAdminRole
+  datacenter: "DC0"
+  vSphereDomain: "vsphere.local"
+  connection:
+    server: "https://{vcsim.server}"
+    insecure: true
+  objects:
+    networks:
+      - !!str "/DC0/network/VM Network"
+    datastores:
+      - !!str "/DC0/datastore/LocalDS_0"
+    resourcePools:
+      - !!str "/DC0/host/DC0_C0/MyResourcePool" # written as in the docs, without Resources
+    folders:
+      - !!str "/DC0/vm/OrgDirectory/MyVMs"
+    templates:
+      - !!str "/DC0/vm/Templates/MyTemplates"
+"""
+    path = tmp_path / "user.yaml"
+    path.write_text(text)
+    res = run("vsphere.setup-user", "-f", str(path), "--password", "env:PW", env={**vcsim.env, "PW": "Pw-for-eksa-1!"})
+    assert res.code == 0, res.err
+    perms = vcsim.govc("permissions.ls", "-a=false", "/DC0/host/DC0_C0/Resources/MyResourcePool")
+    assert "MyExistingGroup@vsphere.local" in perms and "MyUserRole" in perms, perms

@@ -23,8 +23,18 @@ def find(vs: VSphere, path: str) -> Any | None:
     return vs.content.searchIndex.FindByInventoryPath("/".join(split_path(path)))
 
 
-def need(vs: VSphere, path: str, what: str, field: str | None = None) -> Any:
+def find_pool(vs: VSphere, path: str) -> Any | None:
+    """A resource pool as users write it: ``/<dc>/host/<cluster>/Resources/<pool>``, or without the ``Resources``
+    step (``/<dc>/host/<cluster>/<pool>``, the form of the product's user.yaml example, which govc resolves)."""
     obj = find(vs, path)
+    parts = split_path(path)
+    if obj is None and len(parts) >= 4 and parts[1] == "host" and parts[3] != "Resources":
+        obj = find(vs, "/".join([*parts[:3], "Resources", *parts[3:]]))
+    return obj
+
+
+def need(vs: VSphere, path: str, what: str, field: str | None = None) -> Any:
+    obj = find_pool(vs, path) if split_path(path)[1:2] == ["host"] else find(vs, path)
     if obj is None:
         parts = split_path(path)
         hint = "check the path in the vSphere client or with: govc ls " + "/" + "/".join(parts[:-1])
