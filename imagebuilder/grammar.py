@@ -143,6 +143,14 @@ def domain_name(text: object) -> str:
     return name
 
 
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/\s:@]*):([^\s]*)@")
+
+
+def redact_urls_in(text: str) -> str:
+    """Every ``scheme://user:password@`` in a free text with its password replaced (for messages of any kind)."""
+    return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:********@", text)
+
+
 def redact_url(text: str) -> str:
     """``text`` with the password of a URL's ``user:password@`` part replaced: safe to print.
 

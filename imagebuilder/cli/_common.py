@@ -18,14 +18,16 @@ from typing import Any, TypeVar
 from invoke.exceptions import Exit
 
 from imagebuilder.errors import ImageBuilderError, InputErrors
+from imagebuilder.grammar import redact_urls_in
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def format_error(exc: ImageBuilderError) -> str:
+    """The message for the user; a password inside any URL it quotes is replaced, whatever raised it."""
     if isinstance(exc, InputErrors):
-        return "\n".join(f"error: {e}" for e in exc.errors)
-    return f"error: {exc}"
+        return "\n".join(redact_urls_in(f"error: {e}") for e in exc.errors)
+    return redact_urls_in(f"error: {exc}")
 
 
 def _terminate(signum: int, frame: object) -> None:
