@@ -166,6 +166,19 @@ def check_raw_fs(raw: Path) -> DiskCheck:
     return result
 
 
+def check_prerequisites() -> Path:
+    """What ``image.base`` needs of this host (the dry run checks the same); returns syslinux's MBR code."""
+    if os.geteuid() != 0:
+        raise ExternalError("image.base needs root (loop devices, mount, debootstrap)", hint="run it as root")
+    for tool in ("debootstrap", "losetup", "mkfs.ext4", "sfdisk", "extlinux", "qemu-img", "e2fsck", "debugfs"):
+        if shutil.which(tool) is None:
+            raise ExternalError(f"{tool} is not installed", hint="run ./scripts/setup.sh")
+    mbr = next((Path(p) for p in MBR_CANDIDATES if Path(p).is_file()), None)
+    if mbr is None:
+        raise ExternalError("syslinux's mbr.bin is missing", hint="run ./scripts/setup.sh (package syslinux-common)")
+    return mbr
+
+
 def make_base_image(
     dest: Path,
     *,
@@ -175,14 +188,7 @@ def make_base_image(
     log: Log | None = None,
 ) -> tuple[Path, str]:
     """Build the base image at ``dest`` (qcow2) and ``dest.sha256``; returns the path and its sha256."""
-    if os.geteuid() != 0:
-        raise ExternalError("image.base needs root (loop devices, mount, debootstrap)", hint="run it as root")
-    for tool in ("debootstrap", "losetup", "mkfs.ext4", "sfdisk", "extlinux", "qemu-img", "e2fsck", "debugfs"):
-        if shutil.which(tool) is None:
-            raise ExternalError(f"{tool} is not installed", hint="run ./scripts/setup.sh")
-    mbr = next((Path(p) for p in MBR_CANDIDATES if Path(p).is_file()), None)
-    if mbr is None:
-        raise ExternalError("syslinux's mbr.bin is missing", hint="run ./scripts/setup.sh (package syslinux-common)")
+    mbr = check_prerequisites()
     if not 2 <= size_gb <= 64:
         raise InputError(f"{size_gb} GiB is not a usable base image size", field="--size-gb", expected="2 to 64")
     dest = dest.resolve()

@@ -50,8 +50,8 @@ def cli_task(body: F) -> F:
         except KeyboardInterrupt:
             # every finally block has run on the way here: what the task made is cleaned up
             raise Exit("interrupted", code=130) from None
-        except (Exit, SystemExit):
-            raise
+        except (Exit, SystemExit, BrokenPipeError):
+            raise  # a closed output pipe is handled by the program's main (exit 141, no message)
         except Exception as exc:
             # a bug, not the user's input: no traceback (it could carry a secret), one line that says where
             tb = exc.__traceback__

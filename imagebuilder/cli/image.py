@@ -36,7 +36,7 @@ def base(
     dry_run: bool = False,
 ) -> None:
     """Make a Debian-family cloud-style base image (debootstrap): kernel, cloud-init, openssh-server."""
-    from imagebuilder.baseimage import BOOTSTRAP, PACKAGES, make_base_image
+    from imagebuilder.baseimage import BOOTSTRAP, PACKAGES, check_prerequisites, make_base_image
 
     target = flags.dest_file(flags.required(dest, "--dest", "a path for the qcow2"), "--dest")
     size = flags.integer(size_gb, "--size-gb", 2, 64)
@@ -47,6 +47,7 @@ def base(
     else:
         flags.url(mirror, "--mirror", ("http", "https"))
     if dry_run:
+        check_prerequisites()
         print(f"would build {target.resolve()} (+ .sha256): Debian {suite} from {mirror}, {size} GiB disk,")
         print(f"  debootstrap: {' '.join(BOOTSTRAP)}\n  then apt-get install: {' '.join(PACKAGES)}")
         print("  extlinux (BIOS), serial console, empty machine-id, no SSH host keys")
