@@ -15,7 +15,6 @@ are accepted and normalised. Numbers may be given as numbers or numeric strings.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from pydantic import (
     field_validator,
 )
 
+from imagebuilder import grammar
 from imagebuilder.errors import InputError, InputErrors, did_you_mean
 from imagebuilder.files import load_json_object
 from imagebuilder.model import OsVersion, load_catalog
@@ -72,29 +72,18 @@ def _non_empty(value: Any) -> Any:
     return value.strip() if isinstance(value, str) else value
 
 
-_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
-
-
-def is_host(value: str) -> bool:
-    """An IP address or a DNS name (FQDN or short host name)."""
-    try:
-        ipaddress.ip_address(value)
-        return True
-    except ValueError:
-        pass
-    name = value.rstrip(".")
-    return 0 < len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
-
-
 def _host(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     value = value.strip()
     if "://" in value:
         raise ValueError(f"must be a host name or IP address, not a URL: {value!r}")
-    host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
-    if not is_host(host) or (port and not port.isdigit()):
-        raise ValueError(f"must be an IP address or a fully qualified domain name, got {value!r}")
+    try:
+        grammar.host_port(value)
+    except ValueError:
+        raise ValueError(
+            f"must be an IP address or a fully qualified domain name[:port 1-65535], got {value!r}"
+        ) from None
     return value
 
 

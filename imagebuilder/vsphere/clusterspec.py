@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError, InputErrors
 from imagebuilder.files import parse_yaml_documents, read_text
 from imagebuilder.model import load_catalog
 from imagebuilder.profile import load_profile
-from imagebuilder.provider_config import is_host
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.session import THUMBPRINT_EXPECTED, THUMBPRINT_RE, VSphere, server_thumbprint
 
@@ -149,9 +149,11 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
         server = str(_get(dc, "spec", "server") or "")
         insecure = _get(dc, "spec", "insecure")
         thumbprint = _get(dc, "spec", "thumbprint") or None
-        host = server.rsplit(":", 1)[0] if server.count(":") == 1 else server  # host[:port]
-        if not server or not is_host(host):
-            problem(f"{dwhere} spec.server", f"{server!r} is not a host name or IP", "the vCenter FQDN or IP")
+        host = ""
+        try:
+            host = grammar.host_port(server)[0]  # host[:port]
+        except ValueError:
+            problem(f"{dwhere} spec.server", f"{server!r} is not a host name or IP[:port]", "the vCenter FQDN or IP")
         if insecure is not None and not isinstance(insecure, bool):
             problem(f"{dwhere} spec.insecure", f"got {insecure!r}", "true or false")
         insecure = bool(insecure)
@@ -159,7 +161,7 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
             thumbprint = str(thumbprint).strip().upper()
             if not THUMBPRINT_RE.match(thumbprint):
                 problem(f"{dwhere} spec.thumbprint", f"{thumbprint!r} is not a SHA1 thumbprint", THUMBPRINT_EXPECTED)
-        if server and _is_ip(host) and not thumbprint and not insecure:
+        if host and _is_ip(host) and not thumbprint and not insecure:
             problem(
                 f"{dwhere} spec.thumbprint",
                 f"server {server} is an IP, so its certificate cannot be checked by name",

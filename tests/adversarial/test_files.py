@@ -272,3 +272,30 @@ def test_dhcp_schema_accepts_every_documented_form_and_refuses_what_the_tool_ref
         assert not validator.is_valid(data), bad
         path.write_text(yaml.safe_dump(data))
         assert cli("dhcp.render", "--config", str(path), "--dry-run").code == 2, bad
+
+
+@pytest.mark.parametrize(
+    ("example", "provider", "field", "value"),
+    [
+        ("vsphere-ubuntu.json", "vsphere", "platform_server", "vc.example.com:99999"),
+        ("vsphere-ubuntu.json", "vsphere", "platform_server", "vc.example.com:0"),
+        ("vsphere-ubuntu.json", "vsphere", "platform_server", "vc.example.com:abc"),
+        ("vsphere-ubuntu.json", "vsphere", "platform_server", "https://admin:S3CRET-PROV@vc.example.com/sdk"),
+        ("vsphere-ubuntu.json", "vsphere", "platform_server", "999.1.1.1"),
+        ("nutanix-ubuntu.json", "nutanix", "hci_endpoint", "10.0.0.1:abc"),
+        ("nutanix-ubuntu.json", "nutanix", "hci_port", "99999"),
+        ("nutanix-ubuntu.json", "nutanix", "hci_port", True),
+    ],
+)
+def test_server_addresses_in_provider_configs(
+    tmp_path: Path, example: str, provider: str, field: str, value: object
+) -> None:
+    data = json.loads((EXAMPLES / example).read_text())
+    data[field] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    os_name = example.split("-")[1].removesuffix(".json")
+    res = cli("build", "--os", os_name, "--hypervisor", provider, "--release-channel", "1-24",
+              f"--{provider}-config", str(path), "--dry-run", "--offline")  # fmt: skip
+    assert res.code == 2, (field, value, res.text)
+    assert f"{path}: {field}" in res.err and "S3CRET-PROV" not in res.text
