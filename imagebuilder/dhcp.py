@@ -369,7 +369,13 @@ def install(pool: Pool, host: DhcpHost, *, dry_run: bool = False) -> InstallRepo
     files = render(pool)
     changed = [p for p, text in files.items() if not host.path(p).is_file() or host.path(p).read_text() != text]
     running = host.running_pid() if not host.uses_systemd else None
+    if host.prefix == Path("/") and os.geteuid() != 0:
+        raise ExternalError("dhcp.install changes /etc and installs a package", hint="run it as root (or sudo)")
     if dry_run:
+        # the same check the real run makes before writing, when dhcpd is already here to make it
+        if shutil.which("dhcpd") is not None:
+            with tempfile.TemporaryDirectory(prefix="dhcpd-check-") as tmp:
+                check_config(files["/etc/dhcp/dhcpd.conf"], Path(tmp))
         return InstallReport(changed, bool(changed) or (not host.uses_systemd and running is None), running)
     if not package_installed():
         subprocess.run(["apt-get", "update", "-qq"], check=False)
