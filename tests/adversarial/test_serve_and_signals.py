@@ -122,6 +122,9 @@ def _interrupt(args: list[str], ready: str, tmp_path: Path) -> subprocess.Comple
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell without job control (CI) starts background commands with SIGINT ignored, and children inherit
+        # that: give this one the disposition a terminal user's process has
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 30
     assert proc.stdout is not None
