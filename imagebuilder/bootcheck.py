@@ -77,7 +77,8 @@ def check_image(image: Path, *, deep: bool = True, work_dir: Path | None = None)
         return check_raw(raw, deep=deep)
 
 
-def check_raw(raw: Path, *, deep: bool = True) -> DiskCheck:
+def check_raw(raw: Path, *, deep: bool = True, boot: bool = True) -> DiskCheck:
+    """The checks above on a raw disk; ``boot=False`` checks only the filesystems (before boot code is written)."""
     result = DiskCheck()
     disk = _Disk(raw)
     if disk.size < 2 * SECTOR:
@@ -85,12 +86,13 @@ def check_raw(raw: Path, *, deep: bool = True) -> DiskCheck:
         return result
     mbr = disk.read(0)
     label, parts = partitions(raw)
-    if mbr[510:512] != b"\x55\xaa":
+    if boot and mbr[510:512] != b"\x55\xaa":
         result.problems.append("the MBR has no boot signature (55AA): the BIOS will not boot this disk")
     if label == "none" or not parts:
         result.problems.append("no partition table with partitions")
         return result
-    _check_bootloader(disk, mbr, label, parts, result)
+    if boot:
+        _check_bootloader(disk, mbr, label, parts, result)
     for part in parts:
         if part.type in LINUX_TYPES:
             _check_ext(raw, disk, part, deep, result)

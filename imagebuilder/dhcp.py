@@ -121,16 +121,10 @@ class DhcpConfig(_Strict):
         description="one per cluster (the management cluster and each workload cluster): an address, or an object",
     )
 
-    @property
-    def endpoints(self) -> list[ControlPlaneIP]:
-        return self.control_plane_ips
-
     @field_validator("interface")
     @classmethod
     def _iface(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", value):
-            raise ValueError(f"{value!r} is not a network interface name")
-        return value
+        return grammar.interface_name(value)
 
     @field_validator("subnet", mode="before")
     @classmethod
@@ -206,7 +200,7 @@ def resolve(config: DhcpConfig, source: str | Path = "dhcp config") -> Pool:
     reservations: list[Reservation] = []
     notes: list[str] = []
     seen: dict[IP, int] = {}
-    for i, cp in enumerate(config.endpoints):
+    for i, cp in enumerate(config.control_plane_ips):
         where = f"control_plane_ips[{i}]"
         label = cp.cluster or str(cp.ip)
         if cp.ip in seen:

@@ -27,11 +27,17 @@ MAX_YAML_NODES = 200_000
 MAX_YAML_DEPTH = 64
 
 
+def _bounded(size: int, source: str | Path, what: str = "document") -> None:
+    """No input document is larger than :data:`MAX_DOCUMENT_BYTES` (a file, a download, a parsed text)."""
+    if size > MAX_DOCUMENT_BYTES:
+        raise InputError(f"{what} is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=source)
+
+
 def read_text(path: str | Path, what: str = "file") -> str:
     p = Path(path)
     try:
-        if p.is_file() and p.stat().st_size > MAX_DOCUMENT_BYTES:
-            raise InputError(f"{what} is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=p)
+        if p.is_file():
+            _bounded(p.stat().st_size, p, what)
         return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{what} not found", source=p) from None
@@ -43,23 +49,19 @@ def read_text(path: str | Path, what: str = "file") -> str:
         raise InputError(f"cannot read {what}: {exc.strerror}", source=p) from None
 
 
-class DuplicateKey(ValueError):
-    """A mapping names the same key twice: which one the user meant is unknown, so neither wins."""
-
-
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object naming the same key twice: which one the user meant is unknown, so neither wins."""
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise DuplicateKey(f"duplicate key {key!r}")
+            raise ValueError(f"duplicate key {key!r}")
         seen[key] = value
     return seen
 
 
 def parse_json(text: str, source: str | Path) -> Any:
     """Parse JSON strictly: duplicate keys, NaN and Infinity are errors; errors give line and column."""
-    if len(text) > MAX_DOCUMENT_BYTES:
-        raise InputError(f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=source)
+    _bounded(len(text), source)
 
     def constant(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON number")
@@ -146,8 +148,7 @@ def parse_yaml_documents(text: str, source: str | Path) -> list[Any]:
     Safe means: no Python objects (the safe loader), at most :data:`MAX_DOCUMENT_BYTES` of text, no duplicate keys,
     and no document that expands past :data:`MAX_YAML_NODES` nodes through aliases (a one-kilobyte alias bomb
     would otherwise take all the memory of the machine once something walks it)."""
-    if len(text) > MAX_DOCUMENT_BYTES:
-        raise InputError(f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=source)
+    _bounded(len(text), source)
     loader = _StrictLoader(text)
     docs: list[Any] = []
     try:

@@ -120,6 +120,33 @@ def url(text: str, schemes: tuple[str, ...] = ("https",), *, credentials: bool =
     return parts
 
 
+_INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+_LINUX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_NO_PROXY_ENTRY = re.compile(r"[A-Za-z0-9.*:/_\[\]-]+")
+
+
+def interface_name(text: str) -> str:
+    """A Linux network interface name (IFNAMSIZ: at most 15 characters)."""
+    if not isinstance(text, str) or not _INTERFACE.fullmatch(text):
+        raise ValueError(f"{str(text)[:40]!r} is not a network interface name")
+    return text
+
+
+def linux_user(text: str) -> str:
+    """A portable Linux user name (useradd's default rule): never starts with '-', so never reads as an option."""
+    if not _LINUX_USER.fullmatch(text):
+        raise ValueError(f"{text[:40]!r} is not a Linux user name ([a-z_][a-z0-9_-]*, 32 at most)")
+    return text
+
+
+def no_proxy_list(text: str) -> str:
+    """A no_proxy value: hosts, domains, IPs and CIDRs separated by commas (spaces around them allowed)."""
+    entries = text.replace(" ", "").split(",")
+    if not all(_NO_PROXY_ENTRY.fullmatch(e) for e in entries):
+        raise ValueError(f"{text[:60]!r} is not a no_proxy list (hosts, domains, CIDRs, comma-separated)")
+    return text
+
+
 _CLUSTER = re.compile(r"[a-zA-Z][a-zA-Z0-9-]{1,79}")
 
 

@@ -20,13 +20,11 @@ from urllib.parse import urlsplit
 
 from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import atomic_write, sha256_file
+from imagebuilder.files import MAX_DOCUMENT_BYTES, atomic_write, sha256_file
 from imagebuilder.safepath import check_relative, safe_join
 
 if TYPE_CHECKING:
     from imagebuilder.release_manifest import ReleaseManifest
-
-MAX_DOCUMENT = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,7 @@ def fetch_bytes(location: str, *, timeout: float = 10.0, what: str = "document")
         path = Path(location.removeprefix("file://"))
         try:
             with path.open("rb") as fh:
-                data = fh.read(MAX_DOCUMENT + 1)
+                data = fh.read(MAX_DOCUMENT_BYTES + 1)
         except FileNotFoundError:
             raise InputError(f"{what} not found", source=path) from None
         except OSError as exc:
@@ -81,7 +79,7 @@ def fetch_bytes(location: str, *, timeout: float = 10.0, what: str = "document")
     else:
         try:
             with urllib.request.urlopen(location, timeout=timeout) as resp:  # noqa: S310 (http(s) only)
-                data = resp.read(MAX_DOCUMENT + 1)
+                data = resp.read(MAX_DOCUMENT_BYTES + 1)
         except urllib.error.HTTPError as exc:
             raise ExternalError(
                 f"cannot fetch {what} {location}: HTTP {exc.code} {exc.reason}",
@@ -93,8 +91,8 @@ def fetch_bytes(location: str, *, timeout: float = 10.0, what: str = "document")
                 f"cannot fetch {what} {location}: {reason}",
                 hint="check the network or proxy (HTTPS_PROXY), or use a mirror (--mirror DIR|URL)",
             ) from None
-    if len(data) > MAX_DOCUMENT:
-        raise InputError(f"{what} is larger than {MAX_DOCUMENT // (1024 * 1024)} MiB", source=location)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InputError(f"{what} is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=location)
     return data
 
 

@@ -7,8 +7,10 @@ descriptor is the virtual size of the real disk (``qemu-img info``), and the fil
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import subprocess
 import tarfile
 import tempfile
@@ -17,9 +19,10 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from imagebuilder.errors import ExternalError
+from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import sha256_file
 from imagebuilder.render import template_env
+from imagebuilder.safepath import check_relative
 
 
 def disk_info(path: Path) -> dict[str, int | str]:
@@ -109,14 +112,8 @@ def check_ova(path: Path) -> list[str]:
     A tar archive whose first member is an OVF descriptor that parses as XML, only plain files with safe names, a
     manifest (when present) whose SHA-1/SHA-256 lines match every file, and disks that start like disks. Returns the
     file names in archive order; raises :class:`InputError` (exit 2) naming the first problem."""
-    import hashlib
-    import re
-
-    from defusedxml import ElementTree
+    from defusedxml import ElementTree  # the one XML parser that refuses entity bombs
     from defusedxml.common import DefusedXmlException
-
-    from imagebuilder.errors import InputError
-    from imagebuilder.safepath import check_relative
 
     def bad(message: str) -> InputError:
         return InputError(message, source=path, field="--ova", expected="an intact OVA (download it again)")

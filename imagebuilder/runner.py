@@ -336,18 +336,19 @@ def source_image(plan: BuildPlan) -> tuple[str, str] | None:
     return config.source_image_url, config.source_image_checksum
 
 
-def check_source_image(plan: BuildPlan, location: Path | None = None, *, work_dir: Path | None = None) -> str | None:
-    """Refuse a source image that is dirty or would not boot, in seconds and before any VM starts (exit 2).
-
-    A remote source is checked once fetched (:func:`prepare_source_image`); the dry run checks local ones.
-    Returns what was checked, for the plan's output."""
+def check_source_image(plan: BuildPlan) -> str | None:
+    """The dry run's look at the source image: a local one is checked now (:func:`_check_source`), a remote one once
+    the real run has fetched and verified it. Returns what was checked, for the plan's output."""
     source = source_image(plan)
     if source is None:
         return None
-    if location is None:
-        if is_url(source[0]):
-            return f"{source[0]}: checked after it is fetched and verified"
-        location = Path(source[0].removeprefix("file://"))
+    if is_url(source[0]):
+        return f"{source[0]}: checked after it is fetched and verified"
+    return _check_source(plan, Path(source[0].removeprefix("file://")))
+
+
+def _check_source(plan: BuildPlan, location: Path, work_dir: Path | None = None) -> str:
+    """Refuse a source image that is dirty or would not boot, in seconds and before any VM starts (exit 2)."""
     check = check_image(location, work_dir=work_dir)
     if not check.ok:
         raise InputError(
@@ -373,7 +374,7 @@ def prepare_source_image(plan: BuildPlan, workspace: Path, status: Callable[[str
     else:
         local = Path(location.removeprefix("file://"))
     status("checking the source image's boot sectors and filesystem")
-    check_source_image(plan, local, work_dir=workspace)
+    _check_source(plan, local, workspace)
     return local
 
 

@@ -113,7 +113,7 @@ def test_any_accepted_dhcp_config_renders_what_dhcpd_accepts_and_nothing_else(da
     assert kinds.count("host") == len(pool.reservations)
     ranges = [s.split()[1:] for s in statements if s.startswith("range ")]
     assert ranges == [[str(lo), str(hi)] for lo, hi in pool.ranges]
-    for cp in config.endpoints:
+    for cp in config.control_plane_ips:
         assert not pool.contains(cp.ip) or (cp.method or config.exclusion) is None
     defaults = files["/etc/default/isc-dhcp-server"]
     assert [ln for ln in defaults.splitlines() if ln and not ln.startswith("#")] == [

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder import grammar
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json
 from imagebuilder.errors import ExternalError, InputError
@@ -89,9 +89,10 @@ def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
     """Capture DHCP on an interface and report a request and its ACK (spec 4.9)."""
     from imagebuilder.dhcp import capture, complete
 
-    interface = flags.required(interface, "--interface", "a network interface name")
-    if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", interface) or not Path("/sys/class/net", interface).exists():
-        raise InputError(f"no network interface {interface[:40]!r} on this host", field="--interface")
+    flags.required(interface, "--interface", "a network interface name")
+    flags.grammar_of(grammar.interface_name, interface, "--interface")
+    if not Path("/sys/class/net", interface).exists():
+        raise InputError(f"no network interface {interface!r} on this host", field="--interface")
     seconds = flags.duration(timeout, "--timeout", 1, 3600)
     messages = capture(interface, seconds)
     ack = complete(messages)

@@ -14,7 +14,7 @@ from typing import TypeVar
 from urllib.parse import SplitResult
 
 from imagebuilder import grammar
-from imagebuilder.errors import InputError
+from imagebuilder.errors import InputError, did_you_mean
 
 T = TypeVar("T")
 
@@ -49,12 +49,8 @@ def ip_address(value: str, flag: str) -> str:
     return _typed(flag, value, grammar.ip_address)
 
 
-def hostname(value: str, flag: str) -> str:
-    return _typed(flag, value, grammar.hostname)
-
-
-def url(value: str, flag: str, schemes: tuple[str, ...] = ("https",)) -> SplitResult:
-    return _typed(flag, value, lambda v: grammar.url(v, schemes))
+def url(value: str, flag: str, schemes: tuple[str, ...] = ("https",), *, credentials: bool = False) -> SplitResult:
+    return _typed(flag, value, lambda v: grammar.url(v, schemes, credentials=credentials))
 
 
 def url_or_file(value: str, flag: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
@@ -119,10 +115,13 @@ def dest_file(value: str, flag: str) -> Path:
     return path
 
 
+def grammar_of(parse: Callable[[str], str], value: str, flag: str) -> str:
+    """``value`` held to one of :mod:`imagebuilder.grammar`'s rules, named by ``flag`` when it breaks it."""
+    return _typed(flag, value, parse)
+
+
 def choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        from imagebuilder.errors import did_you_mean
-
         raise InputError(
             f"{value[:40]!r} is not one of them{did_you_mean(value, choices)}",
             field=flag,

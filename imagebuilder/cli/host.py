@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder import grammar
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
-from imagebuilder.errors import InputError
 from imagebuilder.hostinfo import CHECKS
 
 
@@ -71,22 +68,13 @@ def prepare(
 
     catalog = load_catalog()
     providers = tuple(catalog.provider(h).name for h in hypervisor or [])
-    if user and not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user):
-        raise InputError(
-            f"{user[:40]!r} is not a Linux user name", field="--user", expected="[a-z_][a-z0-9_-]*, 32 at most"
-        )
+    if user:
+        flags.grammar_of(grammar.linux_user, user, "--user")
     for flag, value in (("--http-proxy", http_proxy), ("--https-proxy", https_proxy)):
         if value:
-            try:
-                grammar.url(value, ("http", "https"), credentials=True)
-            except ValueError as exc:
-                raise InputError(str(exc), field=flag, expected="http://[user:password@]host:port") from None
-    if no_proxy and not re.fullmatch(r"[A-Za-z0-9.*:/_\[\]-]+(,[A-Za-z0-9.*:/_\[\]-]+)*", no_proxy.replace(" ", "")):
-        raise InputError(
-            f"{no_proxy[:60]!r} is not a no_proxy list",
-            field="--no-proxy",
-            expected="hosts, domains, CIDRs, comma-separated",
-        )
+            flags.url(value, flag, ("http", "https"), credentials=True)
+    if no_proxy:
+        flags.grammar_of(grammar.no_proxy_list, no_proxy, "--no-proxy")
     prep = HostPrep(flags.existing_dir(root, "--root"), user=user or None, providers=providers)
     actions = prep.actions(proxies_from(http_proxy, https_proxy, no_proxy))
     if not actions:

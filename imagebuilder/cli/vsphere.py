@@ -227,10 +227,7 @@ def import_ova(
     else:
         if not ova:
             raise InputError("required flag missing", field="--ova", expected="a local OVA path or an http(s) URL")
-        if "://" in ova:
-            flags.url(ova, "--ova", ("http", "https"))
-        else:
-            flags.existing_file(ova, "--ova")
+        flags.url_or_file(ova, "--ova")
         os_, channel = _os_channel(os, kubernetes)
         entries = [ImportEntry(ova, os_, channel, check_name(name) if name else None)]
     for entry in entries:  # every local OVA is read whole before anything is created on vCenter

@@ -153,8 +153,7 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
 
     # folders, then permissions
     folders = list(dict.fromkeys(cfg.folders + cfg.templates))
-    entities = {p: inventory.find(vs, p) for p in [*folders, *cfg.networks, *cfg.datastores]}
-    entities |= {p: inventory.find_pool(vs, p) for p in cfg.resource_pools}
+    entities = {p: inventory.find(vs, p) for p in [*folders, *cfg.networks, *cfg.datastores, *cfg.resource_pools]}
     entities["/"] = vs.content.rootFolder
     for path in folders:
         if entities[path] is None:

@@ -326,20 +326,18 @@ def check_online(vs: VSphere, spec: ClusterSpec) -> list[str]:
     for m in spec.machines:
         if not m.template:
             notes.append(f"{m.name}: no template: the product imports its default {m.os_family} OVA")
-    for m in templates.values():
-        assert m.template
-        template = _find_template(vs, m.template, spec.datacenter)
+    for written, m in templates.items():
+        template = _find_template(vs, written, spec.datacenter)
         if template is None:
-            problems.append(f"template {m.template} does not exist")
+            problems.append(f"template {written} does not exist")
             hints.append("image-builder template.import --ova ... (spec 3)")
             continue
-        m.template = template
-        os_ = catalog.os(m.os_family or "bottlerocket", "osFamily")
+        os_ = catalog.os(m.os_family, "osFamily")
         channel = catalog.channel_for_kubernetes(spec.kubernetes, "kubernetesVersion")
-        bad = validate_template(vs, m.template, os_, channel)
-        problems += [f"template {m.template}: {p}" for p in bad]
+        bad = validate_template(vs, template, os_, channel)
+        problems += [f"template {template}: {p}" for p in bad]
         if bad:
-            hints.append(fix_command(m.template, os_, channel))
+            hints.append(fix_command(template, os_, channel))
     if problems:
         raise ExternalError(
             f"{spec.source} ({spec.name}) does not match vCenter {vs.target.server}:\n  " + "\n  ".join(problems),

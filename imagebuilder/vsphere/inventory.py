@@ -17,24 +17,21 @@ def split_path(path: str) -> list[str]:
 
 
 def find(vs: VSphere, path: str) -> Any | None:
-    """The managed object at inventory ``path``, or None."""
-    if not split_path(path):
-        return vs.content.rootFolder
-    return vs.content.searchIndex.FindByInventoryPath("/".join(split_path(path)))
+    """The managed object at inventory ``path``, or None.
 
-
-def find_pool(vs: VSphere, path: str) -> Any | None:
-    """A resource pool as users write it: ``/<dc>/host/<cluster>/Resources/<pool>``, or without the ``Resources``
-    step (``/<dc>/host/<cluster>/<pool>``, the form of the product's user.yaml example, which govc resolves)."""
-    obj = find(vs, path)
+    A resource pool may be written without its ``Resources`` step (``/<dc>/host/<cluster>/<pool>``, the form of the
+    product's user.yaml example, which govc resolves); vCenter's own path has it."""
     parts = split_path(path)
+    if not parts:
+        return vs.content.rootFolder
+    obj = vs.content.searchIndex.FindByInventoryPath("/".join(parts))
     if obj is None and len(parts) >= 4 and parts[1] == "host" and parts[3] != "Resources":
-        obj = find(vs, "/".join([*parts[:3], "Resources", *parts[3:]]))
+        obj = vs.content.searchIndex.FindByInventoryPath("/".join([*parts[:3], "Resources", *parts[3:]]))
     return obj
 
 
 def need(vs: VSphere, path: str, what: str, field: str | None = None) -> Any:
-    obj = find_pool(vs, path) if split_path(path)[1:2] == ["host"] else find(vs, path)
+    obj = find(vs, path)
     if obj is None:
         parts = split_path(path)
         hint = "check the path in the vSphere client or with: govc ls " + "/" + "/".join(parts[:-1])
