@@ -170,7 +170,7 @@ def domain_name(text: object) -> str:
     return name
 
 
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/\s:@]*):([^\s]*)@")
+_URL_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*)?://)([^/\s:@]*):([^\s]*)@")
 
 
 def redact_urls_in(text: str) -> str:

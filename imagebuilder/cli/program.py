@@ -13,6 +13,7 @@ from invoke.program import Program
 from imagebuilder import __version__
 from imagebuilder.cli import namespace
 from imagebuilder.errors import did_you_mean
+from imagebuilder.grammar import redact_urls_in
 
 
 def friendly_parse_error(exc: ParseError, task_names: list[str]) -> str:
@@ -32,9 +33,9 @@ def _parse_tasks_exit_2(self: Program, original: Any) -> None:
         original(self)
     except ParseError as exc:
         names = list(self.collection.task_names) if self.collection is not None else []
-        raise Exit(friendly_parse_error(exc, names), code=2) from None
+        raise Exit(redact_urls_in(friendly_parse_error(exc, names)), code=2) from None
     except ValueError as exc:  # a flag's value Invoke itself could not convert
-        raise Exit(f"error: a flag has a value of the wrong type: {exc}", code=2) from None
+        raise Exit(redact_urls_in(f"error: a flag has a value of the wrong type: {exc}"), code=2) from None
 
 
 def exit_2_on_bad_flags() -> None:
