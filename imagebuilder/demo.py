@@ -16,7 +16,8 @@ from imagebuilder.baseimage import make_base_image
 from imagebuilder.files import atomic_write
 from imagebuilder.mirror import Mirror, create_mirror, file_sha256
 from imagebuilder.model import load_catalog
-from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.plan import BuildRequest
+from imagebuilder.planner import make_plan
 from imagebuilder.preflight import require
 from imagebuilder.runner import BuildResult, run_build
 from imagebuilder.standin import make_standin_release

@@ -41,8 +41,8 @@ from pydantic import (
 from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
 from imagebuilder.files import atomic_write, load_yaml_mapping
-from imagebuilder.provider_config import pydantic_problems
 from imagebuilder.render import template_env
+from imagebuilder.validation import pydantic_problems
 
 Method = Literal["outside", "shrink", "reserve"]
 

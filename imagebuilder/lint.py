@@ -9,7 +9,8 @@ from pathlib import Path
 from imagebuilder.hostinfo import KvmStatus
 from imagebuilder.model import load_catalog
 from imagebuilder.packer import EXTERNAL_ONLY, PackerInfo, RenderedBuild, fmt_check, render_build, validate
-from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.plan import BuildRequest
+from imagebuilder.planner import make_plan
 from imagebuilder.profile import config_dir
 
 #: linting renders without probing KVM (the accelerator does not change what Packer validates)

@@ -48,6 +48,8 @@ class OperatingSystem:
     aliases: tuple[str, ...]
     buildable: bool
     versions: tuple[OsVersion, ...] = ()
+    #: how a build installs it from its ISO: the seed Packer serves (``autoinstall`` or ``kickstart``)
+    install: Literal["autoinstall", "kickstart"] | None = None
     download_task: str | None = None
     #: Kubernetes minor ("1.21") or "newer" -> the disk template.import resizes (spec 3)
     template_disks: tuple[tuple[str, TemplateDisk], ...] = ()
@@ -216,6 +218,7 @@ def load_catalog() -> Catalog:
                 kind=o["kind"],
                 aliases=tuple(o.get("aliases", ())),
                 buildable=bool(o["buildable"]),
+                install=o.get("install"),
                 versions=tuple(
                     OsVersion(
                         version=str(ver),

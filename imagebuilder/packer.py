@@ -27,31 +27,17 @@ from imagebuilder.files import atomic_write
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_search_path
 from imagebuilder.model import load_catalog
 from imagebuilder.plan import BuildPlan
-from imagebuilder.provider_config import (
-    AmiConfig,
-    BaremetalConfig,
-    NutanixConfig,
-    Os3Fields,
-    SourceImageFields,
-    VsphereConfig,
-)
+from imagebuilder.providers import registry
+from imagebuilder.providers.config import Os3Fields, SourceImageFields
 from imagebuilder.render import ROOT, template_env
-
-BUILD_USER = "builder"
-AMI_USER = "ubuntu"
-
-#: provider -> directory under packer/
-BUILDERS = {"vsphere": "vsphere", "baremetal": "qemu", "cloudstack": "qemu", "ami": "amazon", "nutanix": "nutanix"}
 
 
 def builder_for(plan: BuildPlan) -> str:
-    """The Packer builder directory: a local OVA build (vSphere config without vCenter) runs QEMU here."""
-    if isinstance(plan.config, VsphereConfig) and plan.config.is_local:
-        return "qemu"
-    return BUILDERS[plan.provider]
+    """The Packer builder directory (``packer/<builder>/``) of the plan's provider and config."""
+    return registry.get(plan.provider).builder_for(plan.config)
 
 
-#: plugins a Packer >= 1.7 template declares (built into Packer 1.6)
+#: plugins a Packer >= 1.7 template declares (built into Packer 1.6), by builder folder
 PLUGINS = {
     "vsphere": [("vsphere", "github.com/hashicorp/vsphere", ">= 1.2.0")],
     "qemu": [("qemu", "github.com/hashicorp/qemu", ">= 1.0.9")],
@@ -118,20 +104,9 @@ def _keypair(directory: Path) -> tuple[Path, str]:
     return key, (directory / "id_ed25519.pub").read_text().strip()
 
 
-def ebs_performance(volume_type: str, size_gib: int) -> tuple[int | None, int | None]:
-    """(iops, throughput) an EBS root volume needs declared: gp3 its baseline; io1/io2 provisioned IOPS within
-    the per-GiB limit (50 and 500 IOPS per GiB). Other types take none."""
-    if volume_type == "gp3":
-        return 3000, 125
-    if volume_type in ("io1", "io2"):
-        per_gib = 50 if volume_type == "io1" else 500
-        return max(100, min(3000, per_gib * size_gib)), None
-    return None, None
-
-
 def build_user(plan: BuildPlan) -> str:
-    """The user Packer logs in as: ours, except on AMIs, whose source image brings its own default user."""
-    return AMI_USER if plan.provider == "ami" else BUILD_USER
+    """The user Packer logs in as (the provider's: ours, or the one a source AMI brings)."""
+    return registry.get(plan.provider).build_user
 
 
 def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
@@ -167,8 +142,7 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
         for i in images
         if "archive" in i
     ]
-    config = plan.config
-    out: dict[str, Any] = {
+    return {
         "kubernetes_stage_items": stage,
         "node_os": plan.os,
         "node_os_version": plan.os_version.version,
@@ -180,30 +154,27 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
         "kubernetes_images": images,
         "build_user": build_user(plan),
         "redhat_subscription": plan.os == "redhat",
-        "extra_rpms": (config.extra_rpms or "").split() if isinstance(config, BaremetalConfig) else [],
+        "extra_rpms": [],
         "custom_roles": [],
         # images the release ships no tarball for are pulled from their registry, which an offline build lacks
         "kubernetes_pull_images": not plan.offline,
+        **registry.get(plan.provider).ansible_vars(plan),
     }
-    if isinstance(config, AmiConfig) and config.custom_role:
-        if config.custom_role_name_list:
-            out["custom_roles"] = [Path(p).name for p in config.custom_role_name_list]
-        else:
-            out["custom_roles"] = (config.custom_role_names or "").split()
-    return out
 
 
 def _context(
     plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatus, source_image: Path | None = None
 ) -> dict[str, Any]:
     catalog = load_catalog()
-    builder = builder_for(plan)
+    provider = registry.get(plan.provider)
+    builder = provider.builder_for(plan.config)
     key, public_key = _keypair(directory / "ssh")
     config = plan.config
     os_version = plan.os_version
     plugins = [*PLUGINS[builder], ANSIBLE_PLUGIN]
     ctx: dict[str, Any] = {
         "plan": plan,
+        "builder": builder,
         "name": plan.output_name,
         "vm_name": plan.output_stem,
         "os": plan.os,
@@ -211,10 +182,10 @@ def _context(
         "provider": plan.provider,
         "config": config,
         "vm": {**catalog.build_vm, "disk_gb": plan.disk_gb},
-        "disk_format": "raw" if plan.provider == "baremetal" else "qcow2",
+        "disk_format": provider.disk_format,
         "source_image": None,
         "seed_files": [],
-        "build_user": build_user(plan),
+        "build_user": provider.build_user,
         "ssh_private_key": str(key),
         "ssh_public_key": public_key,
         "http_directory": str(directory / "http"),
@@ -226,7 +197,8 @@ def _context(
         "accelerator": kvm.accelerator,
         "required_plugins": plugins if packer.has_plugin_blocks else [],
         "secrets": [],
-        "manifest_output": str(directory / "packer-manifest.json"),
+        "manifest_output": str(provider.packer_manifest_path(plan, directory)),
+        "stages": (),
     }
     if plan.os == "redhat":
         assert isinstance(config, Os3Fields) and config.iso_url and config.iso_checksum
@@ -241,18 +213,7 @@ def _context(
     else:
         ctx["iso_url"] = os_version.iso_url
         ctx["iso_checksum"] = os_version.iso_checksum
-    if isinstance(config, AmiConfig):
-        ctx["volume_iops"], ctx["volume_throughput"] = ebs_performance(config.volume_type, config.volume_size)
-        if config.config_mgmt_extra_vars:
-            ctx["ansible_extra_vars"] = [config.config_mgmt_extra_vars]
-        if config.manifest_output:
-            ctx["manifest_output"] = config.manifest_output
-        roles = [str(Path(p).parent) for p in config.custom_role_name_list or []]
-        ctx["ansible_roles_path"] = ":".join([ctx["ansible_roles_path"], *dict.fromkeys(roles)])
-    if isinstance(config, VsphereConfig) and not config.is_local:
-        ctx["secrets"].append("vsphere_password")
-    if isinstance(config, NutanixConfig):
-        ctx["secrets"].append("nutanix_password")
+    provider.packer_context(plan, ctx)
     return ctx
 
 
@@ -263,11 +224,7 @@ def _secret_env(plan: BuildPlan) -> dict[str, str]:
         assert config.enterprise_username and config.enterprise_password
         env["PKR_VAR_enterprise_username"] = config.enterprise_username
         env["PKR_VAR_enterprise_password"] = config.enterprise_password.get_secret_value()
-    if isinstance(config, VsphereConfig) and config.password is not None and not config.is_local:
-        env["PKR_VAR_vsphere_password"] = config.password.get_secret_value()
-    if isinstance(config, NutanixConfig):
-        env["PKR_VAR_nutanix_password"] = config.hci_password.get_secret_value()
-    return env
+    return {**env, **registry.get(plan.provider).secret_env(plan)}
 
 
 def _write(path: Path, text: str, perm: int = 0o644) -> Path:
@@ -303,7 +260,7 @@ def render_build(
     if require_artifacts:
         check_buildable(plan)
     kvm = kvm or kvm_status()
-    builder = builder_for(plan)
+    provider = registry.get(plan.provider)
     directory.mkdir(parents=True, exist_ok=True)
     ctx = _context(plan, directory, packer, kvm, source_image)
     env = template_env()
@@ -315,8 +272,8 @@ def render_build(
         files.append(
             _write(directory / "seed" / "user-data", env.get_template("cloud-init/build-user-data.yaml.j2").render(ctx))
         )
-    elif plan.provider in ("vsphere", "baremetal", "cloudstack"):
-        if plan.os == "redhat":
+    elif provider.http_seed:
+        if plan.pair.os.install == "kickstart":
             ks = env.get_template("templates/kickstart/redhat.ks.j2").render(ctx)
             files.append(_write(directory / "http" / "ks.cfg", ks))
         else:
@@ -324,15 +281,16 @@ def render_build(
                 _write(directory / "http" / "user-data", env.get_template("cloud-init/autoinstall.yaml.j2").render(ctx))
             )
             files.append(_write(directory / "http" / "meta-data", f"instance-id: {plan.output_name}\n"))
-    if plan.provider == "nutanix":
+    if provider.inline_user_data:
         ctx["user_data"] = env.get_template("cloud-init/build-user-data.yaml.j2").render(ctx)
     role_vars = {**ansible_vars(plan), "artifact_cache": str(directory / "artifacts")}
     files.append(_write(directory / "ansible-vars.json", json.dumps(role_vars, indent=2) + "\n"))
-    template = _write(directory / "node.pkr.hcl", env.get_template(f"packer/{builder}/node.pkr.hcl.j2").render(ctx))
+    template = _write(
+        directory / "node.pkr.hcl", env.get_template(f"packer/{ctx['builder']}/node.pkr.hcl.j2").render(ctx)
+    )
     files.append(template)
-    stages = ("vsphere-iso.base", "vsphere-clone.node") if builder == "vsphere" else ()
     (directory / "http").mkdir(exist_ok=True)
-    return RenderedBuild(directory, template, builder, _secret_env(plan), stages, tuple(files))
+    return RenderedBuild(directory, template, ctx["builder"], _secret_env(plan), ctx["stages"], tuple(files))
 
 
 def packer_env(rendered: RenderedBuild) -> dict[str, str]:

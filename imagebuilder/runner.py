@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -29,10 +27,9 @@ from rich.console import Console
 from imagebuilder import __version__
 from imagebuilder.bootcheck import check_image
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import atomic_write, sha256_file
+from imagebuilder.files import atomic_write
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_version
 from imagebuilder.mirror import fetch_verified, is_url
-from imagebuilder.ova import make_ova
 from imagebuilder.packer import (
     PackerInfo,
     RenderedBuild,
@@ -42,9 +39,8 @@ from imagebuilder.packer import (
     render_build,
 )
 from imagebuilder.plan import BuildPlan
-from imagebuilder.provider_config import AmiConfig, SourceImageFields, VsphereConfig
-
-CHUNK = 4 * 1024 * 1024
+from imagebuilder.providers import registry
+from imagebuilder.providers.config import SourceImageFields
 
 
 class Redactor:
@@ -78,69 +74,6 @@ def _step(steps: dict[str, float], name: str) -> Iterator[None]:
         yield
     finally:
         steps[name] = round(time.monotonic() - start, 3)
-
-
-def gzip_parallel(src: Path, dest: Path, *, on_bytes: Callable[[int], None] | None = None) -> tuple[str, int]:
-    """Compress ``src`` to ``dest`` with pigz on every core; returns (sha256, size) of the .gz.
-
-    The compressed stream is hashed as it is written, so the result is read once; it lands at ``dest`` only
-    when complete.
-    """
-    pigz = shutil.which("pigz")
-    if pigz is None:
-        raise ExternalError("pigz is not installed", hint="run ./scripts/setup.sh")
-    digest, size = hashlib.sha256(), 0
-    with atomic_write(dest, "wb") as out:
-        proc = subprocess.Popen(
-            [pigz, "-c", "-p", str(os.cpu_count() or 1), str(src)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        assert proc.stdout is not None
-        read_so_far = 0
-        while block := proc.stdout.read(CHUNK):
-            out.write(block)
-            digest.update(block)
-            size += len(block)
-            if on_bytes is not None:
-                done = _bytes_read(proc.pid, src)
-                if done is not None and done > read_so_far:
-                    on_bytes(done - read_so_far)
-                    read_so_far = done
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        if proc.wait() != 0:
-            raise ExternalError(f"pigz failed compressing {src}: {err.strip()}")
-        if on_bytes is not None:
-            on_bytes(max(0, src.stat().st_size - read_so_far))
-    return digest.hexdigest(), size
-
-
-def _bytes_read(pid: int, path: Path) -> int | None:
-    """How far a process has read ``path`` (from /proc/PID/fdinfo), for the progress bar."""
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
-                for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines():
-                    if line.startswith("pos:"):
-                        return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _place(src: Path, dest: Path) -> tuple[str, int]:
-    """Move ``src`` to ``dest`` atomically (copying across filesystems); returns (sha256, size)."""
-    digest = sha256_file(src)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    return digest, dest.stat().st_size
 
 
 def _run_packer(
@@ -234,7 +167,9 @@ def run_build(
             with _step(steps, "packer"):
                 _run_packer(rendered, packer, log, redact, status)
             with _step(steps, "package"):
-                artifact, sha, size = _package(plan, rendered, out_dir, console, status, result_extra)
+                packaged = registry.get(plan.provider).package(plan, rendered.directory, status)
+                artifact, sha, size = packaged.artifact, packaged.sha256, packaged.size
+                result_extra.update(packaged.extra)
         with (
             atomic_write(artifact.with_name(artifact.name + ".sha256")) if artifact else contextlib.nullcontext() as fh
         ):
@@ -263,68 +198,6 @@ def run_build(
     with atomic_write(manifest_path) as fh:
         fh.write(redact(json.dumps(manifest, indent=2)) + "\n")
     return BuildResult(build_id, artifact, sha, size, manifest_path, log_path, steps, result_extra)
-
-
-def _package(
-    plan: BuildPlan,
-    rendered: RenderedBuild,
-    out_dir: Path,
-    console: Console,
-    status: Callable[[str], None],
-    extra: dict[str, Any],
-) -> tuple[Path | None, str | None, int | None]:
-    """Turn Packer's output into the artifact the plan promises."""
-    if plan.provider in ("ami", "nutanix"):
-        extra["packer_manifest"] = _read_packer_manifest(plan, rendered)
-        return None, None, None
-    output = rendered.directory / "output"
-    vm_name = plan.output_stem
-    disk = output / vm_name
-    if builder_for(plan) == "qemu" and (not disk.is_file() or disk.stat().st_size == 0):
-        raise ExternalError(
-            f"Packer finished but produced no image at {disk}",
-            hint="read the build log; rerun with --keep-on-error to inspect the workspace",
-        )
-    assert plan.output_path is not None
-    final = plan.output_path
-    if builder_for(plan) == "qemu":
-        status("checking the image's boot sectors and filesystem")
-        require_bootable(disk, "the built image", work_dir=rendered.directory)
-    if plan.provider == "baremetal":
-        total, done = disk.stat().st_size, 0
-
-        def progress(n: int) -> None:
-            nonlocal done
-            done += n
-            status(f"compressing {total / 2**30:.1f} GiB with pigz: {100 * done // max(total, 1)} %")
-
-        progress(0)
-        sha, size = gzip_parallel(disk, final, on_bytes=progress)
-        return final, sha, size
-    if isinstance(plan.config, VsphereConfig):
-        status("packaging the OVA (streamOptimized VMDK, OVF, manifest)")
-        source = disk if disk.is_file() else _exported_disk(output)
-        if builder_for(plan) != "qemu":
-            require_bootable(source, "the exported disk", work_dir=rendered.directory)
-        make_ova(
-            source,
-            final,
-            name=vm_name,
-            guest_os_type=plan.os_version.guest_os_type or "otherLinux64Guest",
-        )
-        return final, sha256_file(final), final.stat().st_size
-    sha, size = _place(disk, final)
-    return final, sha, size
-
-
-def require_bootable(disk: Path, what: str, *, work_dir: Path) -> None:
-    """Fail the build at once when its output would not boot, instead of after compressing it and a boot test."""
-    check = check_image(disk, work_dir=work_dir)
-    if not check.ok:
-        raise ExternalError(
-            f"{what} would not boot: " + "; ".join(check.problems),
-            hint="read the build log (did the guest power off cleanly?); rerun with --keep-on-error to inspect it",
-        )
 
 
 def source_image(plan: BuildPlan) -> tuple[str, str] | None:
@@ -376,19 +249,3 @@ def prepare_source_image(plan: BuildPlan, workspace: Path, status: Callable[[str
     status("checking the source image's boot sectors and filesystem")
     _check_source(plan, local, workspace)
     return local
-
-
-def _exported_disk(output: Path) -> Path:
-    disks = sorted(output.glob("*.vmdk"))
-    if not disks:
-        raise ExternalError(f"Packer exported no disk into {output}", hint="read the build log")
-    return disks[0]
-
-
-def _read_packer_manifest(plan: BuildPlan, rendered: RenderedBuild) -> Any:
-    path = rendered.directory / "packer-manifest.json"
-    if isinstance(plan.config, AmiConfig) and plan.config.manifest_output:
-        path = Path(plan.config.manifest_output)
-    if not path.is_file():
-        raise ExternalError(f"Packer wrote no manifest at {path}", hint="read the build log")
-    return json.loads(path.read_text())

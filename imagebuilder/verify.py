@@ -25,6 +25,8 @@ from imagebuilder.disk import mounted_root, raw_view
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import parse_json, read_text
 from imagebuilder.hostinfo import KvmStatus, kvm_status
+from imagebuilder.providers import registry
+from imagebuilder.providers.base import BUILD_USER
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,8 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
 
     host = testinfra.get_host(str(root), connection="chroot")
     plan = expected["plan"]
-    build_user = "ubuntu" if plan["provider"] == "ami" else "builder"
+    provider = registry.PROVIDERS.get(plan["provider"])
+    build_user = provider.build_user if provider else BUILD_USER
     findings: list[Finding] = []
 
     def add(name: str, ok: bool, detail: str) -> None:

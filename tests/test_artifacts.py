@@ -15,11 +15,13 @@ import pytest
 from imagebuilder.errors import ExternalError
 from imagebuilder.mirror import Mirror, create_mirror, fetch_verified
 from imagebuilder.model import load_catalog
+from imagebuilder.outputs import gzip_parallel
 from imagebuilder.ova import make_ova
-from imagebuilder.packer import RenderedBuild
-from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.plan import BuildRequest
+from imagebuilder.planner import make_plan
+from imagebuilder.providers import registry
 from imagebuilder.release_manifest import load_manifest
-from imagebuilder.runner import Redactor, _package, gzip_parallel
+from imagebuilder.runner import Redactor
 from imagebuilder.standin import STANDIN_NOTE, make_standin_release
 
 CHANNEL = load_catalog().channel("1-24")
@@ -86,9 +88,8 @@ def test_packer_producing_nothing_is_a_clear_error(tmp_path: Path, mirror_dir: P
         )
     )
     (tmp_path / "b" / "output").mkdir(parents=True)
-    rendered = RenderedBuild(tmp_path / "b", tmp_path / "b" / "node.pkr.hcl", "qemu")
     with pytest.raises(ExternalError, match="Packer finished but produced no image"):
-        _package(plan, rendered, tmp_path / "out", None, lambda _: None, {})  # type: ignore[arg-type]
+        registry.get(plan.provider).package(plan, tmp_path / "b", lambda _: None)
 
 
 def test_standin_release_is_of_the_real_format(tmp_path: Path) -> None:

@@ -223,7 +223,8 @@ def test_offline_local_ova_is_valid_and_verified(
 
 
 def test_verify_fails_an_image_that_was_not_provisioned(base_image: tuple[Path, str], tmp_path: Path) -> None:
-    from imagebuilder.plan import BuildRequest, make_plan
+    from imagebuilder.plan import BuildRequest
+    from imagebuilder.planner import make_plan
 
     mirror_root = tmp_path / "m"
     make_standin_release(mirror_root, load_catalog().channel("1-24"))

@@ -14,7 +14,8 @@ from imagebuilder.errors import InputError
 from imagebuilder.hostinfo import KvmStatus
 from imagebuilder.lint import lint_templates, render_pair
 from imagebuilder.packer import PackerInfo, fmt_check, render_build, validate
-from imagebuilder.plan import BuildRequest, make_plan
+from imagebuilder.plan import BuildRequest
+from imagebuilder.planner import make_plan
 from imagebuilder.render import hcl
 from tests.conftest import BIN, EXAMPLES, PAIRS, ROOT
 

@@ -312,7 +312,8 @@ VSPHERE_TEXT_FIELDS = ["datacenter", "cluster", "resource_pool", "datastore", "n
 def test_any_accepted_vsphere_config_renders_a_template_packer_accepts(changes: dict[str, str]) -> None:
     from imagebuilder.lint import LINT_KVM
     from imagebuilder.packer import PackerInfo, fmt_check, render_build
-    from imagebuilder.plan import BuildRequest, make_plan
+    from imagebuilder.plan import BuildRequest
+    from imagebuilder.planner import make_plan
 
     base = json.loads((Path(__file__).resolve().parents[1] / "config" / "examples" / "vsphere-ubuntu.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:

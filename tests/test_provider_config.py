@@ -10,15 +10,17 @@ import pytest
 
 from imagebuilder.errors import InputErrors
 from imagebuilder.model import load_catalog
-from imagebuilder.provider_config import (
-    MODELS,
+from imagebuilder.providers.config import (
     ConfigContext,
     ProviderConfig,
     json_schema,
     load_provider_config,
     validate_provider_config,
 )
+from imagebuilder.providers.registry import config_models
 from tests.conftest import EXAMPLES, PAIRS
+
+MODELS = config_models()
 
 catalog = load_catalog()
 SHA256 = "a" * 64
@@ -47,7 +49,7 @@ def problems(provider: str, os_name: str, data: dict[str, Any], **kw: Any) -> di
 @pytest.mark.parametrize(("pair", "config"), [(p, c) for p, c in PAIRS.items() if c])
 def test_examples_are_valid(pair: tuple[str, str], config: str) -> None:
     os_name, provider = pair
-    cfg = load_provider_config(provider, EXAMPLES / config, ctx(os_name, EXAMPLES / config))
+    cfg = load_provider_config(MODELS[provider], EXAMPLES / config, ctx(os_name, EXAMPLES / config))
     assert cfg.provider == provider
 
 
@@ -379,7 +381,7 @@ def test_secrets_masked_and_listed() -> None:
 
 @pytest.mark.parametrize("provider", list(MODELS))
 def test_json_schema(provider: str) -> None:
-    schema = json_schema(provider)
+    schema = json_schema(MODELS[provider])
     assert schema["type"] == "object"
     assert schema["additionalProperties"] is False
     assert set(MODELS[provider].model_fields) <= set(schema["properties"])

@@ -67,7 +67,8 @@ def build(
     keep_on_error: bool = False,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
-    from imagebuilder.plan import BuildRequest, make_plan
+    from imagebuilder.plan import BuildRequest
+    from imagebuilder.planner import make_plan
     from imagebuilder.preflight import require
     from imagebuilder.runner import check_source_image, run_build
 

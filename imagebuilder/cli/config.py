@@ -14,11 +14,11 @@ from imagebuilder.errors import InputError, did_you_mean
 
 def _provider_name(value: str) -> str:
     from imagebuilder.model import load_catalog
-    from imagebuilder.provider_config import MODELS
+    from imagebuilder.providers.registry import config_models
 
     name = load_catalog().provider(value, flag="--provider").name
-    if name not in MODELS:
-        raise InputError(f"no config model for {value}{did_you_mean(value, MODELS)}", field="--provider")
+    if name not in config_models():
+        raise InputError(f"no config model for {value}{did_you_mean(value, config_models())}", field="--provider")
     return name
 
 
@@ -33,11 +33,12 @@ def _provider_name(value: str) -> str:
 def schema(c: Context, provider: str = "", dest: str = "") -> None:
     """Print the JSON Schema of a provider config file, for editors."""
     from imagebuilder.files import atomic_write
-    from imagebuilder.provider_config import MODELS, json_schema
+    from imagebuilder.providers.config import json_schema
+    from imagebuilder.providers.registry import config_models
 
-    name = _provider_name(flags.required(provider, "--provider", f"one of {', '.join(MODELS)}"))
+    name = _provider_name(flags.required(provider, "--provider", f"one of {', '.join(config_models())}"))
     target = flags.dest_file(dest, "--dest") if dest else None
-    data = json_schema(name)
+    data = json_schema(config_models()[name])
     if target:
         with atomic_write(target) as fh:
             json.dump(data, fh, indent=2)

@@ -1,0 +1,158 @@
+"""Make a build plan: every input of ``image-builder build`` resolved and validated, before anything runs.
+
+Building the plan touches nothing but the config files and, when reachable, the release manifest, so a user learns
+in seconds what a 40-minute build would do. What the build does on its provider comes from the provider.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.mirror import Mirror
+from imagebuilder.model import ReleaseChannel, load_catalog
+from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
+from imagebuilder.profile import load_profile
+from imagebuilder.providers import registry
+from imagebuilder.providers.config import ConfigContext, ProviderConfig, load_provider_config
+from imagebuilder.release_manifest import ReleaseManifest, load_manifest
+from imagebuilder.workspace import workspace_root
+
+#: how long a dry run waits for the upstream manifest before planning without it
+MANIFEST_TIMEOUT = 1.5
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def _artifact_name(plan_os: str, version: str, release: int, extension: str, override: str | None) -> str:
+    if override is not None:
+        base = override.removesuffix(extension) if extension else override
+        if not _NAME.fullmatch(base):
+            raise InputError(
+                f"'{override}' is not a usable image name",
+                field="--name",
+                expected="letters, digits, '.', '_' and '-', starting with a letter or digit",
+            )
+        return base + extension
+    template = load_catalog().artifact_name
+    return (
+        template.format(os=plan_os, kubernetes_version=version, distro=load_profile().distro.name, release=release)
+        + extension
+    )
+
+
+def _steps(plan: BuildPlan) -> list[str]:
+    install = "kickstart" if plan.pair.os.install == "kickstart" else "cloud-init seed"
+    steps = [
+        "preflight: host OS, architecture, CPUs, memory, disk, tools, /dev/kvm (spec 4.3, 8)",
+        f"render the Packer template, {install} and Ansible variables into {plan.workspace}/<build-id>",
+        *registry.get(plan.provider).steps(plan),
+    ]
+    if plan.output_path is not None:
+        steps.append(
+            f"write {plan.output_name}.sha256 and the build manifest (inputs without secrets, tool versions, checksums)"
+        )
+    return steps
+
+
+def _load_manifest_for(
+    request: BuildRequest, channel: ReleaseChannel, mirror: Mirror | None
+) -> tuple[ReleaseManifest | None, ManifestState]:
+    if request.release_manifest:
+        manifest = load_manifest(request.release_manifest, mirror)
+        if manifest.channel != channel.name:
+            raise InputError(
+                f"spec.channel is {manifest.channel}, but --release-channel is {channel.name}",
+                source=manifest.source,
+                field="spec.channel",
+                expected=f"a manifest of channel {channel.name}",
+            )
+        return manifest, ManifestState(manifest.source, True)
+    url = channel.manifest_url
+    location = mirror.locate(url) if mirror else url
+    if mirror is None and request.offline:
+        return None, ManifestState(url, False, "not resolved offline (--offline)")
+    try:
+        manifest = load_manifest(url, mirror, timeout=MANIFEST_TIMEOUT)
+    except ExternalError as exc:
+        reason = str(exc).splitlines()[0].rsplit(": ", 1)[-1]
+        return None, ManifestState(location, False, f"not resolved offline ({reason})")
+    return manifest, ManifestState(manifest.source, True)
+
+
+def make_plan(request: BuildRequest) -> BuildPlan:
+    """Resolve and validate every input of a build; raises :class:`InputError` (exit 2) on any bad input."""
+    catalog = load_catalog()
+    missing = [
+        flag
+        for flag, value in (
+            ("--os", request.os),
+            ("--hypervisor", request.hypervisor),
+            ("--release-channel", request.release_channel),
+        )
+        if not value
+    ]
+    if missing:
+        raise InputError(f"required flag{'s' if len(missing) > 1 else ''} missing: {', '.join(missing)}")
+    assert request.os and request.hypervisor and request.release_channel
+    os_ = catalog.os(request.os)
+    provider = catalog.provider(request.hypervisor)
+    channel = catalog.channel(request.release_channel)
+    pair = catalog.build_pair(os_, provider)
+    os_version = os_.version(request.os_version)
+
+    for name, path in request.configs.items():
+        if name != provider.name and path:
+            other = catalog.providers[name]
+            hint = f"; use {provider.config_flag}" if pair.config else ""
+            raise InputError(
+                f"is for {other.name} builds, but --hypervisor is {provider.name}{hint}", field=other.config_flag
+            )
+    config_path = request.configs.get(provider.name) or None
+    config: ProviderConfig | None = None
+    if config_path is None and pair.config == "required":
+        raise InputError(
+            f"{os_.name} on {provider.name} needs a config file",
+            field=provider.config_flag,
+            expected=f"{provider.config_flag} PATH (examples in config/examples/)",
+        )
+    if config_path is not None:
+        ctx = ConfigContext(os=os_.name, os_version=os_version, source=Path(config_path))
+        config = load_provider_config(registry.get(provider.name).config_model, config_path, ctx)
+
+    mirror = Mirror.parse(request.mirror) if request.mirror else None
+    manifest, state = _load_manifest_for(request, channel, mirror)
+    version = manifest.kubernetes_version if manifest else channel.kubernetes_version
+    release = manifest.number if manifest else channel.release
+    release_name = load_profile().release_name(channel.name, release)
+    name = _artifact_name(os_.name, version, release, provider.extension, request.name)
+    output_path = None if provider.output == "ami" else Path(request.output_dir).resolve() / name
+    ws = workspace_root()
+    disk_gb = catalog.build_vm["disk_gb"] if request.disk_gb is None else request.disk_gb
+    if not 4 <= disk_gb <= 2048:
+        raise InputError(f"{disk_gb} GiB is not a usable disk size", field="--disk-gb", expected="4 to 2048")
+    plan = BuildPlan(
+        pair=pair,
+        os_version=os_version,
+        channel=channel,
+        kubernetes_version=version,
+        release=release,
+        release_name=release_name,
+        manifest=state,
+        artifacts=manifest.artifacts if manifest else (),
+        mirror=mirror,
+        config=config,
+        config_path=str(Path(config_path).resolve()) if config_path else None,
+        output_name=name,
+        output_path=output_path,
+        workspace=ws,
+        steps=(),
+        disk_gb=disk_gb,
+        offline=request.offline,
+    )
+    return dataclasses.replace(plan, steps=tuple(_steps(plan)))
+
+
+__all__ = ["make_plan"]

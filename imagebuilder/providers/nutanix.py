@@ -1,0 +1,82 @@
+"""Nutanix (hci): a qcow2 built on Prism with the Nutanix plugin from an uploaded source image, imported into
+the image service (spec 2.3). The image lives in Prism; the build keeps Packer's manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from imagebuilder.model import load_catalog
+from imagebuilder.outputs import Packaged, Status, packer_manifest
+from imagebuilder.plan import BuildPlan
+from imagebuilder.providers.base import SYSPREP, Provider, node_step
+from imagebuilder.providers.config import BoolStr, ConfigContext, Host, Port, ProviderConfig, Secret, Text, alias
+
+
+class NutanixConfig(ProviderConfig):
+    """Nutanix (hci) build configuration, ``--nutanix-config`` (spec 2.3)."""
+
+    provider = "nutanix"
+
+    hci_cluster_name: Text = Field(
+        validation_alias=alias("hci_cluster_name", "nutanix_cluster_name"), description="Prism cluster name"
+    )
+    source_image_name: Text = Field(description="name of the uploaded source cloud image (spec 4.3)")
+    image_name: Text | None = Field(None, description="name of the destination image (default: the artifact name)")
+    hci_subnet_name: Text = Field(
+        validation_alias=alias("hci_subnet_name", "nutanix_subnet_name"), description="subnet name"
+    )
+    hci_endpoint: Host = Field(
+        validation_alias=alias("hci_endpoint", "nutanix_endpoint"), description="Prism Central IP or FQDN"
+    )
+    hci_insecure: BoolStr = Field(
+        False, validation_alias=alias("hci_insecure", "nutanix_insecure"), description='"true" skips TLS checks'
+    )
+    hci_port: Port = Field(
+        9440, validation_alias=alias("hci_port", "nutanix_port"), description="Prism port (default 9440)"
+    )
+    hci_username: Text = Field(
+        validation_alias=alias("hci_username", "nutanix_username"), description="user with admin permissions"
+    )
+    hci_password: Secret = Field(
+        validation_alias=alias("hci_password", "nutanix_password"), description="password (secret)"
+    )
+
+    @classmethod
+    def fill_defaults(cls, data: dict[str, Any], ctx: ConfigContext) -> None:
+        data.setdefault("hci_port", load_catalog().nutanix_defaults["hci_port"])
+
+
+class Nutanix(Provider):
+    name = "nutanix"
+    config_model = NutanixConfig
+    builder = "nutanix"
+    http_seed = False
+    inline_user_data = True
+    secret_variables = ("nutanix_password",)
+
+    @staticmethod
+    def _config(plan: BuildPlan) -> NutanixConfig:
+        assert isinstance(plan.config, NutanixConfig)
+        return plan.config
+
+    def steps(self, plan: BuildPlan) -> list[str]:
+        config = self._config(plan)
+        return [
+            f"packer: nutanix on {config.hci_endpoint}:{config.hci_port} (cluster {config.hci_cluster_name},"
+            f" subnet {config.hci_subnet_name}) from source image {config.source_image_name}",
+            node_step(plan.kubernetes_version) + ", Nutanix cloud-init datasource",
+            SYSPREP,
+            f"import the qcow2 into the image service as {config.image_name or plan.output_name}",
+        ]
+
+    def packer_context(self, plan: BuildPlan, ctx: dict[str, Any]) -> None:
+        ctx["secrets"] += list(self.secret_variables)
+
+    def secret_env(self, plan: BuildPlan) -> dict[str, str]:
+        return {"PKR_VAR_nutanix_password": self._config(plan).hci_password.get_secret_value()}
+
+    def package(self, plan: BuildPlan, directory: Path, status: Status) -> Packaged:
+        return packer_manifest(self.packer_manifest_path(plan, directory))
