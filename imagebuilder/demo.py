@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuilder.baseimage import make_base_image
+from imagebuilder.fetch import Mirror
 from imagebuilder.files import atomic_write
-from imagebuilder.mirror import Mirror, create_mirror, file_sha256
+from imagebuilder.mirror import create_mirror, file_sha256
 from imagebuilder.model import load_catalog
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan

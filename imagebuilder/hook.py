@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imagebuilder import grammar
+from imagebuilder import fetch, grammar
 from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.fetch import Expected
 from imagebuilder.files import parse_yaml_documents
-from imagebuilder.mirror import fetch_bytes
 from imagebuilder.profile import load_profile
 from imagebuilder.safepath import safe_join
-from imagebuilder.stream import Copy, Expected, download_verified
 
 HOOK_KEYS = ("vmlinuz", "initramfs")
 
@@ -82,24 +81,18 @@ def _dig(data: Any, *keys: str) -> Any:
 
 
 def _sidecar(uri: str) -> dict[str, str]:
-    import urllib3
-
     for alg in ("sha512", "sha256"):
-        try:
-            res = urllib3.request("GET", f"{uri}.{alg}", timeout=30, retries=urllib3.Retry(2, backoff_factor=0.5))
-        except urllib3.exceptions.HTTPError:
-            continue
-        if res.status == 200:
-            words = res.data.decode(errors="replace").split()
-            if words:
-                return {alg: words[0].lower()}
+        data = fetch.read_optional(f"{uri}.{alg}")
+        words = data.decode(errors="replace").split() if data is not None else []
+        if words:
+            return {alg: words[0].lower()}
     return {}
 
 
 def load_hook_assets(source: str | None) -> list[Asset]:
     """The hook assets of the manifest at ``source`` (a file or URL; default: the profile's bundle)."""
     where = source or manifest_url()
-    return hook_assets(fetch_bytes(where, timeout=30, what="bundle manifest").decode(errors="replace"), where)
+    return hook_assets(fetch.read(where, timeout=30, what="bundle manifest").decode(errors="replace"), where)
 
 
 def destinations(dest: Path, assets: list[Asset]) -> list[Path]:
@@ -119,11 +112,10 @@ def download_hook(
                 hint="use a bundle manifest that lists sha256/sha512 for the hook files",
             )
         paths.append(
-            download_verified(
+            fetch.download(
                 asset.uri,
                 target,
                 Expected(None, hashes),
-                Copy(),
                 progress=progress(asset.name) if progress else None,
             )
         )

@@ -5,7 +5,7 @@
 2. python-tuf's ``Updater`` refreshes the metadata from there, walking root rotations forward, checking signatures,
    versions (no rollback) and expiry; the metadata is kept per repository in the workspace, so a later run notices
    a rollback too.
-3. The target's signed length and hashes go to :func:`imagebuilder.stream.download_verified`, which streams it
+3. The target's signed length and hashes go to :func:`imagebuilder.fetch.download`, which streams it
    once (for bare metal: lz4 -> gzip on the way) and renames only a verified result into place.
 """
 
@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from imagebuilder import fetch
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.mirror import fetch_bytes
+from imagebuilder.fetch import Expected, TufFetcher
 from imagebuilder.profile import load_profile
 from imagebuilder.safepath import safe_join
-from imagebuilder.stream import Copy, Expected, Lz4ToGzip, ProgressFactory, Transform, download_verified
+from imagebuilder.stream import Copy, Lz4ToGzip, ProgressFactory, Transform
 from imagebuilder.workspace import workspace_root
 
 VARIANTS = ("vsphere", "baremetal")
@@ -90,7 +91,7 @@ def pinned_root(root: str | None, root_sha512: str | None) -> bytes:
     if not SHA512_RE.match(want):
         raise InputError(f"'{want}' is not a SHA-512", field="--root-sha512", expected="128 hex digits")
     source = root or root_url()
-    data = fetch_bytes(source, timeout=30, what="root.json")
+    data = fetch.read(source, timeout=30, what="root.json")
     got = hashlib.sha512(data).hexdigest()
     if got != want:
         raise ExternalError(
@@ -119,6 +120,7 @@ def target_info(target: Os1Target, root: bytes) -> tuple[Expected, str]:
             metadata_base_url=target.metadata_url,
             target_base_url=target.targets_url,
             bootstrap=root,
+            fetcher=TufFetcher(),
         )
         updater.refresh()
         info = updater.get_targetinfo(target.name)
@@ -170,4 +172,4 @@ def download(target: Os1Target, dest_dir: Path, root: bytes, progress: ProgressF
     expected, url = target_info(target, root)
     advance = progress(expected.length or 0) if progress else None
     dest = safe_join(dest_dir, target.output_name)
-    return download_verified(url, dest, expected, target.transform(), progress=advance)
+    return fetch.download(url, dest, expected, target.transform(), progress=advance)

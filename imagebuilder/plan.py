@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuilder.mirror import Mirror
+from imagebuilder.fetch import Mirror
 from imagebuilder.model import BuildPair, OsVersion, ReleaseChannel
 from imagebuilder.providers.config import ProviderConfig
 from imagebuilder.release_manifest import NodeArtifact

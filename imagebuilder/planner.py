@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.mirror import Mirror
+from imagebuilder.fetch import Mirror
 from imagebuilder.model import ReleaseChannel, load_catalog
 from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
 from imagebuilder.profile import load_profile

@@ -16,9 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from imagebuilder import fetch
 from imagebuilder.errors import InputError
+from imagebuilder.fetch import Mirror, is_url
 from imagebuilder.files import parse_yaml_documents
-from imagebuilder.mirror import Mirror, fetch_bytes, is_url
 
 ArtifactKind = Literal["binary", "archive", "image"]
 
@@ -220,7 +221,7 @@ def manifest_location(url_or_path: str, mirror: Mirror | None) -> str:
 
 def load_manifest(url_or_path: str, mirror: Mirror | None = None, *, timeout: float = 10.0) -> ReleaseManifest:
     location = manifest_location(url_or_path, mirror)
-    data = fetch_bytes(location, timeout=timeout, what="release manifest")
+    data = fetch.read(location, timeout=timeout, what="release manifest")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

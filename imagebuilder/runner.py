@@ -24,12 +24,12 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from imagebuilder import __version__
+from imagebuilder import __version__, fetch
 from imagebuilder.bootcheck import check_image
 from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.fetch import Expected, is_url
 from imagebuilder.files import atomic_write
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_version
-from imagebuilder.mirror import fetch_verified, is_url
 from imagebuilder.packer import (
     PackerInfo,
     RenderedBuild,
@@ -243,7 +243,7 @@ def prepare_source_image(plan: BuildPlan, workspace: Path, status: Callable[[str
         algorithm, _, digest = checksum.partition(":")
         local = workspace / "source" / Path(location.split("?")[0]).name
         status(f"fetching the source image {location}")
-        fetch_verified(location, local, digest, algorithm=algorithm)
+        fetch.download(location, local, Expected(None, {algorithm: digest}))
     else:
         local = Path(location.removeprefix("file://"))
     status("checking the source image's boot sectors and filesystem")

@@ -1,30 +1,22 @@
-"""One pass over the bytes: download, verify and transform a large file in a single stream.
+"""Transforms applied to bytes as they stream (:func:`imagebuilder.fetch.download` feeds them), and the progress
+callback shapes every long step uses.
 
-python-tuf's ``download_target`` writes a target to a temporary file, reads it back to check it and copies it to
-its destination: twice the disk and three passes over gigabytes. Here the bytes are read once from the network;
-their length and hashes are checked against what the signed metadata promised while they stream; a transform
-(nothing, or lz4 -> gzip for the bare-metal image) writes the result into a temporary file beside the destination;
-only a verified result is renamed into place. A dropped connection is resumed with an HTTP ``Range`` request (the
-hashes and the transform keep their state, so nothing is read twice), with backoff between attempts.
+A transform writes what it makes of the bytes into the temporary file the download renames into place once every
+hash matched: :class:`Copy` the bytes as they come, :class:`Lz4ToGzip` the bare-metal image recompressed in one pass.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 import queue
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from imagebuilder.errors import ExternalError
 
 if TYPE_CHECKING:
-    import urllib3
+    pass
 
 CHUNK = 1024 * 1024
 #: advances a progress display by a byte count
@@ -148,125 +140,3 @@ class Lz4ToGzip:
             self._put(None)
         if self._thread is not None:
             self._thread.join(timeout=30)
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What the signed metadata promised: the length (None: not known) and hashes (algorithm -> hex) of the bytes."""
-
-    length: int | None
-    hashes: dict[str, str]
-
-
-class VerificationError(ExternalError):
-    """The bytes are not the signed ones: nothing was put at the destination."""
-
-
-def download_verified(
-    url: str,
-    dest: Path,
-    expected: Expected,
-    transform: Transform,
-    *,
-    progress: Progress | None = None,
-    attempts: int = 6,
-    backoff: float = 0.5,
-    timeout: float = 60.0,
-) -> Path:
-    """Stream ``url`` into ``dest`` through ``transform``; see the module docstring. Returns ``dest``."""
-    import urllib3
-
-    http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=timeout, read=timeout))
-    if not expected.hashes:
-        raise VerificationError(f"no checksum is known for {url}: it cannot be verified")
-    state = _State({alg: hashlib.new(alg) for alg in expected.hashes})
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(f".{dest.name}.part")
-    failures = 0
-    try:
-        with part.open("wb") as out:
-            transform.start(out)
-            while True:
-                try:
-                    _fetch(http, url, state, expected, transform, progress)
-                except (urllib3.exceptions.HTTPError, OSError) as exc:
-                    failures += 1
-                    if failures >= attempts:
-                        raise ExternalError(
-                            f"download of {url} failed after {attempts} attempts at byte {state.received} of "
-                            f"{expected.length}: {exc}",
-                            hint="check the network or the mirror, then rerun",
-                        ) from None
-                    time.sleep(backoff * 2 ** (failures - 1))
-                    continue
-                if expected.length is None or state.received >= expected.length:
-                    break  # without a known length, a body that ended cleanly is the whole file
-                failures += 1  # the server ended the body early: resume from here
-                if failures >= attempts:
-                    raise VerificationError(
-                        f"{url} is truncated: the server sent {state.received} of the {expected.length} signed bytes"
-                    )
-                time.sleep(backoff * 2 ** (failures - 1))
-            transform.finish()
-            for alg, want in expected.hashes.items():
-                got = state.hashers[alg].hexdigest()
-                if got != want.lower():
-                    raise VerificationError(
-                        f"{url} failed verification: {alg} is {got}, the signed metadata says {want}",
-                        hint="the mirror or a proxy serves other bytes than the repository signed",
-                    )
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(part, dest)
-        return dest
-    finally:
-        transform.abort()
-        part.unlink(missing_ok=True)
-        http.clear()
-
-
-@dataclass
-class _State:
-    """What survives a dropped connection: the hashes so far and the byte count (the transform keeps its own)."""
-
-    hashers: dict[str, hashlib._Hash]
-    received: int = 0
-
-
-def _fetch(
-    http: urllib3.PoolManager,
-    url: str,
-    state: _State,
-    expected: Expected,
-    transform: Transform,
-    progress: Progress | None,
-) -> None:
-    """One HTTP GET from ``state.received`` on; raises on connection errors (the caller resumes from the state)."""
-    offset = state.received
-    headers = {"Range": f"bytes={offset}-"} if offset else {}
-    res = http.request("GET", url, headers=headers, preload_content=False)
-    try:
-        if res.status == 416 and offset:
-            return  # nothing more to send: the caller reports a truncated file
-        if res.status not in (200, 206):
-            raise ExternalError(f"GET {url}: HTTP {res.status}", hint="check the URL, or the mirror that serves it")
-        skip = offset if res.status == 200 else 0  # the server ignored Range: drop what we already have
-        for chunk in res.stream(CHUNK):
-            if skip:
-                cut = min(skip, len(chunk))
-                chunk, skip = chunk[cut:], skip - cut
-                if not chunk:
-                    continue
-            if expected.length is not None and state.received + len(chunk) > expected.length:
-                raise VerificationError(
-                    f"{url} is larger than the {expected.length} bytes the signed metadata allows",
-                    hint="the mirror serves another file under this name",
-                )
-            for h in state.hashers.values():
-                h.update(chunk)
-            transform.feed(chunk)
-            state.received += len(chunk)
-            if progress:
-                progress(len(chunk))
-    finally:
-        res.release_conn()

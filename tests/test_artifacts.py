@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder import fetch
 from imagebuilder.errors import ExternalError
-from imagebuilder.mirror import Mirror, create_mirror, fetch_verified
+from imagebuilder.fetch import Expected, Mirror
+from imagebuilder.mirror import create_mirror
 from imagebuilder.model import load_catalog
 from imagebuilder.outputs import gzip_parallel
 from imagebuilder.ova import make_ova
@@ -118,13 +120,29 @@ def test_mirror_create_verifies_converges_and_rejects_tampering(
     Path(Mirror(str(mirror_dir)).locate(kubelet_uri)).write_bytes(b"#!/bin/sh\necho evil\n")
     target = Path(Mirror(str(dest)).locate(kubelet_uri))
     target.unlink()
-    with pytest.raises(ExternalError, match="checksum mismatch"):
+    with pytest.raises(ExternalError, match="failed verification"):
         create_mirror(CHANNEL.manifest_url, dest, source=Mirror.parse(http_server))
     assert not target.exists()
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]
 
 
-def test_fetch_verified_unreachable(tmp_path: Path) -> None:
-    with pytest.raises(ExternalError, match="cannot fetch"):
-        fetch_verified("http://127.0.0.1:9/nothing", tmp_path / "x", "0" * 64)
+def test_download_unreachable(tmp_path: Path) -> None:
+    with pytest.raises(ExternalError, match=r"cannot fetch http://127.0.0.1:9/nothing: .*after 2 attempts"):
+        fetch.download("http://127.0.0.1:9/nothing", tmp_path / "x", Expected(None, {"sha256": "0" * 64}), attempts=2)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_download_from_a_path_verifies_like_a_url(tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"node image bytes")
+    digest = hashlib.sha256(b"node image bytes").hexdigest()
+    seen: list[int] = []
+    out = fetch.download(
+        f"file://{src}", tmp_path / "out" / "a.bin", Expected(16, {"sha256": digest}), progress=seen.append
+    )
+    assert out.read_bytes() == b"node image bytes" and sum(seen) == 16
+    with pytest.raises(ExternalError, match="failed verification"):
+        fetch.download(str(src), tmp_path / "out" / "b.bin", Expected(None, {"sha256": "0" * 64}))
+    with pytest.raises(ExternalError, match="larger than the 4 bytes"):
+        fetch.download(str(src), tmp_path / "out" / "c.bin", Expected(4, {"sha256": digest}))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.bin"]

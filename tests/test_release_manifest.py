@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.mirror import Mirror
+from imagebuilder.fetch import Mirror
 from imagebuilder.release_manifest import BINARIES, IMAGES, load_manifest, parse_manifest
 from tests.conftest import make_manifest, reference
 

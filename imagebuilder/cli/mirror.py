@@ -33,7 +33,8 @@ def create(
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-    from imagebuilder.mirror import Mirror, create_mirror, file_sha256, mirror_items
+    from imagebuilder.fetch import Mirror
+    from imagebuilder.mirror import create_mirror, file_sha256, mirror_items
     from imagebuilder.model import load_catalog
     from imagebuilder.release_manifest import load_manifest
 
