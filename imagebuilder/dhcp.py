@@ -231,7 +231,10 @@ def resolve(config: DhcpConfig, source: str | Path = "dhcp config") -> Pool:
             continue
         if method == "reserve":
             reservations.append(
-                Reservation(f"control-plane-{re.sub(r'[^A-Za-z0-9-]', '-', label)}", dummy_mac(cp.ip), cp.ip)
+                # the address is in the name: two endpoints of one cluster are two host declarations
+                Reservation(
+                    f"control-plane-{re.sub(r'[^A-Za-z0-9-]', '-', f'{label}-{cp.ip}')}", dummy_mac(cp.ip), cp.ip
+                )
             )
         if inside:
             new: list[tuple[IP, IP]] = []

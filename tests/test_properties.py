@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from imagebuilder import grammar
@@ -88,6 +88,16 @@ def _statements(conf: str) -> list[str]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dhcp_configs())
+@example(  # found by this test: two reserved endpoints of one cluster once became two hosts of one name
+    {
+        "interface": "eth0",
+        "subnet": "10.0.0.0/16",
+        "range": {"start": "10.0.0.2", "end": "10.0.0.9"},
+        "routers": ["10.0.0.1"],
+        "exclusion": "reserve",
+        "control_plane_ips": [{"ip": "10.0.0.3", "cluster": "A0"}, {"ip": "10.0.0.4", "cluster": "A0"}],
+    }
+)
 def test_any_accepted_dhcp_config_renders_what_dhcpd_accepts_and_nothing_else(data: dict[str, object]) -> None:
     try:
         config = DhcpConfig.model_validate(data)

@@ -1,0 +1,71 @@
+"""The library's shape: layers import one way only, and shared code asks the provider registry."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from imagebuilder.model import load_catalog
+from imagebuilder.providers import registry
+from tests.support.imports import cycles, import_graph
+
+PACKAGE = Path(__file__).resolve().parents[1] / "imagebuilder"
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph(PACKAGE, "imagebuilder")
+    assert "imagebuilder.fetch" in graph and graph["imagebuilder.mirror"]  # the graph is really read
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from pkg.sub import b\n")
+    (pkg / "a.py").write_text("def f():\n    from pkg.sub import b  # lazy imports count\n")
+    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.c\n")
+    (pkg / "c.py").write_text("from .sub.b import x\nfrom . import a\n")
+    graph = import_graph(pkg, "pkg")
+    assert graph["pkg.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == set()  # TYPE_CHECKING never runs
+    assert cycles(graph) == []
+    (pkg / "sub" / "b.py").write_text("import pkg.c\n")
+    assert cycles(import_graph(pkg, "pkg")) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def test_low_layers_import_nothing_above_them() -> None:
+    graph = import_graph(PACKAGE, "imagebuilder")
+    bottom = {"errors", "files", "grammar", "safepath", "stream", "validation", "paths", "disk"}
+    for name in bottom:
+        module = f"imagebuilder.{name}"
+        assert module in graph, module
+        above = {m for m in graph[module] if m.removeprefix("imagebuilder.") not in bottom}
+        assert not above, f"{module} imports {above}"
+    # the vSphere connection is below its facade and the clients built on it
+    assert graph["imagebuilder.vsphere.connection"] <= {f"imagebuilder.{m}" for m in bottom | {"profile", "model"}}
+
+
+def test_every_provider_of_the_catalog_is_one_registered_unit() -> None:
+    assert set(registry.PROVIDERS) == set(load_catalog().providers)
+    for name, provider in registry.PROVIDERS.items():
+        assert provider.name == name and provider.config_model.provider == name
+        assert (PACKAGE.parent / "packer" / provider.builder / "node.pkr.hcl.j2").is_file()
+
+
+def test_shared_code_never_branches_on_a_provider_name() -> None:
+    """Outside imagebuilder/providers/, no comparison with a provider name and no isinstance on a config model."""
+    names = set(registry.PROVIDERS)
+    models = {p.config_model.__name__ for p in registry.PROVIDERS.values()}
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if "providers" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                consts = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant)]
+                if any(v in names for v in consts):
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
+                if any(getattr(a, "id", None) in models for a in ast.walk(node)):
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert found == []
