@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from imagebuilder.errors import InputError
 from imagebuilder.files import load_yaml_mapping
-from imagebuilder.profile import config_dir
+from imagebuilder.paths import config_dir
 
 
 class _Strict(BaseModel):

@@ -9,9 +9,9 @@ from pathlib import Path
 from imagebuilder.hostinfo import KvmStatus
 from imagebuilder.model import load_catalog
 from imagebuilder.packer import EXTERNAL_ONLY, PackerInfo, RenderedBuild, fmt_check, render_build, validate
+from imagebuilder.paths import config_dir
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
-from imagebuilder.profile import config_dir
 
 #: linting renders without probing KVM (the accelerator does not change what Packer validates)
 LINT_KVM = KvmStatus(False, "not probed for linting")

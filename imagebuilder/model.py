@@ -15,7 +15,8 @@ from typing import Any, Literal, TypeVar
 
 from imagebuilder.errors import InputError, did_you_mean
 from imagebuilder.files import load_yaml_mapping
-from imagebuilder.profile import config_dir, load_profile
+from imagebuilder.paths import config_dir
+from imagebuilder.profile import load_profile
 
 ConfigNeed = Literal["required", "optional"]
 

@@ -20,10 +20,10 @@ from urllib.parse import quote
 from imagebuilder import fetch
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Expected, TufFetcher
+from imagebuilder.paths import workspace_root
 from imagebuilder.profile import load_profile
 from imagebuilder.safepath import safe_join
 from imagebuilder.stream import Copy, Lz4ToGzip, ProgressFactory, Transform
-from imagebuilder.workspace import workspace_root
 
 VARIANTS = ("vsphere", "baremetal")
 SHA512_RE = re.compile(r"^[0-9a-fA-F]{128}$")

@@ -13,12 +13,12 @@ from pathlib import Path
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Mirror
 from imagebuilder.model import ReleaseChannel, load_catalog
+from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
 from imagebuilder.profile import load_profile
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import ConfigContext, ProviderConfig, load_provider_config
 from imagebuilder.release_manifest import ReleaseManifest, load_manifest
-from imagebuilder.workspace import workspace_root
 
 #: how long a dry run waits for the upstream manifest before planning without it
 MANIFEST_TIMEOUT = 1.5
@@ -128,7 +128,8 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     release = manifest.number if manifest else channel.release
     release_name = load_profile().release_name(channel.name, release)
     name = _artifact_name(os_.name, version, release, provider.extension, request.name)
-    output_path = None if provider.output == "ami" else Path(request.output_dir).resolve() / name
+    local = registry.get(provider.name).local_artifact
+    output_path = Path(request.output_dir).resolve() / name if local else None
     ws = workspace_root()
     disk_gb = catalog.build_vm["disk_gb"] if request.disk_gb is None else request.disk_gb
     if not 4 <= disk_gb <= 2048:

@@ -19,7 +19,7 @@ from imagebuilder.errors import ExternalError, InputError, did_you_mean
 from imagebuilder.hostconfig import load_host_config
 from imagebuilder.hostinfo import CHECKS, KvmStatus, kvm_status, machine, os_release, tool_version
 from imagebuilder.model import BuildPair, load_catalog
-from imagebuilder.workspace import workspace_root
+from imagebuilder.paths import workspace_root
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")

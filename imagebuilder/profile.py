@@ -7,20 +7,13 @@ the rest of the code, templates and tests stay product-neutral and lets a site o
 from __future__ import annotations
 
 import dataclasses
-import os
 import typing
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, TypeVar
 
 from imagebuilder.errors import InputError, did_you_mean
 from imagebuilder.files import load_yaml_mapping
-
-
-def config_dir() -> Path:
-    """The project's ``config/`` directory (``IMAGE_BUILDER_CONFIG_DIR`` overrides it)."""
-    env = os.environ.get("IMAGE_BUILDER_CONFIG_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "config"
+from imagebuilder.paths import config_dir
 
 
 class _Strict:

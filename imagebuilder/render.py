@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 from typing import Any
 
 import jinja2
 
-ROOT = Path(__file__).resolve().parent.parent
+from imagebuilder.paths import BUNDLE
+
+ROOT = BUNDLE
 
 
 _HCL_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -93,7 +93,7 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
     add("no SSH host keys", not keys, "none" if not keys else " ".join(keys))
     instances = host.run("ls -A /var/lib/cloud/instances 2>/dev/null").stdout.split()
     add("cloud-init cleaned", not instances, "/var/lib/cloud/instances empty" if not instances else str(instances))
-    if plan["provider"] != "ami":
+    if provider is None or provider.removes_build_user:
         add("no build user", not host.user(build_user).exists, f"user {build_user} absent")
     add("no build sudo rule", not host.file(f"/etc/sudoers.d/{build_user}").exists, f"/etc/sudoers.d/{build_user}")
     shadow = host.file("/etc/shadow").content_string

@@ -151,3 +151,21 @@ def small_ovas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "bottlerocket": make_ova(disks[0], work / "os1.ova", name="os1", extra_disks=[disks[1]]),
         "ubuntu": make_ova(disks[0], work / "os2.ova", name="os2"),
     }
+
+
+#: modules whose every test needs these (tests that use the vcsim fixture are marked from it)
+MODULE_MARKS = {
+    "test_bootcheck.py": ("root",),
+    "test_dhcp.py": ("root", "netns"),
+    "test_hostprep.py": ("root", "slow"),
+    "test_e2e_offline.py": ("root", "netns", "qemu", "vcsim", "slow"),
+    "test_vsphere.py": ("vcsim",),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in MODULE_MARKS.get(item.path.name, ()):
+            item.add_marker(mark)
+        if "vcsim" in getattr(item, "fixturenames", ()):
+            item.add_marker("vcsim")

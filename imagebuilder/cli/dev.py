@@ -9,11 +9,13 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder import paths
 from imagebuilder.cli._common import cli_task
 from imagebuilder.errors import ExternalError
 
-ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+#: the pytest markers of tests that need root, a VM or a long run (pyproject.toml declares them)
+HEAVY_MARKERS = ("root", "netns", "qemu", "vcsim", "slow")
 
 
 @task(auto_shortflags=False)
@@ -22,7 +24,7 @@ def lint(c: Context) -> None:
     """Static checks: ruff, mypy, ansible-lint, and all seven pairs rendered, packer validate'd and fmt-checked."""
     from imagebuilder.lint import lint_templates
 
-    with c.cd(str(ROOT)):
+    with c.cd(str(paths.require_checkout("lint"))):
         c.run(f"{BIN}/ruff check .")
         c.run(f"{BIN}/ruff format --check .")
         c.run(f"{BIN}/mypy")
@@ -44,13 +46,16 @@ def lint(c: Context) -> None:
     help={
         "k": "only tests matching this pytest -k expression",
         "no_lint": "skip the static checks",
+        "fast": "only the tests that need no root, network namespace, VM, vcsim or long run (no static checks)",
     },
     auto_shortflags=False,
 )
-def test(c: Context, k: str = "", no_lint: bool = False) -> None:
+def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False) -> None:
     """Run the whole test suite (static checks, then pytest against the real components)."""
-    if not no_lint:
+    if not (no_lint or fast):
         lint(c)
     select = f" -k '{k}'" if k else ""
-    with c.cd(str(ROOT)):
+    if fast:
+        select += f" -m 'not ({' or '.join(HEAVY_MARKERS)})'"
+    with c.cd(str(paths.require_checkout("test"))):
         c.run(f"{BIN}/python -m pytest{select}", pty=False)

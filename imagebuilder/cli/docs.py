@@ -20,9 +20,10 @@ from imagebuilder.cli._common import cli_task
 @cli_task
 def docs(c: Context, readme: str = "", dry_run: bool = False) -> None:
     """Regenerate the README's config reference from the config models."""
+    from imagebuilder import paths
     from imagebuilder.docs import update_readme
 
-    path = Path(readme) if readme else Path(__file__).resolve().parents[2] / "README.md"
+    path = Path(readme) if readme else paths.require_checkout("docs") / "README.md"
     if dry_run:
         print(f"{'would update' if update_readme(path, write=False) else 'up to date'}: {path}")
         return

@@ -23,7 +23,8 @@ from imagebuilder.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
     from imagebuilder.model import OperatingSystem, ReleaseChannel
-    from imagebuilder.vsphere.session import Target, VSphere
+    from imagebuilder.vsphere.connection import Target
+    from imagebuilder.vsphere.session import VSphere
 
 CONNECTION_HELP = {
     "server": "vCenter host, IP or URL (default: GOVC_URL)",
@@ -42,7 +43,8 @@ TEMPLATE_HELP = {
 
 @contextmanager
 def connected(target: Target, what: str) -> Iterator[VSphere]:
-    from imagebuilder.vsphere.session import VSphere, credentials_from_env, external_errors
+    from imagebuilder.vsphere.connection import credentials_from_env, external_errors
+    from imagebuilder.vsphere.session import VSphere
 
     credentials = credentials_from_env()
     with external_errors(what), VSphere(target, credentials) as vs:
@@ -50,14 +52,14 @@ def connected(target: Target, what: str) -> Iterator[VSphere]:
 
 
 def _target(server: str, insecure: bool | None, thumbprint: str) -> Target:
-    from imagebuilder.vsphere.session import target_from
+    from imagebuilder.vsphere.connection import target_from
 
     return target_from(server or None, insecure, thumbprint or None, os.environ)
 
 
 def _target_of(server: str, insecure: bool, thumbprint: str | None) -> Target:
     """A target named by a file (user.yaml, a cluster spec): the environment does not override it."""
-    from imagebuilder.vsphere.session import target_from
+    from imagebuilder.vsphere.connection import target_from
 
     return target_from(server, insecure, thumbprint, {})
 
@@ -140,7 +142,7 @@ def setup_user(
 def thumbprint(c: Context, server: str = "") -> None:
     """Print the SHA1 thumbprint of the vCenter certificate, as the cluster spec's thumbprint field wants it."""
     target = _target(server, True, "")
-    from imagebuilder.vsphere.session import server_thumbprint
+    from imagebuilder.vsphere.connection import server_thumbprint
 
     print(server_thumbprint(target))
 

@@ -11,11 +11,11 @@ from pydantic import Field, field_validator
 
 from imagebuilder.model import load_catalog
 from imagebuilder.outputs import Packaged, Status, packer_manifest
+from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan
 from imagebuilder.providers.base import SYSPREP, Provider, node_step
 from imagebuilder.providers.config import BoolStr, ConfigContext, ProviderConfig, Size, Text, alias
 from imagebuilder.validation import Problem
-from imagebuilder.workspace import workspace_root
 
 _OWNER_ALIASES = ("amazon", "aws-marketplace", "self", "aws-backup-vault")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
@@ -197,6 +197,8 @@ class Ami(Provider):
     builder = "amazon"
     #: the source AMI brings its own default user
     build_user = "ubuntu"
+    removes_build_user = False
+    local_artifact = False
     http_seed = False
 
     @staticmethod

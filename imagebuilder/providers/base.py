@@ -41,6 +41,10 @@ class Provider:
     disk_format: ClassVar[str] = "qcow2"
     #: who Packer logs in as
     build_user: ClassVar[str] = BUILD_USER
+    #: sysprep removes the build user (not a user the source image brought, like an AMI's default user)
+    removes_build_user: ClassVar[bool] = True
+    #: the build writes an artifact under the output folder (an AMI stays in AWS)
+    local_artifact: ClassVar[bool] = True
     #: installs from an ISO whose seed (autoinstall or kickstart) Packer serves over HTTP
     http_seed: ClassVar[bool] = True
     #: cloud-init user-data is passed inside the template (no seed CD)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.profile import config_dir
+from imagebuilder.paths import config_dir
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.session import VSphere
 from imagebuilder.vsphere.userconfig import UserConfig

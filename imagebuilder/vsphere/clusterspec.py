@@ -18,7 +18,8 @@ from imagebuilder.files import parse_yaml_documents, read_text
 from imagebuilder.model import load_catalog
 from imagebuilder.profile import load_profile
 from imagebuilder.vsphere import inventory
-from imagebuilder.vsphere.session import THUMBPRINT_EXPECTED, THUMBPRINT_RE, VSphere, server_thumbprint
+from imagebuilder.vsphere.connection import THUMBPRINT_EXPECTED, THUMBPRINT_RE, server_thumbprint
+from imagebuilder.vsphere.session import VSphere
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from imagebuilder.errors import ExternalError
-from imagebuilder.vsphere.session import PIN_HINT, Target, sha1_thumbprint, ssl_context
+from imagebuilder.vsphere.connection import PIN_HINT, Target, sha1_thumbprint, ssl_context
 
 
 @dataclass

@@ -20,8 +20,8 @@ from typing import IO, Any
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import sha256_file
 from imagebuilder.stream import Progress, ProgressFactory
+from imagebuilder.vsphere.connection import poll
 from imagebuilder.vsphere.rest import Call, RestClient
-from imagebuilder.vsphere.session import poll
 
 FIND_LIBRARY = Call("POST", "/content/library", "/com/vmware/content/library", "spec")
 CREATE_LIBRARY = Call("POST", "/content/local-library", "/com/vmware/content/local-library", "create_spec")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagebuilder.errors import ExternalError
+from imagebuilder.vsphere.connection import CallCounter, Credentials, Target
 from imagebuilder.vsphere.http import HttpClient, Response
-from imagebuilder.vsphere.session import CallCounter, Credentials, Target
 
 SESSION_HEADER = "vmware-api-session-id"
 

@@ -15,7 +15,7 @@ from imagebuilder import grammar
 from imagebuilder.errors import InputError, InputErrors, did_you_mean
 from imagebuilder.files import load_yaml_mapping
 from imagebuilder.profile import load_profile
-from imagebuilder.vsphere.session import split_server
+from imagebuilder.vsphere.connection import split_server
 
 MAX_USERNAME = 300  # spec 5, 8: and it cannot be changed after creation
 #: SSO user and group names: what the SSO admin API takes without escaping in a principal ``name@domain``
