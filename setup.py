@@ -25,9 +25,7 @@ class BuildWithBundle(build_py):  # type: ignore[misc]
         target = Path(self.build_lib) / "imagebuilder" / "_bundle"
         shutil.rmtree(target, ignore_errors=True)
         for name in BUNDLE:
-            shutil.copytree(
-                HERE / name, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
-            )
+            shutil.copytree(HERE / name, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*"))
 
 
 setup(cmdclass={"build_py": BuildWithBundle})

@@ -142,6 +142,7 @@ def _tamper_json(path: Path, change: dict[str, object]) -> None:
     path.write_text(json.dumps(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "expected"),
     [

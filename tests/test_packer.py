@@ -55,6 +55,7 @@ def lint_results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, st
 FULL_VALIDATE = [p for p in PAIRS if p[1] != "nutanix"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("os_name", "provider"), FULL_VALIDATE, ids=["-".join(p) for p in FULL_VALIDATE])
 def test_pair_passes_packer_validate_and_fmt(os_name: str, provider: str, lint_results: dict) -> None:  # type: ignore[type-arg]
     r = lint_results[(os_name, provider)]
@@ -209,6 +210,7 @@ def test_hcl_literals() -> None:
     assert hcl(["x", 1, True]) == '["x", 1, true]'
 
 
+@pytest.mark.slow
 def test_ansible_is_lint_clean_and_parses() -> None:
     lint = subprocess.run([str(BIN / "ansible-lint"), "-q", "ansible/"], cwd=ROOT, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -97,6 +97,7 @@ def test_proxy_credentials_are_masked() -> None:
     assert mask_url("http://u:p@h:1") == "http://***@h:1"
 
 
+@pytest.mark.slow
 def test_gathering_real_facts_on_this_host() -> None:
     facts = HostFacts.gather(UBUNTU_BM)
     assert facts.cpus >= 1 and facts.memory_bytes > 0 and facts.disk_free_bytes > 0

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
@@ -135,6 +136,7 @@ def test_any_accepted_dhcp_config_renders_what_dhcpd_accepts_and_nothing_else(da
 # --- HCL: any string or number is one literal that Packer evaluates back to the same value -------------------------
 
 
+@pytest.mark.slow
 @SLOW
 @given(st.lists(st.text(st.characters(codec="utf-8"), max_size=30) | st.sampled_from(["${x}", "%{if}", "$${", "\\"]),
                 min_size=1, max_size=12))  # fmt: skip
@@ -291,6 +293,7 @@ def _mutate(doc: object, path: list[int], replacement: object) -> object:
     return replacement
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 50), max_size=8), wrong_shapes)
 def test_release_manifests_of_any_shape(path: list[int], replacement: object) -> None:
@@ -301,6 +304,7 @@ def test_release_manifests_of_any_shape(path: list[int], replacement: object) ->
         parse_manifest(yaml.dump(doc, Dumper=DUMPER), "release.yaml")
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 50), max_size=10), wrong_shapes)
 def test_bundle_manifests_of_any_shape(path: list[int], replacement: object) -> None:
@@ -317,6 +321,7 @@ VSPHERE_TEXT_FIELDS = ["datacenter", "cluster", "resource_pool", "datastore", "n
                        "platform_library_name", "username"]  # fmt: skip
 
 
+@pytest.mark.slow
 @SLOW
 @given(st.dictionaries(st.sampled_from(VSPHERE_TEXT_FIELDS), hostile_text, min_size=1, max_size=3))
 def test_any_accepted_vsphere_config_renders_a_template_packer_accepts(changes: dict[str, str]) -> None:

@@ -24,11 +24,15 @@ def lint(c: Context) -> None:
     """Static checks: ruff, mypy, ansible-lint, and all seven pairs rendered, packer validate'd and fmt-checked."""
     from imagebuilder.lint import lint_templates
 
+    checks = ("ruff check .", "ruff format --check .", "mypy", "ansible-lint -q ansible/")
     with c.cd(str(paths.require_checkout("lint"))):
-        c.run(f"{BIN}/ruff check .")
-        c.run(f"{BIN}/ruff format --check .")
-        c.run(f"{BIN}/mypy")
-        c.run(f"{BIN}/ansible-lint -q ansible/")
+        # every check runs, so one report names everything to fix
+        failed_checks = [cmd for cmd in checks if not c.run(f"{BIN}/{cmd}", warn=True).ok]
+    if failed_checks:
+        raise ExternalError(
+            f"static checks failed: {', '.join(failed_checks)}",
+            hint="their output is above; 'ruff format .' fixes formatting",
+        )
     with tempfile.TemporaryDirectory(prefix="image-builder-lint-") as tmp:
         results = lint_templates(Path(tmp))
         for r in results:
@@ -56,6 +60,7 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False) -> 
         lint(c)
     select = f" -k '{k}'" if k else ""
     if fast:
-        select += f" -m 'not ({' or '.join(HEAVY_MARKERS)})'"
+        # light tests are independent of each other: spread them over the cores
+        select += f" -m 'not ({' or '.join(HEAVY_MARKERS)})' -n auto"
     with c.cd(str(paths.require_checkout("test"))):
         c.run(f"{BIN}/python -m pytest{select}", pty=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,6 +44,7 @@ values = st.text(max_size=60) | st.sampled_from(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(task=st.sampled_from(TASKS), data=st.data())
 def test_any_flag_value_gets_an_answer_not_a_crash(tmp_path: Path, task: str, data: st.DataObject) -> None:

@@ -91,6 +91,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("request_bytes", "expected"), CASES, ids=[str(i) for i in range(len(CASES))])
 def test_no_request_breaks_serve(
     server: tuple[FileServer, io.StringIO, Path], request_bytes: bytes, expected: int
