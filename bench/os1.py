@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.tufrepo import TufRepo, sha512  # noqa: E402
-from tests.vcsim import free_port  # noqa: E402
+from tests.support.tufrepo import TufRepo, sha512  # noqa: E402
+from tests.support.vcsim import free_port  # noqa: E402
 
 GIB = 1024**3
 MIB = 1024**2

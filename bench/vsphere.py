@@ -30,7 +30,7 @@ from imagebuilder.ova import make_ova  # noqa: E402
 from imagebuilder.profile import load_profile  # noqa: E402
 from imagebuilder.vsphere.tags import expected_tags  # noqa: E402
 from imagebuilder.vsphere.templates import default_name  # noqa: E402
-from tests.vcsim import GOVC, Vcsim, start_vcsim  # noqa: E402
+from tests.support.vcsim import GOVC, Vcsim, start_vcsim  # noqa: E402
 
 DC = "DC0"
 FOLDER = f"/{DC}/vm/Templates"

@@ -20,7 +20,7 @@ from imagebuilder import disk
 from imagebuilder.baseimage import MBR_CANDIDATES, PARTITION_OFFSET, assemble_disk
 from imagebuilder.bootcheck import check_image, check_raw
 from imagebuilder.errors import ExternalError
-from tests.conftest import run
+from tests.support.common import run
 
 SIZE = 64 * 1024 * 1024
 MBR = next(Path(p) for p in MBR_CANDIDATES if Path(p).is_file())

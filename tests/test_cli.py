@@ -10,7 +10,7 @@ import pytest
 
 from imagebuilder.cli import namespace
 from imagebuilder.docs import config_reference
-from tests.conftest import EXAMPLES, PAIRS, ROOT, build_args, reference, run
+from tests.support.common import EXAMPLES, PAIRS, ROOT, build_args, reference, run
 
 SECRETS = ("change-me", "change-me-api-key", "change-me-secret-key")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run
+from tests.support.common import run
+from tests.support.vcsim import Vcsim
 from tests.test_vsphere import TEMPLATES, import_args
-from tests.vcsim import Vcsim
 
 PRODUCT = "aws/eks-anywhere"
 TESTDATA = "pkg/providers/vsphere/testdata"

@@ -18,7 +18,7 @@ import yaml
 
 from imagebuilder.dhcp import DhcpConfig, DhcpHost, Pool, dummy_mac, install, load_dhcp_config, render
 from imagebuilder.errors import ExternalError, InputErrors
-from tests.conftest import BIN, ROOT, run
+from tests.support.common import BIN, ROOT, run
 
 EXAMPLE = ROOT / "config" / "examples" / "dhcp.yaml"
 IP = ipaddress.IPv4Address

@@ -22,8 +22,8 @@ from imagebuilder.bootcheck import check_image
 from imagebuilder.model import load_catalog
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import verify_image
-from tests.conftest import BIN, ROOT, run
-from tests.vcsim import Vcsim
+from tests.support.common import BIN, ROOT, run
+from tests.support.vcsim import Vcsim
 
 NETNS = f"ib-offline-{os.getpid()}"
 # a QEMU build under TCG takes minutes; the first test also pays for the base image fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from tests.conftest import run
+from tests.support.common import run
 
 MIRROR = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SUITE = os.environ.get("DEBIAN_SUITE", "bookworm")

@@ -6,7 +6,7 @@ import pytest
 
 from imagebuilder.errors import InputError
 from imagebuilder.model import load_catalog
-from tests.conftest import PAIRS
+from tests.support.common import PAIRS
 
 catalog = load_catalog()
 

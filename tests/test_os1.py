@@ -20,9 +20,9 @@ import lz4.frame
 import pytest
 
 from imagebuilder.serve import FileServer, Handler
-from tests.conftest import BIN, ROOT, reference, run
-from tests.tufrepo import TufRepo, sha512
-from tests.vcsim import free_port
+from tests.support.common import BIN, ROOT, reference, run
+from tests.support.tufrepo import TufRepo, sha512
+from tests.support.vcsim import free_port
 
 K = "1.24"
 METAL = f"bottlerocket-metal-k8s-{K}-x86_64-v1.10.1.img.lz4"

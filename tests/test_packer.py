@@ -17,7 +17,7 @@ from imagebuilder.packer import PackerInfo, fmt_check, render_build, validate
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
 from imagebuilder.render import hcl
-from tests.conftest import BIN, EXAMPLES, PAIRS, ROOT
+from tests.support.common import BIN, EXAMPLES, PAIRS, ROOT
 
 PACKER = PackerInfo.detect()
 KVM = KvmStatus(True, "test")

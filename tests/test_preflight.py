@@ -11,7 +11,7 @@ from imagebuilder.errors import InputError
 from imagebuilder.hostinfo import KvmStatus, kvm_status
 from imagebuilder.model import load_catalog
 from imagebuilder.preflight import CHECKS, GIB, HostFacts, mask_url, run_checks
-from tests.conftest import run
+from tests.support.common import run
 
 catalog = load_catalog()
 UBUNTU_BM = catalog.build_pair(catalog.os("ubuntu"), catalog.provider("baremetal"))

@@ -7,7 +7,7 @@ import subprocess
 
 from imagebuilder import __version__
 from imagebuilder.profile import load_profile
-from tests.conftest import ROOT
+from tests.support.common import ROOT
 
 # Values the spec leaves as placeholders; only config/ may spell them.
 PRODUCT_VALUES = [

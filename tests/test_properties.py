@@ -268,7 +268,7 @@ DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 @functools.cache
 def _text(kind: str) -> str:
-    from tests.conftest import make_manifest, reference
+    from tests.support.common import make_manifest, reference
 
     if kind == "release":
         return make_manifest("1-24", 5, "v1.24.8")

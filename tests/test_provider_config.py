@@ -18,7 +18,7 @@ from imagebuilder.providers.config import (
     validate_provider_config,
 )
 from imagebuilder.providers.registry import config_models
-from tests.conftest import EXAMPLES, PAIRS
+from tests.support.common import EXAMPLES, PAIRS
 
 MODELS = config_models()
 

@@ -10,7 +10,7 @@ import yaml
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Mirror
 from imagebuilder.release_manifest import BINARIES, IMAGES, load_manifest, parse_manifest
-from tests.conftest import make_manifest, reference
+from tests.support.common import make_manifest, reference
 
 NEEDED = {(b, "binary") for b in BINARIES} | {("cni-plugins", "archive"), ("etcd", "archive")}
 NEEDED |= {(i, "image") for i in IMAGES}

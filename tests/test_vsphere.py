@@ -1,7 +1,7 @@
 """vSphere preparation against a real vcsim: user/group/roles/permissions, template import, tags, validation.
 
 govc (same govmomi release) is the independent observer: what our tasks did is read back with govc, not with our
-own code. Simulator differences are listed in tests/vcsim.py.
+own code. Simulator differences are listed in tests/support/vcsim.py.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.vsphere.access import shipped_privileges
-from tests.conftest import BIN, ROOT, run
-from tests.vcsim import Vcsim, start_vcsim
+from tests.support.common import BIN, ROOT, run
+from tests.support.vcsim import Vcsim, start_vcsim
 
 NEW_PASSWORD = "New-User-Pw-93ab!"
 DC = "DC0"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.common import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run
+from tests.support.common import run
 from tests.support.inproc import cli
 
 BAD_NUMBERS = ["abc", "1_0", " 8", "0x10", "1e3", "", "-", "１２", "9" * 40]

@@ -17,7 +17,7 @@ import yaml
 
 from imagebuilder.errors import InputError
 from imagebuilder.safepath import safe_join
-from tests.conftest import make_manifest
+from tests.support.common import make_manifest
 from tests.support.inproc import cli
 
 HOSTILE_NAMES = ["../../x", "/abs/x", "a/../../x", "..", ".", "", "a\0b", "a\nb", "x" * 300, "a/" + "b" * 256,

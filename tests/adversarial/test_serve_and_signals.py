@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.serve import FileServer
-from tests.conftest import BIN, ROOT
+from tests.support.common import BIN, ROOT
 
 DATA = bytes(range(256)) * 4  # 1024 bytes
 

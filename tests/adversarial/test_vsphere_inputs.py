@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run
+from tests.support.common import run
+from tests.support.vcsim import Vcsim
 from tests.test_vsphere import DC, NEW_PASSWORD, role_privileges, roles, user_yaml
-from tests.vcsim import Vcsim
 
 SECRETS = ["S3cret#pw", "pa/ss@word", "p%40ss:w0rd", "tab\there"]
 

@@ -1,6 +1,6 @@
 """The ``image-builder`` program run in this process: the same Invoke Program the console script runs, with its
 output captured. Hundreds of hostile inputs run in seconds this way; a handful of tests also run the real console
-script as a subprocess (tests.conftest.run) to prove the two agree."""
+script as a subprocess (tests.support.common.run) to prove the two agree."""
 
 from __future__ import annotations
 

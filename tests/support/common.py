@@ -1,0 +1,76 @@
+"""Helpers the tests share: where things are, the reference data, the real CLI as a subprocess, manifests of the
+real format. Fixtures live in conftest.py; tests import these from here, never from conftest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: real reference data, copied with its provenance (tests/data/README.md)
+DATA = ROOT / "tests" / "data"
+EXAMPLES = ROOT / "config" / "examples"
+BIN = Path(sys.executable).parent
+
+#: the seven buildable pairs and their example configs (None: no config needed)
+PAIRS: dict[tuple[str, str], str | None] = {
+    ("ubuntu", "vsphere"): "vsphere-ubuntu.json",
+    ("redhat", "vsphere"): "vsphere-redhat.json",
+    ("ubuntu", "baremetal"): None,
+    ("redhat", "baremetal"): "baremetal-redhat.json",
+    ("redhat", "cloudstack"): "cloudstack-redhat.json",
+    ("ubuntu", "ami"): "ami-ubuntu.json",
+    ("ubuntu", "nutanix"): "nutanix-ubuntu.json",
+}
+
+
+def reference(*parts: str) -> Path:
+    """A file of the reference data in tests/data; a missing one fails the test (never skips)."""
+    path = DATA.joinpath(*parts)
+    assert path.is_file(), f"reference data missing: {path} (see tests/data/README.md)"
+    return path
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def run(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, program: str = "image-builder"
+) -> Result:
+    """Run the real console script (``image-builder`` or ``invoke``) as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run(
+        [str(BIN / program), *args],
+        cwd=cwd or ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def build_args(os_name: str, provider: str, channel: str = "1-24", *extra: str) -> list[str]:
+    args = ["build", "--os", os_name, "--hypervisor", provider, "--release-channel", channel]
+    config = PAIRS.get((os_name, provider))
+    if config:
+        args += [f"--{provider}-config", str(EXAMPLES / config)]
+    return [*args, *extra]
+
+
+def make_manifest(channel: str, number: int, version: str) -> str:
+    """A manifest of the real format for another release, derived from the real 1-21-eks-4 sample."""
+    text = reference("eksd", "kubernetes-1-21-eks-4.yaml").read_text()
+    text = text.replace("kubernetes-1-21/releases/4/", f"kubernetes-{channel}/releases/{number}/")
+    text = text.replace("eks-1-21-4", f"eks-{channel}-{number}")
+    text = text.replace("kubernetes-1-21-eks-4", f"kubernetes-{channel}-eks-{number}")
+    text = text.replace("channel: 1-21", f"channel: {channel}").replace("number: 4", f"number: {number}")
+    return text.replace("v1.21.2", version)
