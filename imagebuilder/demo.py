@@ -46,6 +46,19 @@ def ensure_base_image(path: Path, say: Say, **kw: object) -> tuple[Path, str]:
     return make_base_image(path, log=None, **kw)  # type: ignore[arg-type]
 
 
+def demo_steps(dest: Path, *, channel: str = "1-24", disk_gb: int = 4, boot: bool = True) -> list[str]:
+    """What :func:`run_demo` runs, as the commands a user would type (``demo --dry-run`` prints them)."""
+    root = dest.resolve()
+    return [
+        f"image.base --dest {root}/base/debian-base.qcow2 (reused when its sha256 still matches)",
+        f"stand-in release {channel} under {root}/upstream",
+        f"mirror.create --release-channel {channel} --dest {root}/mirror --source {root}/upstream",
+        f"build --os ubuntu --hypervisor baremetal --release-channel {channel} --mirror {root}/mirror"
+        f" --offline --disk-gb {disk_gb} --output-dir {root}/output",
+        "image.verify" + ("" if boot else " --no-boot"),
+    ]
+
+
 def run_demo(
     dest: Path,
     *,

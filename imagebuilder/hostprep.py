@@ -11,7 +11,7 @@ import grp
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -245,3 +245,15 @@ def proxies_from(http: str | None, https: str | None, no_proxy: str | None) -> d
 def require_root_privileges() -> None:
     if os.geteuid() != 0 and shutil.which("sudo") is None:
         raise ExternalError("host.prepare changes users, packages and devices", hint="run it as root")
+
+
+def apply(actions: list[Action]) -> Iterator[tuple[Action, bool]]:
+    """Apply each action that is still needed, in order; yields each with whether it changed something (an action
+    another one already took care of is skipped), so the caller reports as it goes."""
+    require_root_privileges()
+    for action in actions:
+        if action.needed():
+            action.apply()
+            yield action, True
+        else:
+            yield action, False

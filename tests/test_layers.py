@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from invoke.collection import Collection
+
 from imagebuilder.model import load_catalog
 from imagebuilder.providers import registry
 from tests.support.imports import cycles, import_graph
@@ -72,3 +74,26 @@ def test_shared_code_never_branches_on_a_provider_name() -> None:
             if called and any(getattr(a, "id", None) in models for a in ast.walk(node)):
                 found.append(where)
     assert found == []
+
+
+def test_every_task_module_is_collected_the_same_way() -> None:
+    """One module per namespace: each public module of imagebuilder/cli/ (but the flag layer and the program) is
+    collected whole, top-level or as the namespace of its own name, and the namespace holds nothing else."""
+    from imagebuilder import cli
+
+    helpers = {"flags", "program"}
+    modules = {p.stem for p in (PACKAGE / "cli").glob("*.py") if not p.stem.startswith("_")}
+    collected = {m.__name__.rpartition(".")[2] for m in (*cli.TOP_LEVEL, *cli.NAMESPACES)}
+    assert modules - helpers == collected
+    assert set(cli.namespace.collections) == {m.__name__.rpartition(".")[2] for m in cli.NAMESPACES}
+    top = {name for m in cli.TOP_LEVEL for name in Collection.from_module(m).tasks}
+    assert set(cli.namespace.tasks) == top
+
+
+def test_required_flags_are_checked_in_one_place() -> None:
+    offenders = [
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "flags.py" and "required flag missing" in p.read_text()
+    ]
+    assert not offenders, "use imagebuilder.cli.flags.required"

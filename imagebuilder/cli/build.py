@@ -35,8 +35,6 @@ HELP = {
     "keep_on_error": "keep the build workspace when the build fails (it is removed otherwise)",
 }
 
-ALIASES = {"platform": "vsphere", "orchestrator": "cloudstack", "hci": "nutanix"}
-
 
 @task(help=HELP, iterable=["skip_check"], auto_shortflags=False)
 @cli_task
@@ -67,6 +65,7 @@ def build(
     keep_on_error: bool = False,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
+    from imagebuilder.model import load_catalog
     from imagebuilder.plan import BuildRequest
     from imagebuilder.planner import make_plan
     from imagebuilder.preflight import require
@@ -85,10 +84,11 @@ def build(
         "ami": ami_config,
         "baremetal": baremetal_config,
     }
+    catalog = load_catalog()
     configs: dict[str, str] = {}
     for key, path in given.items():
         if path:
-            real = ALIASES.get(key, key)
+            real = catalog.provider(key).name  # config/matrix.yaml owns the aliases
             if real in configs:
                 raise InputError(f"--{real}-config given twice (once as --{key}-config)", field=f"--{key}-config")
             configs[real] = path

@@ -34,22 +34,14 @@ def demo(
     dry_run: bool = False,
 ) -> None:
     """Run the offline flow end to end: base image, mirror, bare-metal build, image.verify."""
-    from imagebuilder.demo import run_demo
+    from imagebuilder.demo import demo_steps, run_demo
     from imagebuilder.model import load_catalog
 
     out = flags.dest_dir(dest, "--dest")
     size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
     load_catalog().channel(release_channel)
     if dry_run:
-        root = out.resolve()
-        for step in (
-            f"image.base --dest {root}/base/debian-base.qcow2 (reused when its sha256 still matches)",
-            f"stand-in release {release_channel} under {root}/upstream",
-            f"mirror.create --release-channel {release_channel} --dest {root}/mirror --source {root}/upstream",
-            f"build --os ubuntu --hypervisor baremetal --release-channel {release_channel} --mirror {root}/mirror"
-            f" --offline --disk-gb {size} --output-dir {root}/output",
-            "image.verify" + (" --no-boot" if no_boot else ""),
-        ):
+        for step in demo_steps(out, channel=release_channel, disk_gb=size, boot=not no_boot):
             print(f"would run: {step}")
         return
     result = run_demo(

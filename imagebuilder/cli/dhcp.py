@@ -21,6 +21,7 @@ def _need(config: str) -> str:
 
 
 @task(
+    name="render",
     help={
         "config": CONFIG_HELP,
         "dest": "directory to write etc/dhcp/dhcpd.conf and etc/default/isc-dhcp-server under (default ./dhcp)",
@@ -50,6 +51,7 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool
 
 
 @task(
+    name="install",
     help={
         "config": CONFIG_HELP,
         "prefix": "root of the DHCP host's files (default /; tests use a directory)",

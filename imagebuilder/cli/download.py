@@ -11,7 +11,6 @@ from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import byte_progress, cli_task
-from imagebuilder.errors import InputError
 
 
 @task(
@@ -43,9 +42,7 @@ def bottlerocket(
     from imagebuilder.os1 import download, os1_target, pinned_root
 
     flags.required(variant, "--variant", "vsphere or baremetal")
-    kube = kubernetes or os.environ.get("KUBEVERSION", "")
-    if not kube:
-        raise InputError("required flag missing", field="--kubernetes", expected="1.21-1.24, or KUBEVERSION set")
+    kube = flags.required(kubernetes or os.environ.get("KUBEVERSION"), "--kubernetes", "1.21-1.24, or KUBEVERSION set")
     out = flags.dest_dir(dest, "--dest")
     for flag, value in (("--metadata-url", metadata_url), ("--targets-url", targets_url)):
         if value:

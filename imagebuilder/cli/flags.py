@@ -8,6 +8,7 @@ same a config file's fields follow.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -26,8 +27,9 @@ def _typed(flag: str, value: str, parse: Callable[[str], T]) -> T:
         raise InputError(str(exc), field=flag) from None
 
 
-def required(value: str, flag: str, expected: str) -> str:
-    """``value`` when given; a missing required flag says what it wants."""
+def required(value: T | None, flag: str, expected: str) -> T:
+    """``value`` when given (a text, or the list of a repeatable flag); a missing required flag says what it
+    wants. Every task checks its required flags with this, so the message is the same everywhere."""
     if not value:
         raise InputError("required flag missing", field=flag, expected=expected)
     return value
@@ -128,3 +130,29 @@ def choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
             expected=" or ".join(choices),
         )
     return value
+
+
+def secret(value: str, flag: str) -> str:
+    """``-`` reads stdin, ``@FILE`` a file, ``env:VAR`` a variable; anything else is the secret itself (and is
+    visible in the process list, so a warning says so)."""
+    if value == "-":
+        secret = sys.stdin.readline().rstrip("\n")
+    elif value.startswith("@"):
+        try:
+            secret = Path(value[1:]).read_text().rstrip("\n")
+        except OSError as exc:
+            raise InputError(f"cannot read {value[1:]}: {exc.strerror}", field=flag) from None
+    elif value.startswith("env:"):
+        secret = os.environ.get(value[4:], "")
+        if not secret:
+            raise InputError(f"environment variable {value[4:]} is empty or unset", field=flag)
+    else:
+        print(
+            f"warning: a secret given on the command line is visible to other users in the process list; "
+            f"prefer {flag} @FILE, {flag} - (stdin) or {flag} env:VAR",
+            file=sys.stderr,
+        )
+        secret = value
+    if not secret:
+        raise InputError("the password is empty", field=flag)
+    return secret

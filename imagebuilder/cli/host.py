@@ -1,4 +1,4 @@
-"""``preflight`` and ``host.prepare``: the image-builder host (spec 4.3, 8)."""
+"""``host.prepare``: make this machine an image-builder host (spec 4.3), rerunnable."""
 
 from __future__ import annotations
 
@@ -8,34 +8,6 @@ from invoke.tasks import task
 from imagebuilder import grammar
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
-from imagebuilder.hostinfo import CHECKS
-
-
-@task(
-    help={
-        "os": "OS to build: ubuntu (os2) or redhat (os3)",
-        "hypervisor": "provider: vsphere, cloudstack, nutanix, baremetal or ami (or the spec's kind names)",
-        "skip_check": f"skip this check (repeatable): {', '.join(CHECKS)}",
-        "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
-    },
-    iterable=["skip_check"],
-    auto_shortflags=False,
-)
-@cli_task
-def preflight(
-    c: Context, os: str = "", hypervisor: str = "", skip_check: list[str] | None = None, min_disk_gb: str | None = None
-) -> None:
-    """Check this host before a build: OS, arch, disk, CPUs, memory, tools, /dev/kvm, SSH config, proxy."""
-    flags.required(os, "--os", "ubuntu or redhat")
-    flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
-    from imagebuilder.preflight import require
-
-    require(
-        os,
-        hypervisor,
-        skip_check or [],
-        flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None,
-    )
 
 
 @task(
@@ -63,7 +35,7 @@ def prepare(
     dry_run: bool = False,
 ) -> None:
     """Prepare this machine as a build host (spec 4.3): user, packages, kvm, SSH config, proxy. Rerunnable."""
-    from imagebuilder.hostprep import HostPrep, proxies_from, require_root_privileges
+    from imagebuilder.hostprep import HostPrep, apply, proxies_from
     from imagebuilder.model import load_catalog
 
     catalog = load_catalog()
@@ -85,13 +57,8 @@ def prepare(
         for a in actions:
             print(f"  - {a.describe}")
         return
-    require_root_privileges()
     done = 0
-    for a in actions:
-        if a.needed():
-            print(f"- {a.describe}")
-            a.apply()
-            done += 1
-        else:
-            print(f"- {a.describe}: already done")
+    for action, changed in apply(actions):
+        print(f"- {action.describe}" + ("" if changed else ": already done"))
+        done += changed
     print(f"host prepared: {done} change(s) in {prep.root}")

@@ -19,7 +19,7 @@ from imagebuilder.model import load_catalog
 from imagebuilder.profile import load_profile
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.connection import THUMBPRINT_EXPECTED, THUMBPRINT_RE, server_thumbprint
-from imagebuilder.vsphere.session import VSphere
+from imagebuilder.vsphere.session import VSphere, connect
 
 
 @dataclass
@@ -344,4 +344,17 @@ def check_online(vs: VSphere, spec: ClusterSpec) -> list[str]:
             f"{spec.source} ({spec.name}) does not match vCenter {vs.target.server}:\n  " + "\n  ".join(problems),
             hint="; ".join(dict.fromkeys(hints)) or "fix the paths in the cluster spec",
         )
+    return notes
+
+
+def check_all_online(specs: list[ClusterSpec]) -> list[str]:
+    """Each spec checked against the vCenter it names (its server, insecure flag and thumbprint, never the
+    environment's); the notes of all of them, or the first spec's problems as an error (exit 1)."""
+    from imagebuilder.vsphere.connection import target_from
+
+    notes: list[str] = []
+    for spec in specs:
+        target = target_from(spec.server, spec.insecure, spec.thumbprint, {})
+        with connect(target, f"checking {spec.source} against {target.server}") as vs:
+            notes += check_online(vs, spec)
     return notes

@@ -8,6 +8,7 @@ it, and this module above them all; nothing below imports it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 
@@ -17,6 +18,7 @@ from imagebuilder.vsphere.connection import (
     Credentials,
     Target,
     check_pin,
+    credentials_from_env,
     external_errors,
     fault_text,
     poll,
@@ -166,3 +168,12 @@ class VSphere:
             with contextlib.suppress(Exception):
                 Disconnect(self._si)
             self._si = None
+
+
+@contextlib.contextmanager
+def connect(target: Target, what: str) -> Iterator[VSphere]:
+    """A session logged in with the environment's credentials (spec 5); any vCenter, HTTP or socket failure inside
+    becomes one :class:`ExternalError` saying ``what`` was being done."""
+    credentials = credentials_from_env()
+    with external_errors(what), VSphere(target, credentials) as vs:
+        yield vs

@@ -13,7 +13,7 @@ right) and otherwise left alone. The imported VM is never powered on (spec 7.4).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -452,3 +452,36 @@ def resolve_request(
         or inventory.only_child(vs, f"/{dc}/host", vim.ClusterComputeResource, "cluster", "--resource-pool"),
         snapshot=snapshot,
     )
+
+
+def plan_imports(
+    vs: VSphere,
+    entries: list[ImportEntry],
+    *,
+    library: str | None = None,
+    folder: str | None = None,
+    datastore: str | None = None,
+    resource_pool: str | None = None,
+    datacenter: str | None = None,
+    snapshot: bool = True,
+) -> list[ImportRequest]:
+    """One request per entry: the placement (library, folder, datastore, pool) is resolved once, from the first
+    entry, and shared by all, so a list of OVAs lands in one place; each keeps its own OVA, OS, channel and name."""
+    first = entries[0]
+    shared = resolve_request(
+        vs,
+        source=first.source,
+        os=first.os,
+        channel=first.channel,
+        name=first.name,
+        library=library,
+        folder=folder,
+        datastore=datastore,
+        resource_pool=resource_pool,
+        datacenter=datacenter,
+        snapshot=snapshot,
+    )
+    return [
+        replace(shared, source=e.source, os=e.os, channel=e.channel, name=e.name or default_name(e.os, e.channel))
+        for e in entries
+    ]

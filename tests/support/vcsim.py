@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools" / "bin"
 VCSIM = TOOLS / "vcsim"
 GOVC = TOOLS / "govc"

@@ -1,0 +1,58 @@
+"""What the vSphere task modules (``vsphere``, ``template``, ``cluster``) share: connection flags and their help.
+
+Credentials are read from the environment only (spec 5): ``<PREFIX>_VSPHERE_USERNAME``/``_PASSWORD`` (the prefix
+comes from the profile) or ``GOVC_USERNAME``/``GOVC_PASSWORD`` (and ``GOVC_URL``, ``GOVC_INSECURE`` for the server).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from imagebuilder.cli import flags
+
+if TYPE_CHECKING:
+    from imagebuilder.model import OperatingSystem, ReleaseChannel
+    from imagebuilder.vsphere.connection import Target
+
+CONNECTION_HELP = {
+    "server": "vCenter host, IP or URL (default: GOVC_URL)",
+    "insecure": "do not verify the vCenter certificate (default: GOVC_INSECURE)",
+    "thumbprint": "trust a self-signed vCenter certificate with this SHA1 thumbprint (see vsphere.thumbprint)",
+}
+OS_HELP = "bottlerocket|ubuntu (or os1|os2): the template's OS family"
+KUBE_HELP = "Kubernetes minor version of the template: 1.21, 1.22, 1.23 or 1.24"
+TEMPLATE_HELP = {
+    "template": "inventory path of the template: /<dc>/vm/<folder>/<name>",
+    "os": OS_HELP,
+    "kubernetes": KUBE_HELP,
+    **CONNECTION_HELP,
+}
+
+
+def target(server: str, insecure: bool | None, thumbprint: str) -> Target:
+    """The vCenter of the connection flags, falling back to ``GOVC_URL``, ``GOVC_INSECURE``, ``GOVC_THUMBPRINT``."""
+    from imagebuilder.vsphere.connection import target_from
+
+    return target_from(server or None, insecure, thumbprint or None, os.environ)
+
+
+def os_channel(os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseChannel]:
+    from imagebuilder.model import load_catalog
+
+    catalog = load_catalog()
+    return (
+        catalog.os(flags.required(os_name, "--os", OS_HELP)),
+        catalog.channel_for_kubernetes(flags.required(kubernetes, "--kubernetes", KUBE_HELP)),
+    )
+
+
+def report(path: str, done: list[str], kept: list[str], warnings: list[str]) -> None:
+    print(f"template {path}")
+    for line in done:
+        print(f"  + {line}")
+    for line in kept:
+        print(f"  = {line}")
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)

@@ -1,0 +1,37 @@
+"""``preflight``: check this host before a build (spec 4.3, 8); each failure names its fix."""
+
+from __future__ import annotations
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli import flags
+from imagebuilder.cli._common import cli_task
+from imagebuilder.hostinfo import CHECKS
+
+
+@task(
+    help={
+        "os": "OS to build: ubuntu (os2) or redhat (os3)",
+        "hypervisor": "provider: vsphere, cloudstack, nutanix, baremetal or ami (or the spec's kind names)",
+        "skip_check": f"skip this check (repeatable): {', '.join(CHECKS)}",
+        "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
+    },
+    iterable=["skip_check"],
+    auto_shortflags=False,
+)
+@cli_task
+def preflight(
+    c: Context, os: str = "", hypervisor: str = "", skip_check: list[str] | None = None, min_disk_gb: str | None = None
+) -> None:
+    """Check this host before a build: OS, arch, disk, CPUs, memory, tools, /dev/kvm, SSH config, proxy."""
+    flags.required(os, "--os", "ubuntu or redhat")
+    flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
+    from imagebuilder.preflight import require
+
+    require(
+        os,
+        hypervisor,
+        skip_check or [],
+        flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None,
+    )

@@ -1,0 +1,163 @@
+"""``template.*``: vSphere templates (spec 2.6, 3, 4.6, 7.1): import OVAs as tagged templates, tag a self-built
+template, validate a template's tags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli import _vsphere, flags
+from imagebuilder.cli._common import byte_progress, cli_task
+from imagebuilder.errors import ExternalError, InputError
+
+
+@task(
+    name="import",
+    help={
+        "ova": "the OVA: a local path (uploaded with progress) or an http(s) URL (vCenter pulls it)",
+        "os": _vsphere.OS_HELP,
+        "kubernetes": _vsphere.KUBE_HELP,
+        "from_file": "import several templates in one session: a YAML list of {ova, os, kubernetes[, name]}",
+        "name": "template name (default: <os>-kubernetes-<maj>-<min>-<distro>-<n>, e.g. ubuntu-kubernetes-1-24-eks-5)",
+        "library": "content library (default from the profile; created, datastore backed, when missing)",
+        "folder": "VM folder /<dc>/vm/<path> for the template (default /<dc>/vm/Templates; created when missing)",
+        "datastore": "/<dc>/datastore/<name> (default: the datacenter's only datastore)",
+        "resource_pool": "/<dc>/host/<cluster>[/Resources/<pool>] (default: the datacenter's only cluster)",
+        "datacenter": "datacenter (default: from the paths above, or the only one)",
+        "snapshot": "take snapshot 'root' (default; --no-snapshot skips it and keeps disk sizes customisable)",
+        "jobs": "templates imported at the same time with --from-file (default 4)",
+        "dry_run": "print the steps; change nothing",
+        **_vsphere.CONNECTION_HELP,
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def import_ova(
+    c: Context,
+    ova: str = "",
+    os: str = "",
+    kubernetes: str = "",
+    from_file: str = "",
+    name: str = "",
+    library: str = "",
+    folder: str = "",
+    datastore: str = "",
+    resource_pool: str = "",
+    datacenter: str = "",
+    snapshot: bool = True,
+    jobs: int = 4,
+    dry_run: bool = False,
+    server: str = "",
+    insecure: bool | None = None,
+    thumbprint: str = "",
+) -> None:
+    """Import OVAs as tagged templates: library, deploy (thin, off), OS-1 disk resize, snapshot, template, tags."""
+    from imagebuilder.ova import check_ova
+    from imagebuilder.vsphere.session import connect
+    from imagebuilder.vsphere.templates import (
+        ImportEntry,
+        check_name,
+        import_templates,
+        load_import_list,
+        plan_imports,
+        plan_text,
+    )
+
+    if from_file:
+        if ova or os or kubernetes or name:
+            raise InputError(
+                "--from-file names the templates itself",
+                field="--from-file",
+                expected="either --from-file, or --ova/--os/--kubernetes[/--name]",
+            )
+        entries = load_import_list(from_file)
+    else:
+        flags.url_or_file(flags.required(ova, "--ova", "a local OVA path or an http(s) URL"), "--ova")
+        os_, channel = _vsphere.os_channel(os, kubernetes)
+        entries = [ImportEntry(ova, os_, channel, check_name(name) if name else None)]
+    for entry in entries:  # every local OVA is read whole before anything is created on vCenter
+        if "://" not in entry.source:
+            check_ova(Path(entry.source))
+    with connect(_vsphere.target(server, insecure, thumbprint), f"importing {entries[0].source}") as vs:
+        reqs = plan_imports(
+            vs,
+            entries,
+            library=library or None,
+            folder=folder or None,
+            datastore=datastore or None,
+            resource_pool=resource_pool or None,
+            datacenter=datacenter or None,
+            snapshot=snapshot,
+        )
+        if dry_run:
+            for req in reqs:
+                print(f"template {req.path}:")
+                for step in plan_text(req):
+                    print(f"  {step}")
+            return
+        outcomes = import_templates(vs, reqs, jobs, byte_progress("upload"))
+        warned: set[str] = set()
+        for out in outcomes:
+            _vsphere.report(out.path, out.done, out.kept, [w for w in out.warnings if w not in warned])
+            warned.update(out.warnings)
+        print(
+            f"vCenter API calls: {vs.calls.total} ({vs.calls.soap} SOAP, {vs.calls.rest} REST) "
+            f"for {len(entries)} template(s)"
+        )
+
+
+@task(help={**_vsphere.TEMPLATE_HELP, "dry_run": "print the tags; change nothing"}, auto_shortflags=False)
+@cli_task
+def tag(
+    c: Context,
+    template: str = "",
+    os: str = "",
+    kubernetes: str = "",
+    dry_run: bool = False,
+    server: str = "",
+    insecure: bool | None = None,
+    thumbprint: str = "",
+) -> None:
+    """Attach the OS and distro-release tags (categories created when missing) to a self-built template (spec 2.6)."""
+    from imagebuilder.vsphere.session import connect
+    from imagebuilder.vsphere.tags import expected_tags
+    from imagebuilder.vsphere.templates import tag_template
+
+    os_, channel = _vsphere.os_channel(os, kubernetes)
+    flags.required(template, "--template", "/<dc>/vm/<folder>/<name>")
+    if dry_run:
+        for t in expected_tags(os_, channel):
+            print(f"would tag {template} with {t.name} (category {t.category})")
+        return
+    with connect(_vsphere.target(server, insecure, thumbprint), f"tagging {template}") as vs:
+        out = tag_template(vs, template, os_, channel)
+    _vsphere.report(out.path, out.done, out.kept, out.warnings)
+
+
+@task(help=_vsphere.TEMPLATE_HELP, auto_shortflags=False)
+@cli_task
+def validate(
+    c: Context,
+    template: str = "",
+    os: str = "",
+    kubernetes: str = "",
+    server: str = "",
+    insecure: bool | None = None,
+    thumbprint: str = "",
+) -> None:
+    """Check that a template carries exactly the two tags the product expects (spec 7.1); exit 1 naming the fix."""
+    from imagebuilder.vsphere.session import connect
+    from imagebuilder.vsphere.templates import fix_command, validate_template
+
+    os_, channel = _vsphere.os_channel(os, kubernetes)
+    flags.required(template, "--template", "/<dc>/vm/<folder>/<name>")
+    with connect(_vsphere.target(server, insecure, thumbprint), f"validating {template}") as vs:
+        problems = validate_template(vs, template, os_, channel)
+    if problems:
+        raise ExternalError(
+            f"template {template} is not valid:\n  " + "\n  ".join(problems),
+            hint=fix_command(template, os_, channel),
+        )
+    print(f"template {template}: valid for {os_.name} on Kubernetes {channel.minor}")
