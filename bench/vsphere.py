@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuilder.model import load_catalog  # noqa: E402
+from imagebuilder.catalog import load_catalog  # noqa: E402
 from imagebuilder.ova import make_ova  # noqa: E402
 from imagebuilder.profile import load_profile  # noqa: E402
 from imagebuilder.vsphere.tags import expected_tags  # noqa: E402

@@ -24,6 +24,7 @@ from imagebuilder import disk
 from imagebuilder.bootcheck import DiskCheck, check_raw
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, run_checked, sha256_file
+from imagebuilder.progress import Say
 
 PARTITION_OFFSET = 1024 * 1024  # 1 MiB: the first partition starts at sector 2048
 MBR_CANDIDATES = ("/usr/lib/syslinux/mbr/mbr.bin", "/usr/lib/SYSLINUX/mbr.bin", "/usr/share/syslinux/mbr.bin")
@@ -41,7 +42,7 @@ PACKAGES = [
     "dbus", "libpam-systemd",
 ]  # fmt: skip
 
-Log = Callable[[str], None]
+Log = Say
 
 
 def _run(*args: str, log: Log | None = None, timeout: int = 3600, env: dict[str, str] | None = None) -> str:

@@ -8,23 +8,21 @@ whose checksums still match.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuilder.baseimage import make_base_image
+from imagebuilder.catalog import load_catalog
 from imagebuilder.fetch import Mirror
 from imagebuilder.files import atomic_write
 from imagebuilder.mirror import create_mirror, file_sha256
-from imagebuilder.model import load_catalog
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
 from imagebuilder.preflight import require
+from imagebuilder.progress import Say, silent
 from imagebuilder.runner import BuildResult, run_build
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import Finding, verify_image
-
-Say = Callable[[str], None]
 
 
 @dataclass
@@ -66,9 +64,11 @@ def run_demo(
     disk_gb: int = 4,
     boot: bool = True,
     mirror_source: str | None = None,
-    say: Say = print,
+    say: Say = silent,
+    status: Say = silent,
     skip_checks: tuple[str, ...] = (),
 ) -> DemoResult:
+    """The offline flow end to end; ``say`` reports each step (kept), ``status`` the build's finer progress."""
     dest = dest.resolve()
     release_channel = load_catalog().channel(channel)
     base, digest = ensure_base_image(dest / "base" / "debian-base.qcow2", say)
@@ -98,7 +98,7 @@ def run_demo(
     )
     require(plan.os, plan.provider, skip_checks, say=say)  # the same gate as 'build'
     say(f"build: {plan.output_name} (Packer + Ansible, offline)")
-    build = run_build(plan)
+    build = run_build(plan, say=status)
     assert build.artifact is not None
     say(f"image: {build.artifact}  sha256 {build.sha256}")
     findings = verify_image(build.artifact, manifest=build.manifest, boot=boot)

@@ -28,21 +28,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     StrictInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from imagebuilder import grammar
-from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
+from imagebuilder.errors import ExternalError, InputError, InputErrors
 from imagebuilder.files import atomic_write, load_yaml_mapping
 from imagebuilder.render import template_env
-from imagebuilder.validation import pydantic_problems
+from imagebuilder.validation import StrictModel, validated
 
 Method = Literal["outside", "shrink", "reserve"]
 
@@ -58,11 +56,7 @@ IP = Annotated[ipaddress.IPv4Address, BeforeValidator(_address_text)]
 PACKAGE = "isc-dhcp-server"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Range(_Strict):
+class Range(StrictModel):
     start: IP = Field(description="first address of the dynamic range")
     end: IP = Field(description="last address of the dynamic range")
 
@@ -71,7 +65,7 @@ class Range(_Strict):
 LeaseSeconds = Annotated[StrictInt, Field(ge=1, le=2**31 - 1)]
 
 
-class LeaseTimes(_Strict):
+class LeaseTimes(StrictModel):
     default: LeaseSeconds = Field(600, description="default-lease-time in seconds (spec 4.9: 600)")
     max: LeaseSeconds = Field(7200, description="max-lease-time in seconds (spec 4.9: 7200)")
 
@@ -83,7 +77,7 @@ def _address_or_object(schema: dict[str, Any]) -> None:
     schema["anyOf"] = [{"type": "string", "format": "ipv4"}, obj]
 
 
-class ControlPlaneIP(_Strict):
+class ControlPlaneIP(StrictModel):
     """A control-plane endpoint IP: ``{ip, cluster, method}`` or just the address."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_address_or_object)
@@ -105,7 +99,7 @@ class ControlPlaneIP(_Strict):
         return None if value is None else grammar.cluster_name(value)
 
 
-class DhcpConfig(_Strict):
+class DhcpConfig(StrictModel):
     """The DHCP config file (YAML)."""
 
     interface: str = Field(description="the DHCP host's NIC on the cluster network (INTERFACESv4)")
@@ -261,22 +255,7 @@ def resolve(config: DhcpConfig, source: str | Path = "dhcp config") -> Pool:
 
 
 def load_dhcp_config(path: str | Path) -> Pool:
-    raw = load_yaml_mapping(path, "DHCP config")
-    accepted = list(DhcpConfig.model_fields)
-    unknown = [k for k in raw if k not in accepted]
-    problems = [(k, f"unknown field{did_you_mean(k, accepted)}") for k in unknown]
-    config = None
-    try:
-        config = DhcpConfig.model_validate({k: v for k, v in raw.items() if k not in unknown})
-    except ValidationError as exc:
-        problems += [
-            (p.field, p.message + (f" (expected {p.expected})" if p.expected else ""))
-            for p in pydantic_problems(exc, DhcpConfig)
-        ]
-    if problems:
-        raise InputErrors([InputError(msg, source=path, field=f) for f, msg in problems])
-    assert config is not None
-    return resolve(config, path)
+    return resolve(validated(DhcpConfig, load_yaml_mapping(path, "DHCP config"), path), path)
 
 
 def render(pool: Pool) -> dict[str, str]:

@@ -19,19 +19,20 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import run_checked
+from imagebuilder.progress import Say
 
 SECTOR = 512
 _ZERO = bytes(1024 * 1024)
 #: partition types that hold a Linux filesystem (MBR id, GPT type GUID)
 LINUX_TYPES = ("83", "0FC63DAF-8483-4772-8E79-3D69D8477DE4")
 
-Log = Callable[[str], None]
+Log = Say
 
 
 def gunzip_sparse(src: Path, dest: Path) -> None:

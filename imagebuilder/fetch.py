@@ -34,8 +34,9 @@ from tuf.ngclient.fetcher import FetcherInterface
 from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import MAX_DOCUMENT_BYTES
+from imagebuilder.progress import Advance
 from imagebuilder.safepath import check_relative, safe_join
-from imagebuilder.stream import CHUNK, Copy, Progress, Transform
+from imagebuilder.stream import CHUNK, Copy, Transform
 
 if TYPE_CHECKING:
     import urllib3
@@ -194,7 +195,7 @@ class _State:
     location: str
     expected: Expected
     transform: Transform
-    progress: Progress | None
+    progress: Advance | None
     hashers: dict[str, hashlib._Hash]
     received: int = 0
 
@@ -219,7 +220,7 @@ def download(
     expected: Expected,
     transform: Transform | None = None,
     *,
-    progress: Progress | None = None,
+    progress: Advance | None = None,
     attempts: int = 6,
     backoff: float = 0.5,
     timeout: float = 60.0,

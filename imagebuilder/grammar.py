@@ -191,3 +191,13 @@ def redact_url(text: str) -> str:
     if ":" not in userinfo:
         return text
     return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:********@{host}"
+
+
+#: hex digits of each digest kind a config file, manifest or flag may give
+DIGEST_HEX_LENGTH = {"sha256": 64, "sha512": 128}
+
+
+def is_hex_digest(value: str, kind: str) -> bool:
+    """``value`` is a ``kind`` digest written in hex (either case)."""
+    n = DIGEST_HEX_LENGTH.get(kind)
+    return n is not None and re.fullmatch(rf"[0-9a-fA-F]{{{n}}}", value) is not None

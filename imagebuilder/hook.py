@@ -9,16 +9,16 @@ nothing vouches for is refused.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imagebuilder import fetch, grammar
+from imagebuilder import fetch, grammar, progress
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Expected
 from imagebuilder.files import parse_yaml_documents
 from imagebuilder.profile import load_profile
+from imagebuilder.progress import Transfers
 from imagebuilder.safepath import safe_join
 
 HOOK_KEYS = ("vmlinuz", "initramfs")
@@ -100,9 +100,7 @@ def destinations(dest: Path, assets: list[Asset]) -> list[Path]:
     return [safe_join(dest, asset.name, what="hook file name") for asset in assets]
 
 
-def download_hook(
-    dest: Path, assets: list[Asset], progress: Callable[[str], Callable[[int], None] | None] | None = None
-) -> list[Path]:
+def download_hook(dest: Path, assets: list[Asset], transfers: Transfers | None = None) -> list[Path]:
     paths = []
     for asset, target in zip(assets, destinations(dest, assets), strict=True):
         hashes = asset.hashes or _sidecar(asset.uri)
@@ -116,7 +114,7 @@ def download_hook(
                 asset.uri,
                 target,
                 Expected(None, hashes),
-                progress=progress(asset.name) if progress else None,
+                progress=progress.start(transfers, asset.name),
             )
         )
     return paths

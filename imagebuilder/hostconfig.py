@@ -4,35 +4,29 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from imagebuilder.errors import InputError
 from imagebuilder.files import load_yaml_mapping
 from imagebuilder.paths import config_dir
+from imagebuilder.validation import StrictModel, validated
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Packages(_Strict):
+class Packages(StrictModel):
     common: list[str]
     qemu: list[str]
 
 
-class Requirements(_Strict):
+class Requirements(StrictModel):
     min_disk_gb: int
     min_cpus: int
     min_memory_gb: float
     memory_tolerance_gb: float
 
 
-class Tools(_Strict):
+class Tools(StrictModel):
     all: list[str]
     qemu: list[str]
 
 
-class HostConfig(_Strict):
+class HostConfig(StrictModel):
     user: str
     user_groups: list[str]
     packages: Packages
@@ -56,8 +50,4 @@ class HostConfig(_Strict):
 @lru_cache(maxsize=1)
 def load_host_config() -> HostConfig:
     path = config_dir() / "host.yaml"
-    try:
-        return HostConfig.model_validate(load_yaml_mapping(path, "host config"))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(first["msg"], source=path, field=".".join(str(p) for p in first["loc"])) from None
+    return validated(HostConfig, load_yaml_mapping(path, "host config"), path)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuilder.catalog import load_catalog
 from imagebuilder.hostinfo import KvmStatus
-from imagebuilder.model import load_catalog
 from imagebuilder.packer import EXTERNAL_ONLY, PackerInfo, RenderedBuild, fmt_check, render_build, validate
 from imagebuilder.paths import config_dir
 from imagebuilder.plan import BuildRequest

@@ -5,13 +5,13 @@ air-gapped site and served or used in place, answers for every upstream URL (see
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder import fetch
+from imagebuilder import fetch, progress
 from imagebuilder.fetch import Expected, Mirror
 from imagebuilder.files import atomic_write, sha256_file
+from imagebuilder.progress import Transfers
 from imagebuilder.release_manifest import ReleaseManifest, parse_manifest
 
 # --- creating a mirror -----------------------------------------------------------------------------------------
@@ -47,8 +47,7 @@ def create_mirror(
     dest: Path,
     *,
     source: Mirror | None = None,
-    on_item: Callable[[str, int], None] | None = None,
-    on_bytes: Callable[[int], None] | None = None,
+    transfers: Transfers | None = None,
 ) -> tuple[ReleaseManifest, list[MirrorItem]]:
     """Copy a release manifest and every node artifact it names into ``dest``, keeping the URL paths.
 
@@ -64,12 +63,12 @@ def create_mirror(
     plan = [(url, sha, Path(target_mirror.locate(url)), source.locate(url) if source else url)
             for url, sha in mirror_items(manifest)]  # fmt: skip
     for url, sha, target, origin in plan:
-        if on_item:
-            on_item(url, 0)
         if file_sha256(target) == sha:
             results.append(MirrorItem(url, sha, target, "verified", target.stat().st_size))
             continue
-        fetch.download(origin, target, Expected(None, {"sha256": sha}), progress=on_bytes)
+        fetch.download(
+            origin, target, Expected(None, {"sha256": sha}), progress=progress.start(transfers, url.rsplit("/", 1)[-1])
+        )
         results.append(MirrorItem(url, sha, target, "downloaded", target.stat().st_size))
     manifest_target = Path(target_mirror.locate(manifest_url))
     with atomic_write(manifest_target, "wb") as fh:

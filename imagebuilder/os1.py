@@ -12,21 +12,21 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from imagebuilder import fetch
+from imagebuilder import fetch, grammar
+from imagebuilder import progress as _progress
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Expected, TufFetcher
 from imagebuilder.paths import workspace_root
 from imagebuilder.profile import load_profile
+from imagebuilder.progress import Transfers
 from imagebuilder.safepath import safe_join
-from imagebuilder.stream import Copy, Lz4ToGzip, ProgressFactory, Transform
+from imagebuilder.stream import Copy, Lz4ToGzip, Transform
 
 VARIANTS = ("vsphere", "baremetal")
-SHA512_RE = re.compile(r"^[0-9a-fA-F]{128}$")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def os1_target(
     variant: str, kubernetes: str, metadata_url: str | None = None, targets_url: str | None = None
 ) -> Os1Target:
     """Names and URLs of spec 4.5 for ``variant`` (vsphere|baremetal) and ``kubernetes`` (1.21 ... 1.24)."""
-    from imagebuilder.model import load_catalog
+    from imagebuilder.catalog import load_catalog
 
     if variant not in VARIANTS:
         raise InputError(f"'{variant}' is not a variant", field="--variant", expected=" or ".join(VARIANTS))
@@ -88,7 +88,7 @@ def root_url() -> str:
 def pinned_root(root: str | None, root_sha512: str | None) -> bytes:
     """The root role: ``root`` (a file or URL) or the cache host's, checked against the pinned SHA-512."""
     want = (root_sha512 or load_profile().os1.root_sha512).strip().lower()
-    if not SHA512_RE.match(want):
+    if not grammar.is_hex_digest(want, "sha512"):
         raise InputError(f"'{want}' is not a SHA-512", field="--root-sha512", expected="128 hex digits")
     source = root or root_url()
     data = fetch.read(source, timeout=30, what="root.json")
@@ -168,8 +168,8 @@ def _consistent_snapshot(target: Os1Target) -> bool:
     return bool(root.signed.consistent_snapshot)
 
 
-def download(target: Os1Target, dest_dir: Path, root: bytes, progress: ProgressFactory | None = None) -> Path:
+def download(target: Os1Target, dest_dir: Path, root: bytes, transfers: Transfers | None = None) -> Path:
     expected, url = target_info(target, root)
-    advance = progress(expected.length or 0) if progress else None
+    advance = _progress.start(transfers, target.name, expected.length or 0)
     dest = safe_join(dest_dir, target.output_name)
     return fetch.download(url, dest, expected, target.transform(), progress=advance)

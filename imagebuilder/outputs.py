@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,12 @@ from typing import Any
 from imagebuilder.bootcheck import check_image
 from imagebuilder.errors import ExternalError
 from imagebuilder.files import atomic_write, sha256_file
+from imagebuilder.progress import Advance, Say
 
 CHUNK = 4 * 1024 * 1024
 
 #: how a long step reports what it is doing (one line of text)
-Status = Callable[[str], None]
+Status = Say
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Packaged:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def gzip_parallel(src: Path, dest: Path, *, on_bytes: Callable[[int], None] | None = None) -> tuple[str, int]:
+def gzip_parallel(src: Path, dest: Path, *, on_bytes: Advance | None = None) -> tuple[str, int]:
     """Compress ``src`` to ``dest`` with pigz on every core; returns (sha256, size) of the .gz.
 
     The compressed stream is hashed as it is written, so the result is read once; it lands at ``dest`` only

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_search_path
-from imagebuilder.model import load_catalog
 from imagebuilder.plan import BuildPlan
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import Os3Fields, SourceImageFields

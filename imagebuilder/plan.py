@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuilder.catalog import BuildPair, OsVersion, ReleaseChannel
 from imagebuilder.fetch import Mirror
-from imagebuilder.model import BuildPair, OsVersion, ReleaseChannel
 from imagebuilder.providers.config import ProviderConfig
 from imagebuilder.release_manifest import NodeArtifact
 

@@ -10,9 +10,9 @@ import dataclasses
 import re
 from pathlib import Path
 
+from imagebuilder.catalog import ReleaseChannel, load_catalog
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Mirror
-from imagebuilder.model import ReleaseChannel, load_catalog
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
 from imagebuilder.profile import load_profile

@@ -10,16 +10,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from imagebuilder.catalog import BuildPair, load_catalog
 from imagebuilder.errors import ExternalError, InputError, did_you_mean
 from imagebuilder.hostconfig import load_host_config
 from imagebuilder.hostinfo import CHECKS, KvmStatus, kvm_status, machine, os_release, tool_version
-from imagebuilder.model import BuildPair, load_catalog
 from imagebuilder.paths import workspace_root
+from imagebuilder.progress import Say, silent
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
@@ -234,7 +234,7 @@ def require(
     hypervisor: str,
     skip: list[str] | tuple[str, ...] = (),
     min_disk_gb: int | None = None,
-    say: Callable[[str], None] = print,
+    say: Say = silent,
 ) -> list[Check]:
     """The gate before a build: gather, check, report; :class:`ExternalError` when a check fails."""
     catalog = load_catalog()

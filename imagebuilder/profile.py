@@ -6,56 +6,30 @@ the rest of the code, templates and tests stay product-neutral and lets a site o
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from functools import lru_cache
-from typing import Any, TypeVar
 
-from imagebuilder.errors import InputError, did_you_mean
+from pydantic import ConfigDict
+
 from imagebuilder.files import load_yaml_mapping
 from imagebuilder.paths import config_dir
+from imagebuilder.validation import StrictModel, validated
 
 
-class _Strict:
-    """A section of the profile: every key known, every value of its declared type (no pydantic: the profile is
-    read by every command, and this keeps start-up quick)."""
+class _Section(StrictModel):
+    """A section of the profile: every key known, every value exactly of its declared type (no coercion: a
+    version written as a number is an error, not a surprise)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-S = TypeVar("S", bound=_Strict)
-
-
-def _build(cls: type[S], data: Any, where: str) -> S:
-    if not isinstance(data, dict):
-        raise InputError("must be a mapping", field=where or None)
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    for key in data:
-        if key not in names:
-            raise InputError(f"unknown field{did_you_mean(str(key), names)}", field=f"{where}{key}")
-    values: dict[str, Any] = {}
-    for name in names:
-        if name not in data:
-            raise InputError("required field is missing", field=f"{where}{name}")
-        kind, value = hints[name], data[name]
-        if isinstance(kind, type) and issubclass(kind, _Strict):
-            values[name] = _build(kind, value, f"{where}{name}.")
-        elif not isinstance(value, kind) or isinstance(value, bool):
-            raise InputError(f"got {value!r}", field=f"{where}{name}", expected=kind.__name__)
-        else:
-            values[name] = value
-    return cls(**values)
-
-
-@dataclasses.dataclass(frozen=True)
-class Product(_Strict):
+class Product(_Section):
     short_name: str
     display_name: str
     api_group: str
     env_prefix: str
 
 
-@dataclasses.dataclass(frozen=True)
-class VsphereUser(_Strict):
+class VsphereUser(_Section):
     api_version: str
     kind: str
     group: str
@@ -64,45 +38,39 @@ class VsphereUser(_Strict):
     admin_role: str
 
 
-@dataclasses.dataclass(frozen=True)
-class VsphereTemplates(_Strict):
+class VsphereTemplates(_Section):
     library: str
     folder: str
     name: str
 
 
-@dataclasses.dataclass(frozen=True)
-class ClusterSpec(_Strict):
+class ClusterSpecKinds(_Section):
     api_version: str
     cluster_kind: str
     datacenter_kind: str
     machine_kind: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Distro(_Strict):
+class Distro(_Section):
     name: str
     manifest_url: str
     manifest_api_version: str
     image_registry: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Tags(_Strict):
+class Tags(_Section):
     os_category: str
     release_category: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Hosts(_Strict):
+class Hosts(_Section):
     assets: str
     distro: str
     os1_cache: str
     os1_updates: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Os1(_Strict):
+class Os1(_Section):
     root_url: str
     root_sha512: str
     metadata_url: str
@@ -112,19 +80,17 @@ class Os1(_Strict):
     baremetal_variant: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Versions(_Strict):
+class Versions(_Section):
     image_builder: str
     bundle: int
     os1_image: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Profile(_Strict):
+class Profile(_Section):
     product: Product
     vsphere_user: VsphereUser
     vsphere_templates: VsphereTemplates
-    cluster_spec: ClusterSpec
+    cluster_spec: ClusterSpecKinds
     distro: Distro
     tags: Tags
     hosts: Hosts
@@ -142,8 +108,4 @@ class Profile(_Strict):
 @lru_cache(maxsize=1)
 def load_profile() -> Profile:
     path = config_dir() / "profile.yaml"
-    data = load_yaml_mapping(path, "profile")
-    try:
-        return _build(Profile, data, "")
-    except InputError as exc:
-        raise InputError(exc.detail, source=path, field=exc.field, expected=exc.expected) from None
+    return validated(Profile, load_yaml_mapping(path, "profile"), path)

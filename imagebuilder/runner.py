@@ -17,12 +17,10 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
-
-from rich.console import Console
 
 from imagebuilder import __version__, fetch
 from imagebuilder.bootcheck import check_image
@@ -39,6 +37,7 @@ from imagebuilder.packer import (
     render_build,
 )
 from imagebuilder.plan import BuildPlan
+from imagebuilder.progress import Say, silent
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import SourceImageFields
 
@@ -76,9 +75,7 @@ def _step(steps: dict[str, float], name: str) -> Iterator[None]:
         steps[name] = round(time.monotonic() - start, 3)
 
 
-def _run_packer(
-    rendered: RenderedBuild, packer: PackerInfo, log: IO[str], redact: Redactor, status: Callable[[str], None]
-) -> None:
+def _run_packer(rendered: RenderedBuild, packer: PackerInfo, log: IO[str], redact: Redactor, status: Say) -> None:
     env = packer_env(rendered)
     for stage in rendered.stages or (None,):
         args = [packer.path, "build", "-color=false", "-on-error=cleanup"]
@@ -128,11 +125,11 @@ def run_build(
     packer: PackerInfo | None = None,
     kvm: KvmStatus | None = None,
     keep_on_error: bool = False,
-    console: Console | None = None,
+    say: Say = silent,
 ) -> BuildResult:
-    """Execute ``plan``. Raises :class:`ExternalError` with the log's path when something outside us fails."""
+    """Execute ``plan``, saying each step as it starts (the progress protocol). Raises :class:`ExternalError` with
+    the log's path when something outside us fails."""
     check_buildable(plan)  # bad input fails here, before anything is written
-    console = console or Console(stderr=True)
     packer = packer or PackerInfo.detect()
     out_dir = plan.output_path.parent if plan.output_path else Path("output").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -150,10 +147,10 @@ def run_build(
     size = None
     builder = builder_for(plan)
     try:
-        with log_path.open("w") as log, console.status(f"building {plan.output_name}") as spinner:
+        with log_path.open("w") as log:
 
             def status(text: str) -> None:
-                spinner.update(f"[bold]{plan.output_name}[/]: {text[:110]}")
+                say(f"{plan.output_name}: {text}")
 
             with _step(steps, "source"):
                 source = prepare_source_image(plan, workspace, status)
@@ -162,7 +159,7 @@ def run_build(
                     kvm = kvm_status()
                     log.write(f"accelerator: {kvm.accelerator} ({kvm.reason})\n")
                     if not kvm.usable:
-                        console.print(f"[yellow]warning:[/] {kvm.reason}; QEMU uses TCG (slow)")
+                        say(f"warning: {kvm.reason}; QEMU uses TCG (slow)")
                 rendered = render_build(plan, workspace, packer, kvm=kvm, source_image=source)
             with _step(steps, "packer"):
                 _run_packer(rendered, packer, log, redact, status)
@@ -180,7 +177,7 @@ def run_build(
         if succeeded or not keep_on_error:
             shutil.rmtree(workspace, ignore_errors=True)
         elif workspace.exists():
-            console.print(f"[yellow]workspace kept:[/] {workspace}")
+            say(f"warning: build failed; workspace kept: {workspace}")
     finished = dt.datetime.now(dt.UTC)
     manifest = {
         "build_id": build_id,
@@ -233,7 +230,7 @@ def _check_source(plan: BuildPlan, location: Path, work_dir: Path | None = None)
     return f"{location}: {check.summary()}"
 
 
-def prepare_source_image(plan: BuildPlan, workspace: Path, status: Callable[[str], None]) -> Path | None:
+def prepare_source_image(plan: BuildPlan, workspace: Path, status: Say) -> Path | None:
     """The source image as a local, verified and checked file for Packer (a URL is fetched into the workspace)."""
     source = source_image(plan)
     if source is None:

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from imagebuilder.catalog import ReleaseChannel
 from imagebuilder.files import atomic_write
-from imagebuilder.model import ReleaseChannel
 from imagebuilder.profile import load_profile
 from imagebuilder.release_manifest import IMAGES
 

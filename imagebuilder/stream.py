@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from imagebuilder.errors import ExternalError
@@ -19,10 +18,6 @@ if TYPE_CHECKING:
     pass
 
 CHUNK = 1024 * 1024
-#: advances a progress display by a byte count
-Progress = Callable[[int], None]
-#: given the total byte count (0: unknown), returns the Progress for one transfer
-ProgressFactory = Callable[[int], Progress]
 
 
 class Transform(Protocol):

@@ -1,14 +1,30 @@
-"""One problem report for every validated file: pydantic's errors as the user reads them.
+"""The one validation layer for files: strict models and one problem report.
 
-A file's problems are collected (every one, not the first) as :class:`Problem` rows naming the field as the file
-spells it, then raised together as :class:`~imagebuilder.errors.InputErrors` by the reader.
+Every file the tool reads is parsed by :mod:`imagebuilder.files` (safe loaders, size limits) and validated against
+a :class:`StrictModel` (unknown keys refused, values immutable). A file's problems are collected (every one, not
+the first) as :class:`Problem` rows naming the field as the file spells it, then raised together as
+:class:`~imagebuilder.errors.InputErrors` (exit 2) by :func:`validated`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from imagebuilder.errors import InputError, InputErrors, did_you_mean
+
+
+class StrictModel(BaseModel):
+    """Base of every model a file is validated against: an unknown key is an error, a loaded value never changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -51,3 +67,28 @@ def pydantic_problems(exc: ValidationError, model: type[BaseModel] | None = None
             expected = str(err["msg"]).removeprefix("Input should be ")
         problems.append(Problem(field, msg, expected))
     return problems
+
+
+def validated(
+    model: type[M],
+    data: Mapping[str, Any],
+    source: str | Path,
+    *,
+    context: dict[str, Any] | None = None,
+    problems: Iterable[Problem] = (),
+) -> M:
+    """``data`` validated against ``model``, or one :class:`InputErrors` naming ``source`` and every problem: the
+    ``problems`` the caller found first, unknown top-level keys (with "did you mean"), then the model's own."""
+    found = list(problems)
+    known = list(model.model_fields)
+    unknown = [k for k in data if k not in known]
+    found += [Problem(str(k), f"unknown field{did_you_mean(str(k), known)}") for k in unknown]
+    result: M | None = None
+    try:
+        result = model.model_validate({k: v for k, v in data.items() if k not in unknown}, context=context)
+    except ValidationError as exc:
+        found += pydantic_problems(exc, model)
+    if found:
+        raise InputErrors([InputError(p.message, source=source, field=p.field, expected=p.expected) for p in found])
+    assert result is not None
+    return result

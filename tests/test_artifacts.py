@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from imagebuilder import fetch
+from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import ExternalError
 from imagebuilder.fetch import Expected, Mirror
 from imagebuilder.mirror import create_mirror
-from imagebuilder.model import load_catalog
 from imagebuilder.outputs import gzip_parallel
 from imagebuilder.ova import make_ova
 from imagebuilder.plan import BuildRequest

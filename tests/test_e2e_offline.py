@@ -19,7 +19,7 @@ import pytest
 
 from imagebuilder.baseimage import make_base_image
 from imagebuilder.bootcheck import check_image
-from imagebuilder.model import load_catalog
+from imagebuilder.catalog import load_catalog
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import verify_image
 from tests.support.common import BIN, ROOT, run

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from invoke.collection import Collection
 
-from imagebuilder.model import load_catalog
+from imagebuilder.catalog import load_catalog
 from imagebuilder.providers import registry
 from tests.support.imports import cycles, import_graph
 
@@ -37,14 +37,14 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
 
 def test_low_layers_import_nothing_above_them() -> None:
     graph = import_graph(PACKAGE, "imagebuilder")
-    bottom = {"errors", "files", "grammar", "safepath", "stream", "validation", "paths", "disk"}
+    bottom = {"errors", "files", "grammar", "safepath", "stream", "validation", "paths", "disk", "progress", "fetch"}
     for name in bottom:
         module = f"imagebuilder.{name}"
         assert module in graph, module
         above = {m for m in graph[module] if m.removeprefix("imagebuilder.") not in bottom}
         assert not above, f"{module} imports {above}"
     # the vSphere connection is below its facade and the clients built on it
-    assert graph["imagebuilder.vsphere.connection"] <= {f"imagebuilder.{m}" for m in bottom | {"profile", "model"}}
+    assert graph["imagebuilder.vsphere.connection"] <= {f"imagebuilder.{m}" for m in bottom | {"profile", "catalog"}}
 
 
 def test_every_provider_of_the_catalog_is_one_registered_unit() -> None:
@@ -97,3 +97,21 @@ def test_required_flags_are_checked_in_one_place() -> None:
         if p.name != "flags.py" and "required flag missing" in p.read_text()
     ]
     assert not offenders, "use imagebuilder.cli.flags.required"
+
+
+def test_only_the_cli_draws_progress() -> None:
+    """One progress protocol (imagebuilder.progress): the library reports through it, only the CLI renders it."""
+    graph = import_graph(PACKAGE, "imagebuilder")
+    sources = {name: (PACKAGE.parent / (name.replace(".", "/") + ".py")) for name in graph}
+    drawing = [
+        name
+        for name, path in sources.items()
+        if not name.startswith("imagebuilder.cli")
+        and path.is_file()
+        and any(
+            isinstance(node, ast.ImportFrom | ast.Import)
+            and any((getattr(node, "module", None) or alias.name).split(".")[0] == "rich" for alias in node.names)
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    ]
+    assert not drawing, f"draw progress through imagebuilder.progress, not rich: {drawing}"

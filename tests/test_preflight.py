@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import InputError
 from imagebuilder.hostinfo import KvmStatus, kvm_status
-from imagebuilder.model import load_catalog
 from imagebuilder.preflight import CHECKS, GIB, HostFacts, mask_url, run_checks
 from tests.support.common import run
 

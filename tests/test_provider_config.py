@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import InputErrors
-from imagebuilder.model import load_catalog
 from imagebuilder.providers.config import (
     ConfigContext,
     ProviderConfig,

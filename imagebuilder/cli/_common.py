@@ -6,12 +6,13 @@ one-paragraph message on stderr and exit status 2 (bad input) or 1 (external fai
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from invoke.exceptions import Exit
 
 from imagebuilder.errors import ImageBuilderError, InputErrors
 from imagebuilder.grammar import redact_urls_in
+from imagebuilder.progress import Advance, Say, Transfers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,26 +74,42 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def byte_progress(label: str) -> Callable[[int], Callable[[int], None]] | None:
-    """A rich progress bar for a transfer, on a terminal only: given the byte total (0: unknown), returns the
-    function that advances it. None when standard error is not a terminal (logs stay clean)."""
+@contextlib.contextmanager
+def transfer_bars() -> Iterator[Transfers | None]:
+    """The CLI's rendering of the progress protocol: one rich display, a bar per transfer (several at once when
+    transfers run in parallel), gone when done. None when standard error is not a terminal: logs stay clean."""
     if not sys.stderr.isatty():
-        return None
+        yield None
+        return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-    def start(total: int) -> Callable[[int], None]:
-        bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True)
-        bar.start()
-        task_id = bar.add_task(label, total=total or None)
-        done = 0
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, transient=True) as bars:
 
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            bar.update(task_id, completed=done)
-            if total and done >= total:
-                bar.stop()
+        def start(label: str, total: int) -> Advance:
+            task_id = bars.add_task(label[:40], total=total or None)
+            return lambda n: bars.advance(task_id, n)
 
-        return advance
+        yield start
 
-    return start
+
+@contextlib.contextmanager
+def status_line(title: str) -> Iterator[Say]:
+    """The CLI's rendering of :data:`~imagebuilder.progress.Say`: on a terminal one spinner line that each report
+    replaces (a ``warning:`` stays visible above it); elsewhere each report is a line on standard error."""
+    if not sys.stderr.isatty():
+        yield lambda text: print(text, file=sys.stderr, flush=True)
+        return
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(stderr=True)
+    with console.status(escape(title)) as spinner:
+
+        def say(text: str) -> None:
+            if text.startswith("warning:"):
+                console.print(f"[yellow]warning:[/]{escape(text.removeprefix('warning:'))}")
+            else:
+                spinner.update(escape(text[:120]))
+
+        yield say

@@ -6,7 +6,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, print_json
+from imagebuilder.cli._common import cli_task, print_json, status_line
 from imagebuilder.errors import InputError
 
 HELP = {
@@ -65,7 +65,7 @@ def build(
     keep_on_error: bool = False,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
-    from imagebuilder.model import load_catalog
+    from imagebuilder.catalog import load_catalog
     from imagebuilder.plan import BuildRequest
     from imagebuilder.planner import make_plan
     from imagebuilder.preflight import require
@@ -117,8 +117,9 @@ def build(
             print(f"source image: {checked}")
     if dry_run:
         return
-    require(plan.os, plan.provider, skip_check or [], min_disk)
-    result = run_build(plan, keep_on_error=keep_on_error)
+    require(plan.os, plan.provider, skip_check or [], min_disk, say=print)
+    with status_line(f"building {plan.output_name}") as say:
+        result = run_build(plan, keep_on_error=keep_on_error, say=say)
     if result.artifact:
         print(f"image:    {result.artifact}\nsha256:   {result.sha256}")
     print(f"manifest: {result.manifest}\nlog:      {result.log}")

@@ -13,7 +13,7 @@ from imagebuilder.errors import InputError, did_you_mean
 
 
 def _provider_name(value: str) -> str:
-    from imagebuilder.model import load_catalog
+    from imagebuilder.catalog import load_catalog
     from imagebuilder.providers.registry import config_models
 
     name = load_catalog().provider(value, flag="--provider").name

@@ -6,7 +6,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, status_line
 from imagebuilder.cli.image import print_findings
 from imagebuilder.errors import ExternalError
 
@@ -34,8 +34,8 @@ def demo(
     dry_run: bool = False,
 ) -> None:
     """Run the offline flow end to end: base image, mirror, bare-metal build, image.verify."""
+    from imagebuilder.catalog import load_catalog
     from imagebuilder.demo import demo_steps, run_demo
-    from imagebuilder.model import load_catalog
 
     out = flags.dest_dir(dest, "--dest")
     size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
@@ -44,13 +44,16 @@ def demo(
         for step in demo_steps(out, channel=release_channel, disk_gb=size, boot=not no_boot):
             print(f"would run: {step}")
         return
-    result = run_demo(
-        out,
-        channel=release_channel,
-        disk_gb=size,
-        boot=not no_boot,
-        skip_checks=tuple(skip_check or ()),
-    )
+    with status_line("demo") as status:
+        result = run_demo(
+            out,
+            channel=release_channel,
+            disk_gb=size,
+            boot=not no_boot,
+            skip_checks=tuple(skip_check or ()),
+            say=print,
+            status=status,
+        )
     print_findings(result.findings)
     bad = [f.name for f in result.findings if not f.ok]
     if bad:

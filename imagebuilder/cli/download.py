@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import byte_progress, cli_task
+from imagebuilder.cli._common import cli_task, transfer_bars
 
 
 @task(
@@ -59,7 +58,8 @@ def bottlerocket(
         print(f"verified: {expected.length} bytes at {url}, {', '.join(expected.hashes)} signed")
         print(f"output:   {out / target.output_name} (not written: --dry-run)")
         return
-    path = download(target, out, trusted, byte_progress(target.name))
+    with transfer_bars() as transfers:
+        path = download(target, out, trusted, transfers)
     print(f"wrote {path} (verified against the signed metadata)")
     if variant == "baremetal":
         from imagebuilder.serve import served_url
@@ -88,11 +88,9 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
             print(f"{asset.uri} -> {target} (verified by {sums})")
         return
 
-    def progress(name: str) -> Callable[[int], None] | None:
-        start = byte_progress(name)
-        return start(0) if start else None
-
-    for path in download_hook(out, assets, progress):
+    with transfer_bars() as transfers:
+        paths = download_hook(out, assets, transfers)
+    for path in paths:
         print(f"wrote {path} (verified)")
     from imagebuilder.serve import served_url
 

@@ -35,8 +35,8 @@ def prepare(
     dry_run: bool = False,
 ) -> None:
     """Prepare this machine as a build host (spec 4.3): user, packages, kvm, SSH config, proxy. Rerunnable."""
+    from imagebuilder.catalog import load_catalog
     from imagebuilder.hostprep import HostPrep, apply, proxies_from
-    from imagebuilder.model import load_catalog
 
     catalog = load_catalog()
     providers = tuple(catalog.provider(h).name for h in hypervisor or [])

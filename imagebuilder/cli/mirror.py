@@ -8,7 +8,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, transfer_bars
 
 
 @task(
@@ -31,11 +31,9 @@ def create(
     dry_run: bool = False,
 ) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
+    from imagebuilder.catalog import load_catalog
     from imagebuilder.fetch import Mirror
     from imagebuilder.mirror import create_mirror, file_sha256, mirror_items
-    from imagebuilder.model import load_catalog
     from imagebuilder.release_manifest import load_manifest
 
     channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-21 to 1-24"))
@@ -50,17 +48,8 @@ def create(
             state = "present" if file_sha256(path) == sha else "would download"
             print(f"{state:<15} {path}")
         return
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True
-    ) as progress:
-        bar = progress.add_task("mirroring", total=None)
-        manifest, items = create_mirror(
-            url,
-            out,
-            source=src,
-            on_item=lambda u, _: progress.update(bar, description=u.rsplit("/", 1)[-1][:40]),
-            on_bytes=lambda n: progress.advance(bar, n),
-        )
+    with transfer_bars() as transfers:
+        manifest, items = create_mirror(url, out, source=src, transfers=transfers)
     for item in items:
         print(f"{item.status:<10} {item.size:>12} {item.path}")
     fetched = sum(1 for i in items if i.status == "downloaded")

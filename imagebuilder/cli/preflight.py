@@ -34,4 +34,5 @@ def preflight(
         hypervisor,
         skip_check or [],
         flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None,
+        say=print,
     )

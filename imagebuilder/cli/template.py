@@ -9,7 +9,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import _vsphere, flags
-from imagebuilder.cli._common import byte_progress, cli_task
+from imagebuilder.cli._common import cli_task, transfer_bars
 from imagebuilder.errors import ExternalError, InputError
 
 
@@ -97,7 +97,8 @@ def import_ova(
                 for step in plan_text(req):
                     print(f"  {step}")
             return
-        outcomes = import_templates(vs, reqs, jobs, byte_progress("upload"))
+        with transfer_bars() as transfers:
+            outcomes = import_templates(vs, reqs, jobs, transfers)
         warned: set[str] = set()
         for out in outcomes:
             _vsphere.report(out.path, out.done, out.kept, [w for w in out.warnings if w not in warned])

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from imagebuilder.model import load_catalog
+from imagebuilder.catalog import load_catalog
 from imagebuilder.outputs import Packaged, Status, packer_manifest
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan

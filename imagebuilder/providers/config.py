@@ -23,7 +23,6 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AliasChoices,
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -35,10 +34,10 @@ from pydantic import (
 )
 
 from imagebuilder import grammar
+from imagebuilder.catalog import OsVersion
 from imagebuilder.errors import InputError, InputErrors, did_you_mean
 from imagebuilder.files import load_json_object
-from imagebuilder.model import OsVersion
-from imagebuilder.validation import Problem, pydantic_problems
+from imagebuilder.validation import Problem, StrictModel, pydantic_problems
 
 # --- value types -----------------------------------------------------------------------------------------------
 
@@ -153,7 +152,7 @@ def _url_or_existing_file(value: str | None, info: ValidationInfo, what: str) ->
 # --- models ----------------------------------------------------------------------------------------------------
 
 
-class ProviderConfig(BaseModel):
+class ProviderConfig(StrictModel):
     """Base of every provider config model."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -252,13 +251,9 @@ class Os3Fields(ProviderConfig):
         desc = {n: cls.model_fields[n].description for n in cls.os3_fields}
         problems += [Problem(f, "required for --os redhat builds", desc[f]) for f in cls.os3_required if f not in data]
         checksum, kind = data.get("iso_checksum"), data.get("iso_checksum_type", "sha256")
-        lengths = {"sha256": 64, "sha512": 128}
-        if isinstance(checksum, str) and kind in lengths:
-            value = checksum.removeprefix(f"{kind}:")
-            if not re.fullmatch(rf"[0-9a-fA-F]{{{lengths[kind]}}}", value):
-                problems.append(
-                    Problem("iso_checksum", f"is not a {kind} checksum", f"{lengths[kind]} hex digits for {kind}")
-                )
+        digits = grammar.DIGEST_HEX_LENGTH.get(kind)
+        if isinstance(checksum, str) and digits and not grammar.is_hex_digest(checksum.removeprefix(f"{kind}:"), kind):
+            problems.append(Problem("iso_checksum", f"is not a {kind} checksum", f"{digits} hex digits for {kind}"))
         return problems
 
     @classmethod
@@ -296,8 +291,7 @@ class SourceImageFields(ProviderConfig):
             return None
         kind, _, digest = value.rpartition(":")
         kind = kind or "sha256"
-        lengths = {"sha256": 64, "sha512": 128}
-        if kind not in lengths or not re.fullmatch(rf"[0-9a-fA-F]{{{lengths.get(kind, 0)}}}", digest):
+        if not grammar.is_hex_digest(digest, kind):
             raise ValueError(f"must be sha256:<64 hex>, sha512:<128 hex> or a bare sha256, got {value!r}")
         return f"{kind}:{digest.lower()}"
 

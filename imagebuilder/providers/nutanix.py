@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from imagebuilder.model import load_catalog
+from imagebuilder.catalog import load_catalog
 from imagebuilder.outputs import Packaged, Status, packer_manifest
 from imagebuilder.plan import BuildPlan
 from imagebuilder.providers.base import SYSPREP, Provider, node_step

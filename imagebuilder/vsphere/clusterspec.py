@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imagebuilder import grammar
+from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import ExternalError, InputError, InputErrors
 from imagebuilder.files import parse_yaml_documents, read_text
-from imagebuilder.model import load_catalog
 from imagebuilder.profile import load_profile
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.connection import THUMBPRINT_EXPECTED, THUMBPRINT_RE, server_thumbprint

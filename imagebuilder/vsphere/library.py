@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from imagebuilder import progress
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import sha256_file
-from imagebuilder.stream import Progress, ProgressFactory
+from imagebuilder.progress import Advance, Transfers
 from imagebuilder.vsphere.connection import poll
 from imagebuilder.vsphere.rest import Call, RestClient
 
@@ -90,7 +91,7 @@ class Library:
         spec = {"library_id": library_id, "name": name, "type": "ovf", "description": description}
         return str(self.rest(CREATE_ITEM, spec))
 
-    def upload(self, item_id: str, source: str, progress: ProgressFactory | None = None) -> None:
+    def upload(self, item_id: str, source: str, transfers: Transfers | None = None) -> None:
         """Put ``source`` (a local OVA or OVF path, or an http(s) URL) into the item; wait until the server has it.
 
         A local OVA is unpacked on the way: its descriptor, manifest and disks become the item's files (the content
@@ -104,7 +105,7 @@ class Library:
                 spec: dict[str, Any] = {"name": name, "source_type": "PULL", "source_endpoint": {"uri": source}}
                 self.rest(ADD_FILE, spec, ident=session, action="add")
             else:
-                self._push_files(session, Path(source), progress)
+                self._push_files(session, Path(source), transfers)
             self.rest(SESSION_ACTION, ident=session, action="complete")
             self._wait(session)
         except BaseException as exc:
@@ -116,10 +117,10 @@ class Library:
                     self.rest(ITEM, ident=item_id, action=None, method="DELETE")
             raise
 
-    def _push_files(self, session: str, path: Path, progress: ProgressFactory | None) -> None:
+    def _push_files(self, session: str, path: Path, transfers: Transfers | None) -> None:
         if not tarfile.is_tarfile(path):  # a plain file (an .ovf): as it is
             size = path.stat().st_size
-            advance = progress(size) if progress else None
+            advance = progress.start(transfers, path.name, size)
             with path.open("rb") as fh:
                 self._push(session, path.name, fh, size, sha256_file(path), advance)
             return
@@ -135,7 +136,7 @@ class Library:
                     m = re.match(r"SHA256\((.+)\)\s*=\s*([0-9a-fA-F]{64})", line.strip())
                     if m:
                         sums[m.group(1)] = m.group(2).lower()
-            advance = progress(sum(m.size for m in members)) if progress else None
+            advance = progress.start(transfers, path.name, sum(m.size for m in members))
             for member in members:
                 stream = tar.extractfile(member)
                 assert stream is not None
@@ -143,7 +144,7 @@ class Library:
                 self._push(session, name, stream, member.size, sums.get(name), advance)
 
     def _push(
-        self, session: str, name: str, fh: IO[bytes], size: int, sha256: str | None, advance: Progress | None
+        self, session: str, name: str, fh: IO[bytes], size: int, sha256: str | None, advance: Advance | None
     ) -> None:
         spec: dict[str, Any] = {"name": name, "source_type": "PUSH", "size": size}
         if sha256:
@@ -208,7 +209,7 @@ class Library:
 class _Reader:
     """A stream read in 1 MiB chunks for an HTTP body, reporting progress; has a length (no chunked encoding)."""
 
-    def __init__(self, fh: IO[bytes], size: int, advance: Progress | None) -> None:
+    def __init__(self, fh: IO[bytes], size: int, advance: Advance | None) -> None:
         self.fh = fh
         self.size = size
         self.advance = advance

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from imagebuilder.catalog import OperatingSystem, ReleaseChannel
 from imagebuilder.errors import ExternalError
-from imagebuilder.model import OperatingSystem, ReleaseChannel
 from imagebuilder.profile import load_profile
 from imagebuilder.vsphere.rest import Call, RestClient
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder import grammar
+from imagebuilder.catalog import OperatingSystem, ReleaseChannel, load_catalog
 from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
 from imagebuilder.files import parse_yaml_documents, read_text
-from imagebuilder.model import OperatingSystem, ReleaseChannel, load_catalog
 from imagebuilder.profile import load_profile
-from imagebuilder.stream import ProgressFactory
+from imagebuilder.progress import Transfers
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.session import VSphere
 from imagebuilder.vsphere.tags import ExpectedTag, expected_tags
@@ -194,7 +194,7 @@ def _place(vs: VSphere, req: ImportRequest, out: Outcome) -> _Place:
     return _Place(folder, ds, pool, library_id, vms)
 
 
-def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory | None = None) -> Outcome:
+def import_template(vs: VSphere, req: ImportRequest, transfers: Transfers | None = None) -> Outcome:
     from pyVmomi import vim
 
     out = Outcome(req.path)
@@ -217,7 +217,7 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
         if has_files:
             out.kept.append(f"library item {req.name} already holds the OVA")
         else:  # new, or left empty by an interrupted upload
-            vs.library.upload(item, req.source, progress)
+            vs.library.upload(item, req.source, transfers)
             out.done.append(
                 f"{'pulled' if '://' in req.source else 'uploaded'} {req.source} into {req.library}/{req.name}"
             )
@@ -257,7 +257,7 @@ def import_template(vs: VSphere, req: ImportRequest, progress: ProgressFactory |
 
 
 def import_templates(
-    vs: VSphere, reqs: list[ImportRequest], jobs: int = 4, progress: ProgressFactory | None = None
+    vs: VSphere, reqs: list[ImportRequest], jobs: int = 4, transfers: Transfers | None = None
 ) -> list[Outcome]:
     """Import several templates in one session: what they share (folders, library, tag categories and tags) is
     made first, one at a time, so nothing is created twice; then the templates are imported ``jobs`` at a time.
@@ -272,10 +272,10 @@ def import_templates(
     shared.done += [f"created {c}" for c in vs.tagging.created]
     del vs.tagging.created[:]
     if len(reqs) == 1 or jobs <= 1:
-        outcomes = [import_template(vs, r, progress if len(reqs) == 1 else None) for r in reqs]
+        outcomes = [import_template(vs, r, transfers) for r in reqs]
     else:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(import_template, vs, r) for r in reqs]
+            futures = [pool.submit(import_template, vs, r, transfers) for r in reqs]
             outcomes = [f.result() for f in futures]
     if shared.done:
         outcomes[0].done[:0] = shared.done

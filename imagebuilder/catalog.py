@@ -1,4 +1,4 @@
-"""The one model of OS x provider x release channel, loaded from ``config/matrix.yaml`` and
+"""The catalog: the one model of OS x provider x release channel, loaded from ``config/matrix.yaml`` and
 ``config/release-channels.yaml``.
 
 Validation, plan building, naming, rendering and the tests all ask this module; none of them keeps its own list
