@@ -1,6 +1,8 @@
-"""Create a mirror: a release manifest and every node artifact it names, copied into a directory that keeps the
-upstream URL paths (``https://host/a/b.yaml`` is ``<mirror>/a/b.yaml``), so one directory, copied to an
-air-gapped site and served or used in place, answers for every upstream URL (see :class:`imagebuilder.fetch.Mirror`).
+"""Create a mirror: a release manifest and every node artifact it names, copied to a directory that keeps the
+upstream URL paths.
+
+``https://host/a/b.yaml`` is ``<mirror>/a/b.yaml``, so one directory, copied to an air-gapped site and served or
+used in place, answers for every upstream URL (see :class:`imagebuilder.fetch.Mirror`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Transforms applied to bytes as they stream (:func:`imagebuilder.fetch.download` feeds them), and the progress
-callback shapes every long step uses.
+"""Transforms applied to bytes as they stream (:func:`imagebuilder.fetch.download` feeds them).
 
 A transform writes what it makes of the bytes into the temporary file the download renames into place once every
 hash matched: :class:`Copy` the bytes as they come, :class:`Lz4ToGzip` the bare-metal image recompressed in one pass.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.cli import namespace
-from imagebuilder.docs import config_reference
+from imagebuilder.docs import config_reference, layout_table
 from tests.support.common import EXAMPLES, PAIRS, ROOT, build_args, reference, run
 
 SECRETS = ("change-me", "change-me-api-key", "change-me-secret-key")
@@ -344,8 +344,19 @@ def test_config_schema_to_file_and_bad_provider(tmp_path: Path) -> None:
     assert bad.code == 2 and "did you mean 'vsphere'" in bad.err
 
 
-def test_readme_config_reference_is_current() -> None:
-    assert config_reference() in (ROOT / "README.md").read_text(), "run 'invoke docs'"
+def test_readme_generated_sections_are_current() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert config_reference() in readme, "run 'invoke docs'"
+    assert layout_table() in readme, "run 'invoke docs'"
+
+
+def test_layout_table_lists_every_module() -> None:
+    table = layout_table()
+    for path in (ROOT / "imagebuilder").rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        shown = f"{rel.parent.as_posix()}/" if path.name == "__init__.py" else rel.as_posix()
+        assert f"| `{shown}` | " in table, shown
+    assert "|  |" not in table, "a module without a docstring"
 
 
 def test_dry_runs_write_nothing(tmp_path: Path, mirror_dir: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from invoke.collection import Collection
 
 from imagebuilder.catalog import load_catalog
+from imagebuilder.cli import build
 from imagebuilder.providers import registry
 from tests.support.imports import cycles, import_graph
 
@@ -52,6 +53,10 @@ def test_every_provider_of_the_catalog_is_one_registered_unit() -> None:
     for name, provider in registry.PROVIDERS.items():
         assert provider.name == name and provider.config_model.provider == name
         assert (PACKAGE.parent / "packer" / provider.builder / "node.pkr.hcl.j2").is_file()
+        assert f"{name}_config" in build.build.help, f"build has no --{name}-config flag"
+    for pair in load_catalog().builds:  # lint renders and validates each pair from its example
+        example = PACKAGE.parent / "config" / "examples" / f"{pair.provider.name}-{pair.os.name}.json"
+        assert pair.config == "optional" or example.is_file(), example
 
 
 def test_shared_code_never_branches_on_a_provider_name() -> None:
