@@ -48,6 +48,12 @@ def os_channel(os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseC
     )
 
 
+def template_args(template: str, os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseChannel]:
+    """The template flags every template task takes: its path, then its OS and Kubernetes version."""
+    flags.required(template, "--template", TEMPLATE_HELP["template"])
+    return os_channel(os_name, kubernetes)
+
+
 def report(path: str, done: list[str], kept: list[str], warnings: list[str]) -> None:
     print(f"template {path}")
     for line in done:

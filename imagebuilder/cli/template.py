@@ -126,8 +126,7 @@ def tag(
     from imagebuilder.vsphere.tags import expected_tags
     from imagebuilder.vsphere.templates import tag_template
 
-    os_, channel = _vsphere.os_channel(os, kubernetes)
-    flags.required(template, "--template", "/<dc>/vm/<folder>/<name>")
+    os_, channel = _vsphere.template_args(template, os, kubernetes)
     if dry_run:
         for t in expected_tags(os_, channel):
             print(f"would tag {template} with {t.name} (category {t.category})")
@@ -152,8 +151,7 @@ def validate(
     from imagebuilder.vsphere.session import connect
     from imagebuilder.vsphere.templates import fix_command, validate_template
 
-    os_, channel = _vsphere.os_channel(os, kubernetes)
-    flags.required(template, "--template", "/<dc>/vm/<folder>/<name>")
+    os_, channel = _vsphere.template_args(template, os, kubernetes)
     with connect(_vsphere.target(server, insecure, thumbprint), f"validating {template}") as vs:
         problems = validate_template(vs, template, os_, channel)
     if problems:
