@@ -1,0 +1,220 @@
+"""The customization file (``customize.yaml``, spec 4.8): what a node image gets beyond the build.
+
+One file feeds the three ways to apply it (a vSphere template, a local image, a build): the user that logs in to
+apply it, CA certificates to trust, private registries and their credentials, extra packages. Everything is checked
+here, before any VM boots: every certificate parsed as X.509, every registry a ``host[:port]``, every package name a
+package name, and every secret read from where the file says (an environment variable or a file) so that a missing
+one fails in seconds. Secrets stay :class:`~pydantic.SecretStr` from here on; only the role's 0600 variables file
+ever holds them in clear.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from imagebuilder import grammar
+from imagebuilder.errors import InputError, InputErrors
+from imagebuilder.files import load_yaml_mapping, read_text
+from imagebuilder.validation import StrictModel, validated
+
+#: OpenSSH public key types a customization user may log in with
+KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
+_KEY_BLOB = re.compile(r"[A-Za-z0-9+/]+={0,3}")
+#: Debian and RPM package names (Debian policy 5.6.1; RPM allows upper case and '_')
+_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}")
+_ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def _public_key(text: str) -> str:
+    if any(c in text.strip() for c in "\r\n\x00"):
+        raise ValueError("must be one line (one key)")
+    parts = text.strip().split()
+    if len(parts) < 2 or parts[0] not in KEY_TYPES or not _KEY_BLOB.fullmatch(parts[1]):
+        raise ValueError(f"must be an OpenSSH public key line ({', '.join(KEY_TYPES)} then base64)")
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except ValueError:
+        raise ValueError("the key's base64 does not decode") from None
+    # the blob starts with its own type, length-prefixed: a key pasted under the wrong type is refused
+    size = int.from_bytes(blob[:4], "big")
+    if blob[4 : 4 + size].decode(errors="replace") != parts[0]:
+        raise ValueError(f"the key's blob is not a {parts[0]} key")
+    return f"{parts[0]} {parts[1]}"  # the comment is dropped: it may carry a user's mail address or host name
+
+
+class User(StrictModel):
+    name: str = Field("image-builder", description="the user the customization logs in as (removed afterwards)")
+    ssh_public_key: str | None = Field(
+        None, description="its authorized key; absent: a key pair is made for the run and deleted after"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return grammar.linux_user(value)
+
+    @field_validator("ssh_public_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        return None if value is None else _public_key(value)
+
+
+class Registry(StrictModel):
+    """Credentials of one registry. Each secret is given at most one way: inline, ``*_env`` or ``*_file``."""
+
+    username: str | None = Field(None, description="registry user name")
+    password: SecretStr | None = Field(None, description="password (prefer password_env or password_file)")
+    password_env: str | None = Field(None, description="environment variable holding the password")
+    password_file: str | None = Field(None, description="file holding the password (relative to this file)")
+    auth: SecretStr | None = Field(None, description="base64 of user:password; computed when absent")
+    identitytoken: SecretStr | None = Field(None, description="an identity token instead of a password")
+    identitytoken_env: str | None = Field(None, description="environment variable holding the identity token")
+    identitytoken_file: str | None = Field(None, description="file holding the identity token")
+
+    @field_validator("password_env", "identitytoken_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_VAR.fullmatch(value):
+            raise ValueError("must be an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way_each(self) -> Registry:
+        for secret in ("password", "identitytoken"):
+            given = [f"{secret}{s}" for s in ("", "_env", "_file") if getattr(self, f"{secret}{s}") is not None]
+            if len(given) > 1:
+                raise ValueError(f"give {secret} one way only, not {' and '.join(given)}")
+        has_password = any(getattr(self, f"password{s}") is not None for s in ("", "_env", "_file"))
+        if has_password and not self.username:
+            raise ValueError("a password needs a username")
+        return self
+
+
+class CustomizeFile(StrictModel):
+    user: User = Field(default_factory=User, description="the user that applies the customization")
+    ca_certificates: list[str] = Field(
+        default_factory=list, description="PEM files of CA certificates to trust (relative to this file)"
+    )
+    registries: dict[str, Registry] = Field(default_factory=dict, description="credentials per registry host[:port]")
+    packages: list[str] = Field(default_factory=list, description="extra packages, from the configured mirror")
+
+    @field_validator("registries")
+    @classmethod
+    def _hosts(cls, value: dict[str, Registry]) -> dict[str, Registry]:
+        for host in value:
+            grammar.host_port(host)
+        return value
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _PACKAGE.fullmatch(name):
+                raise ValueError(f"{name[:60]!r} is not a package name")
+        return list(dict.fromkeys(value))
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """A registry's credentials with every secret read: what the role writes into containerd's config."""
+
+    host: str
+    username: str | None
+    password: SecretStr | None
+    auth: SecretStr | None
+    identitytoken: SecretStr | None
+
+
+@dataclass(frozen=True)
+class Customization:
+    """A checked customization file: certificates as PEM text, secrets read."""
+
+    source: Path
+    user: User
+    ca_certificates: list[tuple[str, str]] = field(default_factory=list)  # (file name, PEM bundle)
+    registries: list[RegistryAuth] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)
+
+    def secret_values(self) -> list[str]:
+        """Every secret, for the redactor that guards logs and messages."""
+        return [
+            s.get_secret_value()
+            for r in self.registries
+            for s in (r.password, r.auth, r.identitytoken)
+            if s is not None and s.get_secret_value()
+        ]
+
+
+def _certificates(path: Path) -> str:
+    """The PEM text of a CA bundle, every certificate in it parsed as X.509."""
+    from cryptography import x509
+
+    text = read_text(path, "CA certificate")
+    try:
+        certs = x509.load_pem_x509_certificates(text.encode())
+    except ValueError:
+        raise ValueError("is not a PEM file of X.509 certificates") from None
+    if not certs:
+        raise ValueError("holds no certificate")
+    return text
+
+
+def _read_secret(where: str, reg: Registry, name: str, base: Path, env: dict[str, str]) -> SecretStr | None:
+    inline: SecretStr | None = getattr(reg, name)
+    var, file = getattr(reg, f"{name}_env"), getattr(reg, f"{name}_file")
+    if var is not None:
+        value = env.get(var, "")
+        if not value:
+            raise InputError(f"environment variable {var} is empty or unset", field=f"{where}.{name}_env")
+        return SecretStr(value)
+    if file is not None:
+        try:
+            return SecretStr((base / file).read_text().rstrip("\n"))
+        except OSError as exc:
+            raise InputError(f"cannot read {file}: {exc.strerror}", field=f"{where}.{name}_file") from None
+    return inline
+
+
+def load_customization(path: str | Path, env: dict[str, str] | None = None) -> Customization:
+    """Read and check ``customize.yaml``; every problem of the file is reported at once (exit 2)."""
+    path = Path(path)
+    raw: dict[str, Any] = load_yaml_mapping(path, "customization file")
+    model = validated(CustomizeFile, raw, path)
+    env = dict(os.environ) if env is None else env
+    base = path.parent
+    problems: list[InputError] = []
+    certs: list[tuple[str, str]] = []
+    for i, name in enumerate(model.ca_certificates):
+        try:
+            certs.append((Path(name).name, _certificates(base / name)))
+        except ValueError as exc:
+            problems.append(InputError(f"{name}: {exc}", source=path, field=f"ca_certificates[{i}]"))
+        except InputError as exc:
+            problems.append(InputError(exc.detail, source=path, field=f"ca_certificates[{i}]"))
+    registries: list[RegistryAuth] = []
+    for host, reg in model.registries.items():
+        where = f"registries.{host}"
+        try:
+            password = _read_secret(where, reg, "password", base, env)
+            token = _read_secret(where, reg, "identitytoken", base, env)
+        except InputError as exc:
+            problems.append(InputError(exc.detail, source=path, field=exc.field))
+            continue
+        auth = reg.auth
+        if auth is None and reg.username and password is not None:
+            pair = f"{reg.username}:{password.get_secret_value()}"
+            auth = SecretStr(base64.b64encode(pair.encode()).decode())
+        registries.append(RegistryAuth(host, reg.username, password, auth, token))
+    if problems:
+        raise InputErrors(problems)
+    return Customization(path, model.user, certs, registries, model.packages)
+
+
+__all__ = ["Customization", "CustomizeFile", "RegistryAuth", "load_customization"]

@@ -1,0 +1,171 @@
+"""The customization file (spec 4.8): checked before anything boots, every problem at once, secrets only read."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import subprocess
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from hypothesis import given
+from hypothesis import strategies as st
+
+from imagebuilder.customize import _public_key, load_customization
+from imagebuilder.errors import InputErrors
+
+
+def make_ca(path: Path, name: str = "Test CA") -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+@pytest.fixture
+def public_key(tmp_path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me@example.org", "-f", str(tmp_path / "k")],
+                   check=True)  # fmt: skip
+    return (tmp_path / "k.pub").read_text().strip()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "customize.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_full_file_is_read_with_its_secrets(tmp_path: Path, public_key: str) -> None:
+    make_ca(tmp_path / "ca.pem")
+    (tmp_path / "token").write_text("tok-123\n")
+    path = write(
+        tmp_path,
+        f"""
+user: {{name: builder, ssh_public_key: "{public_key}"}}
+ca_certificates: [ca.pem]
+registries:
+  registry.local:5000: {{username: robot, password_env: REG_PASSWORD}}
+  "[fd00::1]:443": {{identitytoken_file: token}}
+packages: [jq, nfs-common, jq]
+""",
+    )
+    c = load_customization(path, env={"REG_PASSWORD": "s3cret"})
+    assert c.user.name == "builder"
+    assert c.user.ssh_public_key == " ".join(public_key.split()[:2])  # the comment (an address) is dropped
+    assert c.ca_certificates[0][0] == "ca.pem" and "BEGIN CERTIFICATE" in c.ca_certificates[0][1]
+    first, second = c.registries
+    assert first.host == "registry.local:5000" and first.password is not None
+    assert first.auth is not None and base64.b64decode(first.auth.get_secret_value()) == b"robot:s3cret"
+    assert second.identitytoken is not None and second.identitytoken.get_secret_value() == "tok-123"
+    assert c.packages == ["jq", "nfs-common"]
+    assert sorted(c.secret_values()) == sorted(["s3cret", first.auth.get_secret_value(), "tok-123"])
+    assert "s3cret" not in repr(c)  # secrets stay SecretStr
+
+
+def test_an_empty_file_means_defaults(tmp_path: Path) -> None:
+    c = load_customization(write(tmp_path, "{}\n"))
+    assert c.user.name == "image-builder" and c.user.ssh_public_key is None
+    assert c.registries == [] and c.ca_certificates == [] and c.packages == []
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    (tmp_path / "not-a-cert.pem").write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    path = write(
+        tmp_path,
+        """
+usr: {}
+ca_certificates: [not-a-cert.pem, missing.pem]
+registries:
+  "bad host!": {username: u}
+  ok.example:5000: {username: u, password_env: NOT_SET}
+""",
+    )
+    with pytest.raises(InputErrors) as info:
+        load_customization(path, env={})
+    text = str(info.value) + "\n".join(str(e) for e in info.value.errors)
+    assert "usr" in text and "did you mean 'user'" in text
+    assert "registries" in text and "bad host!" in text
+    # the second pass (certificates, secrets) runs once the file's shape is right
+    path = write(
+        tmp_path,
+        """
+ca_certificates: [not-a-cert.pem, missing.pem]
+registries:
+  ok.example:5000: {username: u, password_env: NOT_SET}
+""",
+    )
+    with pytest.raises(InputErrors) as info:
+        load_customization(path, env={})
+    fields = [e.field for e in info.value.errors]
+    assert fields == ["ca_certificates[0]", "ca_certificates[1]", "registries.ok.example:5000.password_env"]
+    assert all(e.source == str(path) for e in info.value.errors)
+
+
+@pytest.mark.parametrize(
+    ("registry", "message"),
+    [
+        ("{password: p}", "a password needs a username"),
+        ("{username: u, password: p, password_env: P}", "one way only"),
+        ("{username: u, password_env: 'A B'}", "environment variable name"),
+        ("{identitytoken: t, identitytoken_file: f}", "one way only"),
+        ("{username: u, token: t}", "unknown field"),
+    ],
+)
+def test_registry_credentials_are_given_one_way(tmp_path: Path, registry: str, message: str) -> None:
+    with pytest.raises(InputErrors) as info:
+        load_customization(write(tmp_path, f"registries:\n  r.example: {registry}\n"), env={})
+    assert message in "\n".join(str(e) for e in info.value.errors)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "user: {name: 'root; rm -rf /'}",
+        "user: {name: '../../etc'}",
+        "user: {ssh_public_key: 'ssh-ed25519 AAAA\\nssh-ed25519 BBBB'}",
+        "user: {ssh_public_key: 'command=\"sh\" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJxsROT0JCyLLJsjFpJDQa+hZLU4m'}",
+        "packages: ['jq; curl evil']",
+        "packages: ['-oDir::Etc=/tmp']",
+        "registries: {'evil.example/../x': {}}",
+        "registries: {'host\\n  auth: x': {}}",
+    ],
+)
+def test_hostile_values_are_refused(tmp_path: Path, hostile: str) -> None:
+    with pytest.raises(InputErrors):
+        load_customization(write(tmp_path, hostile + "\n"), env={})
+
+
+def test_a_second_key_cannot_ride_along(public_key: str) -> None:
+    with pytest.raises(ValueError, match="one line"):
+        _public_key(f"{public_key}\n{public_key}")
+
+
+def test_a_key_under_the_wrong_type_is_refused(public_key: str) -> None:
+    blob = public_key.split()[1]
+    with pytest.raises(ValueError, match="not a ssh-rsa key"):
+        _public_key(f"ssh-rsa {blob}")
+
+
+@given(st.text(max_size=200))
+def test_the_key_parser_returns_one_clean_line_or_refuses(text: str) -> None:
+    try:
+        key = _public_key(text)
+    except ValueError:
+        return
+    kind, blob = key.split(" ")
+    assert "\n" not in key and kind in text and blob in text
