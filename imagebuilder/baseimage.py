@@ -42,17 +42,15 @@ PACKAGES = [
     "dbus", "libpam-systemd",
 ]  # fmt: skip
 
-Log = Say
 
-
-def _run(*args: str, log: Log | None = None, timeout: int = 3600, env: dict[str, str] | None = None) -> str:
+def _run(*args: str, log: Say | None = None, timeout: int = 3600, env: dict[str, str] | None = None) -> str:
     if log:
         log("$ " + " ".join(args))
     return run_checked(*args, timeout=timeout, env=env)
 
 
 @contextlib.contextmanager
-def _chroot_mounts(root: Path, log: Log | None = None) -> Iterator[None]:
+def _chroot_mounts(root: Path, log: Say | None = None) -> Iterator[None]:
     """/proc, /sys, /dev and /dev/pts for package scripts; services must not start (policy-rc.d).
 
     On the way out, whatever the package scripts left running in the chroot is stopped before anything is
@@ -110,7 +108,7 @@ def _configure(root: Path, uuid: str) -> None:
 
 
 def assemble_disk(
-    raw: Path, size: int, populate: Callable[[Path, str], None], *, mbr: Path, log: Log | None = None
+    raw: Path, size: int, populate: Callable[[Path, str], None], *, mbr: Path, log: Say | None = None
 ) -> DiskCheck:
     """Partition and format ``raw``, fill its root with ``populate(root, uuid)``, and make it bootable.
 
@@ -179,7 +177,7 @@ def make_base_image(
     suite: str = "bookworm",
     mirror: str = "http://deb.debian.org/debian",
     size_gb: int = 4,
-    log: Log | None = None,
+    log: Say | None = None,
 ) -> tuple[Path, str]:
     """Build the base image at ``dest`` (qcow2) and ``dest.sha256``; returns the path and its sha256."""
     mbr = check_prerequisites()

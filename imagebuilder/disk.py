@@ -32,8 +32,6 @@ _ZERO = bytes(1024 * 1024)
 #: partition types that hold a Linux filesystem (MBR id, GPT type GUID)
 LINUX_TYPES = ("83", "0FC63DAF-8483-4772-8E79-3D69D8477DE4")
 
-Log = Say
-
 
 def gunzip_sparse(src: Path, dest: Path) -> None:
     """Decompress a .gz disk image, seeking over zero blocks so the raw file stays sparse."""
@@ -217,7 +215,7 @@ def holders(mountpoint: Path) -> list[Holder]:
     return found
 
 
-def stop_holders(mountpoint: Path, *, grace: float = 5.0, log: Log | None = None) -> list[Holder]:
+def stop_holders(mountpoint: Path, *, grace: float = 5.0, log: Say | None = None) -> list[Holder]:
     """Stop every process that holds ``mountpoint``: SIGTERM, then SIGKILL after ``grace`` seconds.
 
     Package scripts run in a chroot can leave daemons behind (a service started despite policy-rc.d, a helper that
@@ -239,7 +237,7 @@ def stop_holders(mountpoint: Path, *, grace: float = 5.0, log: Log | None = None
     return found
 
 
-def unmount(target: Path, *, attempts: int = 10, log: Log | None = None) -> None:
+def unmount(target: Path, *, attempts: int = 10, log: Say | None = None) -> None:
     """Unmount ``target`` for real: stop its holders, sync, retry; never lazily. Raises when it stays busy."""
     last = ""
     for attempt in range(attempts):
@@ -260,7 +258,7 @@ def unmount(target: Path, *, attempts: int = 10, log: Log | None = None) -> None
 
 
 @contextlib.contextmanager
-def mounted(source: str, target: Path, *options: str, log: Log | None = None) -> Iterator[Path]:
+def mounted(source: str, target: Path, *options: str, log: Say | None = None) -> Iterator[Path]:
     """Mount ``source`` at ``target`` for the block; released with :func:`unmount` (never lazily)."""
     target.mkdir(parents=True, exist_ok=True)
     run_checked("mount", *(["-o", ",".join(options)] if options else []), source, str(target))

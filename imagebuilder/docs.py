@@ -69,7 +69,7 @@ def _summary(path: Path) -> str:
     """The first sentence of a module's docstring, on one line."""
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
     first = " ".join(doc.split("\n\n")[0].split())
-    end = re.search(r"(?<![.(e][.g])\.(\s|$)", first)
+    end = re.search(r"(?<!e\.g)\.(\s|$)", first)  # "e.g." does not end a sentence
     return (first[: end.start() + 1] if end else first).replace("|", "\\|")
 
 

@@ -26,7 +26,6 @@ from imagebuilder.progress import Advance, Say
 CHUNK = 4 * 1024 * 1024
 
 #: how a long step reports what it is doing (one line of text)
-Status = Say
 
 
 @dataclass
@@ -103,7 +102,7 @@ def place(src: Path, dest: Path) -> Packaged:
     return Packaged(dest, digest, dest.stat().st_size)
 
 
-def compress(disk: Path, dest: Path, status: Status) -> Packaged:
+def compress(disk: Path, dest: Path, status: Say) -> Packaged:
     """A raw disk compressed with pigz, with the percentage done reported as it goes."""
     total, done = disk.stat().st_size, 0
 
@@ -127,7 +126,7 @@ def require_bootable(disk: Path, what: str, *, work_dir: Path) -> None:
         )
 
 
-def qemu_disk(directory: Path, vm_name: str, status: Status) -> Path:
+def qemu_disk(directory: Path, vm_name: str, status: Say) -> Path:
     """The disk Packer's QEMU builder left in ``directory``/output, checked to boot."""
     disk = directory / "output" / vm_name
     if not disk.is_file() or disk.stat().st_size == 0:

@@ -9,12 +9,9 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from imagebuilder.errors import ExternalError
-
-if TYPE_CHECKING:
-    pass
 
 CHUNK = 1024 * 1024
 

@@ -10,9 +10,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from imagebuilder.catalog import load_catalog
-from imagebuilder.outputs import Packaged, Status, packer_manifest
+from imagebuilder.outputs import Packaged, packer_manifest
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan
+from imagebuilder.progress import Say
 from imagebuilder.providers.base import SYSPREP, Provider, node_step
 from imagebuilder.providers.config import BoolStr, ConfigContext, ProviderConfig, Size, Text, alias
 from imagebuilder.validation import Problem
@@ -242,5 +243,5 @@ class Ami(Provider):
         config = self._config(plan)
         return Path(config.manifest_output) if config.manifest_output else super().packer_manifest_path(plan, directory)
 
-    def package(self, plan: BuildPlan, directory: Path, status: Status) -> Packaged:
+    def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
         return packer_manifest(self.packer_manifest_path(plan, directory))

@@ -9,8 +9,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from imagebuilder.outputs import Packaged, Status, compress, qemu_disk
+from imagebuilder.outputs import Packaged, compress, qemu_disk
 from imagebuilder.plan import BuildPlan
+from imagebuilder.progress import Say
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
 from imagebuilder.providers.config import ConfigContext, Os3Fields, SourceImageFields
 from imagebuilder.validation import Problem
@@ -66,6 +67,6 @@ class Baremetal(Provider):
         config = plan.config
         return {"extra_rpms": (config.extra_rpms or "").split() if isinstance(config, BaremetalConfig) else []}
 
-    def package(self, plan: BuildPlan, directory: Path, status: Status) -> Packaged:
+    def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
         assert plan.output_path is not None
         return compress(qemu_disk(directory, plan.output_stem, status), plan.output_path, status)

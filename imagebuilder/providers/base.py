@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from imagebuilder.outputs import Packaged, Status
+from imagebuilder.outputs import Packaged
 from imagebuilder.plan import BuildPlan
+from imagebuilder.progress import Say
 from imagebuilder.providers.config import ProviderConfig
 
 #: the user Packer logs in as, made by the install seed and removed by sysprep
@@ -71,7 +72,7 @@ class Provider:
         """Values of :attr:`secret_variables`, as ``PKR_VAR_*`` for the Packer process only."""
         return {}
 
-    def package(self, plan: BuildPlan, directory: Path, status: Status) -> Packaged:
+    def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
         """Turn Packer's output in the build ``directory`` into the artifact the plan promises."""
         raise NotImplementedError
 

@@ -9,8 +9,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from imagebuilder.outputs import Packaged, Status, place, qemu_disk
+from imagebuilder.outputs import Packaged, place, qemu_disk
 from imagebuilder.plan import BuildPlan
+from imagebuilder.progress import Say
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
 from imagebuilder.providers.config import BoolStr, ConfigContext, Os3Fields, Secret, Text
 from imagebuilder.validation import Problem
@@ -87,6 +88,6 @@ class Cloudstack(Provider):
             steps.append("template registration skipped: no CloudStack access fields in the config")
         return steps
 
-    def package(self, plan: BuildPlan, directory: Path, status: Status) -> Packaged:
+    def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
         assert plan.output_path is not None
         return place(qemu_disk(directory, plan.output_stem, status), plan.output_path)

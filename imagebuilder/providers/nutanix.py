@@ -9,8 +9,9 @@ from typing import Any
 from pydantic import Field
 
 from imagebuilder.catalog import load_catalog
-from imagebuilder.outputs import Packaged, Status, packer_manifest
+from imagebuilder.outputs import Packaged, packer_manifest
 from imagebuilder.plan import BuildPlan
+from imagebuilder.progress import Say
 from imagebuilder.providers.base import SYSPREP, Provider, node_step
 from imagebuilder.providers.config import BoolStr, ConfigContext, Host, Port, ProviderConfig, Secret, Text, alias
 
@@ -78,5 +79,5 @@ class Nutanix(Provider):
     def secret_env(self, plan: BuildPlan) -> dict[str, str]:
         return {"PKR_VAR_nutanix_password": self._config(plan).hci_password.get_secret_value()}
 
-    def package(self, plan: BuildPlan, directory: Path, status: Status) -> Packaged:
+    def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
         return packer_manifest(self.packer_manifest_path(plan, directory))

@@ -9,9 +9,10 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from imagebuilder.files import sha256_file
-from imagebuilder.outputs import Packaged, Status, exported_disk, qemu_disk, require_bootable
+from imagebuilder.outputs import Packaged, exported_disk, qemu_disk, require_bootable
 from imagebuilder.ova import make_ova
 from imagebuilder.plan import BuildPlan
+from imagebuilder.progress import Say
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
 from imagebuilder.providers.config import (
     BoolStr,
@@ -148,7 +149,7 @@ class Vsphere(Provider):
             return {}
         return {"PKR_VAR_vsphere_password": config.password.get_secret_value()}
 
-    def package(self, plan: BuildPlan, directory: Path, status: Status) -> Packaged:
+    def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
         assert plan.output_path is not None
         if self._config(plan).is_local:
             source = qemu_disk(directory, plan.output_stem, status)

@@ -18,7 +18,7 @@ from imagebuilder.errors import ExternalError, InputError, InputErrors
 from imagebuilder.files import parse_yaml_documents, read_text
 from imagebuilder.profile import load_profile
 from imagebuilder.vsphere import inventory
-from imagebuilder.vsphere.connection import THUMBPRINT_EXPECTED, THUMBPRINT_RE, server_thumbprint
+from imagebuilder.vsphere.connection import THUMBPRINT_EXPECTED, THUMBPRINT_RE, server_thumbprint, target_from
 from imagebuilder.vsphere.session import VSphere, connect
 
 
@@ -350,8 +350,6 @@ def check_online(vs: VSphere, spec: ClusterSpec) -> list[str]:
 def check_all_online(specs: list[ClusterSpec]) -> list[str]:
     """Each spec checked against the vCenter it names (its server, insecure flag and thumbprint, never the
     environment's); the notes of all of them, or the first spec's problems as an error (exit 1)."""
-    from imagebuilder.vsphere.connection import target_from
-
     notes: list[str] = []
     for spec in specs:
         target = target_from(spec.server, spec.insecure, spec.thumbprint, {})
