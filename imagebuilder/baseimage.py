@@ -24,6 +24,7 @@ from imagebuilder import disk
 from imagebuilder.bootcheck import DiskCheck, check_raw
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, run_checked, sha256_file
+from imagebuilder.hostinfo import require_tools
 from imagebuilder.progress import Say
 
 PARTITION_OFFSET = 1024 * 1024  # 1 MiB: the first partition starts at sector 2048
@@ -85,6 +86,8 @@ def _configure(root: Path, uuid: str) -> None:
         raise ExternalError("debootstrap installed no kernel/initrd (linux-image-amd64)")
     (root / "etc" / "fstab").write_text(f"UUID={uuid} / ext4 defaults,errors=remount-ro 0 1\n")
     (root / "etc" / "hostname").write_text("localhost\n")
+    # predictable interface names (ens3 under QEMU, ens192 on vSphere), as on Ubuntu cloud images: spec 4.8's
+    # network config matches ens*
     (root / "etc" / "network" / "interfaces.d").mkdir(parents=True, exist_ok=True)
     (root / "etc" / "cloud" / "cloud.cfg.d" / "90-image-builder-base.cfg").write_text(
         "# image-builder base image: look for NoCloud/ConfigDrive/VMware seeds, fall back to none\n"
@@ -97,7 +100,7 @@ def _configure(root: Path, uuid: str) -> None:
         "LABEL linux\n"
         f"  LINUX /boot/{kernels[-1].name}\n"
         f"  INITRD /boot/{initrds[-1].name}\n"
-        f"  APPEND root=UUID={uuid} ro console=tty0 console=ttyS0,115200n8 net.ifnames=0\n"
+        f"  APPEND root=UUID={uuid} ro console=tty0 console=ttyS0,115200n8\n"
     )
     # a clone must not share the identity of this image
     (root / "etc" / "machine-id").write_text("")
@@ -162,9 +165,7 @@ def check_prerequisites() -> Path:
     """What ``image.base`` needs of this host (the dry run checks the same); returns syslinux's MBR code."""
     if os.geteuid() != 0:
         raise ExternalError("image.base needs root (loop devices, mount, debootstrap)", hint="run it as root")
-    for tool in ("debootstrap", "losetup", "mkfs.ext4", "sfdisk", "extlinux", "qemu-img", "e2fsck", "debugfs"):
-        if shutil.which(tool) is None:
-            raise ExternalError(f"{tool} is not installed", hint="run ./scripts/setup.sh")
+    require_tools("debootstrap", "losetup", "mkfs.ext4", "sfdisk", "extlinux", "qemu-img", "e2fsck", "debugfs")
     mbr = next((Path(p) for p in MBR_CANDIDATES if Path(p).is_file()), None)
     if mbr is None:
         raise ExternalError("syslinux's mbr.bin is missing", hint="run ./scripts/setup.sh (package syslinux-common)")

@@ -11,8 +11,11 @@ ever holds them in clear.
 from __future__ import annotations
 
 import base64
+import gzip
+import json
 import os
 import re
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,18 @@ from imagebuilder import grammar
 from imagebuilder.errors import InputError, InputErrors
 from imagebuilder.files import load_yaml_mapping, read_text
 from imagebuilder.validation import StrictModel, validated
+
+#: the environment variable that carries registry credentials to the role (see ansible/roles/customize)
+REGISTRY_AUTH_ENV = "IMAGE_BUILDER_REGISTRY_AUTH"
+#: the four guestinfo properties cloud-init's VMware datasource reads (spec 4.8 step 3)
+GUESTINFO_KEYS = (
+    "guestinfo.metadata",
+    "guestinfo.metadata.encoding",
+    "guestinfo.userdata",
+    "guestinfo.userdata.encoding",
+)
+GUESTINFO_ENCODING = "gzip+base64"
+_CERT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 #: OpenSSH public key types a customization user may log in with
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
@@ -151,6 +166,102 @@ class Customization:
             if s is not None and s.get_secret_value()
         ]
 
+    def role_vars(self, *, user: str, keep_user: bool = False) -> dict[str, Any]:
+        """The customize role's variables: everything but the secrets (see :meth:`secret_env`)."""
+        return {
+            "customize_ca_certificates": [
+                # the file name is ours: a name from the customization file never becomes a path on the node
+                {"name": f"image-builder-{i}-{_CERT_NAME.sub('-', Path(name).stem)[:40]}.crt", "pem": pem}
+                for i, (name, pem) in enumerate(self.ca_certificates)
+            ],
+            "customize_packages": list(self.packages),
+            "customize_registries": [r.host for r in self.registries],
+            "customize_registry_auth_env": REGISTRY_AUTH_ENV,
+            "customize_keep_user": keep_user,
+            "build_user": user,
+        }
+
+    def secret_env(self) -> dict[str, str]:
+        """The registry credentials, for the Ansible controller's environment only (never a file or argv)."""
+        if not self.registries:
+            return {}
+
+        def clear(s: SecretStr | None) -> str | None:
+            return None if s is None else s.get_secret_value()
+
+        auth = [
+            {
+                "host": r.host,
+                "username": r.username,
+                "password": clear(r.password),
+                "auth": clear(r.auth),
+                "identitytoken": clear(r.identitytoken),
+            }
+            for r in self.registries
+        ]
+        return {REGISTRY_AUTH_ENV: json.dumps(auth)}
+
+
+@dataclass(frozen=True)
+class SeedDocuments:
+    """The two cloud-init documents of spec 4.8 step 2, as the bytes a VM reads."""
+
+    meta_data: str
+    user_data: str
+
+    def guestinfo(self) -> dict[str, str]:
+        """Spec 4.8 step 3: each document gzipped and base64-encoded, as the four guestinfo properties."""
+
+        def encode(text: str) -> str:
+            return base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()
+
+        values = (encode(self.meta_data), GUESTINFO_ENCODING, encode(self.user_data), GUESTINFO_ENCODING)
+        return dict(zip(GUESTINFO_KEYS, values, strict=True))
+
+    @classmethod
+    def from_guestinfo(cls, props: dict[str, str]) -> SeedDocuments:
+        """The documents back from the four properties (what cloud-init's VMware datasource does)."""
+        docs = []
+        for kind in ("metadata", "userdata"):
+            value = props.get(f"guestinfo.{kind}", "")
+            if props.get(f"guestinfo.{kind}.encoding") in ("gzip+base64", "gz+b64"):
+                value = gzip.decompress(base64.b64decode(value)).decode()
+            elif props.get(f"guestinfo.{kind}.encoding") in ("base64", "b64"):
+                value = base64.b64decode(value).decode()
+            docs.append(value)
+        return cls(docs[0], docs[1])
+
+    def nocloud_files(self) -> dict[str, str]:
+        """The same documents as a NoCloud seed: NoCloud reads the network from its own file, ``network-config``."""
+        import yaml
+
+        meta = yaml.safe_load(self.meta_data) or {}
+        files = {"meta-data": self.meta_data, "user-data": self.user_data}
+        if "network" in meta:
+            files["network-config"] = yaml.safe_dump(meta["network"], sort_keys=False)
+        return files
+
+
+def seed_documents(user: str, public_keys: list[str], *, hostname: str = "image-builder-customize") -> SeedDocuments:
+    """Spec 4.8 step 2 for this run: a fresh instance-id (so cloud-init runs again), the user and its key.
+
+    Every value is checked against its grammar before it is rendered: a user name, a one-line OpenSSH key, a
+    host name; the instance-id is ours.
+    """
+    from imagebuilder.render import template_env
+
+    ctx = {
+        "instance_id": f"iid-image-builder-{uuid.uuid4().hex[:12]}",
+        "hostname": grammar.hostname(hostname),
+        "user": grammar.linux_user(user),
+        "ssh_public_keys": [_public_key(k) for k in public_keys],
+    }
+    env = template_env()
+    return SeedDocuments(
+        env.get_template("cloud-init/customize-meta-data.yaml.j2").render(ctx),
+        env.get_template("cloud-init/customize-user-data.yaml.j2").render(ctx),
+    )
+
 
 def _certificates(path: Path) -> str:
     """The PEM text of a CA bundle, every certificate in it parsed as X.509."""
@@ -217,4 +328,4 @@ def load_customization(path: str | Path, env: dict[str, str] | None = None) -> C
     return Customization(path, model.user, certs, registries, model.packages)
 
 
-__all__ = ["Customization", "CustomizeFile", "RegistryAuth", "load_customization"]
+__all__ = ["Customization", "CustomizeFile", "RegistryAuth", "SeedDocuments", "load_customization", "seed_documents"]

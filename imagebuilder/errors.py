@@ -62,6 +62,7 @@ class ExternalError(ImageBuilderError):
     exit_code = 1
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
         self.hint = hint
         super().__init__(f"{message}\n  try: {hint}" if hint else message)
 

@@ -201,3 +201,15 @@ def is_hex_digest(value: str, kind: str) -> bool:
     """``value`` is a ``kind`` digest written in hex (either case)."""
     n = DIGEST_HEX_LENGTH.get(kind)
     return n is not None and re.fullmatch(rf"[0-9a-fA-F]{{{n}}}", value) is not None
+
+
+class Redactor:
+    """Replaces every secret value in a text with ``********``."""
+
+    def __init__(self, values: list[str]) -> None:
+        self.values = sorted({v for v in values if v}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for value in self.values:
+            text = text.replace(value, "********")
+        return text

@@ -172,6 +172,18 @@ def tool_search_path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
 
 
+def require_tools(*tools: str) -> dict[str, str]:
+    """The path of each tool (searched as builds search them); every missing one named at once (exit 1)."""
+    from imagebuilder.errors import ExternalError
+
+    found = {t: shutil.which(t, path=tool_search_path()) for t in tools}
+    missing = [t for t, path in found.items() if path is None]
+    if missing:
+        raise ExternalError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed",
+                            hint="run ./scripts/setup.sh")  # fmt: skip
+    return {t: str(path) for t, path in found.items()}
+
+
 def tool_version(tool: str, args: tuple[str, ...] = ("--version",)) -> str | None:
     """First line of ``tool --version``, or None when the tool is not installed."""
     path = shutil.which(tool, path=tool_search_path())

@@ -21,11 +21,10 @@ from typing import Any
 from imagebuilder.bootcheck import check_image
 from imagebuilder.errors import ExternalError
 from imagebuilder.files import atomic_write, sha256_file
+from imagebuilder.hostinfo import require_tools
 from imagebuilder.progress import Advance, Say
 
 CHUNK = 4 * 1024 * 1024
-
-#: how a long step reports what it is doing (one line of text)
 
 
 @dataclass
@@ -45,9 +44,7 @@ def gzip_parallel(src: Path, dest: Path, *, on_bytes: Advance | None = None) -> 
     The compressed stream is hashed as it is written, so the result is read once; it lands at ``dest`` only
     when complete.
     """
-    pigz = shutil.which("pigz")
-    if pigz is None:
-        raise ExternalError("pigz is not installed", hint="run ./scripts/setup.sh")
+    pigz = require_tools("pigz")["pigz"]
     digest, size = hashlib.sha256(), 0
     with atomic_write(dest, "wb") as out:
         proc = subprocess.Popen(

@@ -30,6 +30,7 @@ from imagebuilder.plan import BuildPlan
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import Os3Fields, SourceImageFields
 from imagebuilder.render import ROOT, template_env
+from imagebuilder.ssh import keypair
 
 
 def builder_for(plan: BuildPlan) -> str:
@@ -87,21 +88,6 @@ class RenderedBuild:
     #: ``packer build -only`` stages, run in order (vsphere: base install, then the node clone)
     stages: tuple[str, ...] = ()
     files: tuple[Path, ...] = ()
-
-
-def _keypair(directory: Path) -> tuple[Path, str]:
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    key = directory / "id_ed25519"
-    if not key.exists():
-        keygen = shutil.which("ssh-keygen")
-        if keygen is None:
-            raise ExternalError("ssh-keygen is not installed", hint="run ./scripts/setup.sh (openssh-client)")
-        subprocess.run(
-            [keygen, "-q", "-t", "ed25519", "-N", "", "-C", "image-builder build key", "-f", str(key)],
-            check=True,
-            timeout=60,
-        )
-    return key, (directory / "id_ed25519.pub").read_text().strip()
 
 
 def build_user(plan: BuildPlan) -> str:
@@ -168,7 +154,8 @@ def _context(
     catalog = load_catalog()
     provider = registry.get(plan.provider)
     builder = provider.builder_for(plan.config)
-    key, public_key = _keypair(directory / "ssh")
+    pair = keypair(directory / "ssh")
+    key, public_key = pair.private, pair.public
     config = plan.config
     os_version = plan.os_version
     plugins = [*PLUGINS[builder], ANSIBLE_PLUGIN]

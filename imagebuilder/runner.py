@@ -27,6 +27,7 @@ from imagebuilder.bootcheck import check_image
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Expected, is_url
 from imagebuilder.files import atomic_write
+from imagebuilder.grammar import Redactor
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_version
 from imagebuilder.packer import (
     PackerInfo,
@@ -40,18 +41,6 @@ from imagebuilder.plan import BuildPlan
 from imagebuilder.progress import Say, silent
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import SourceImageFields
-
-
-class Redactor:
-    """Replaces every secret value in a text with ``********``."""
-
-    def __init__(self, values: list[str]) -> None:
-        self.values = sorted({v for v in values if v}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for value in self.values:
-            text = text.replace(value, "********")
-        return text
 
 
 @dataclass

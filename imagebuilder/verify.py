@@ -12,19 +12,18 @@ The expected checksums come from the build manifest written beside the image.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagebuilder import qemu
 from imagebuilder.bootcheck import check_raw
 from imagebuilder.disk import mounted_root, raw_view
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.errors import InputError
 from imagebuilder.files import parse_json, read_text
-from imagebuilder.hostinfo import KvmStatus, kvm_status
+from imagebuilder.hostinfo import KvmStatus
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import BUILD_USER
 
@@ -119,40 +118,20 @@ def boot_test(image: Path, *, timeout: float = 600, kvm: KvmStatus | None = None
 
 def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None) -> Finding:
     """:func:`boot_test` on a raw disk (QEMU's ``-snapshot`` leaves it untouched)."""
-    kvm = kvm or kvm_status()
-    qemu = shutil.which("qemu-system-x86_64")
-    if qemu is None:
-        raise ExternalError("qemu-system-x86_64 is not installed", hint="run ./scripts/setup.sh")
-    with tempfile.TemporaryDirectory(prefix="image-boot-") as tmp:
-        serial = Path(tmp) / "serial.log"
-        serial.touch()
-        cmd = [qemu, "-accel", kvm.accelerator, "-m", "1024", "-smp", "2", "-snapshot", "-display", "none",
-               "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
-               "-drive", f"file={raw},if=virtio,format=raw",
-               "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"]  # fmt: skip
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with (
+        tempfile.TemporaryDirectory(prefix="image-boot-") as tmp,
+        qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm) as guest,
+    ):
         start = time.monotonic()
-        try:
-            while time.monotonic() - start < timeout:
-                text = serial.read_text(errors="replace")
-                if "login:" in text:
-                    return Finding(
-                        "boot", True, f"login prompt after {time.monotonic() - start:.0f} s ({kvm.accelerator})"
-                    )
-                if proc.poll() is not None:
-                    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                    return Finding(
-                        "boot", False, f"QEMU exited ({proc.returncode}) before a login prompt: {err[-300:]}"
-                    )
-                time.sleep(1)
-            tail = serial.read_text(errors="replace")[-400:].replace("\n", " | ")
-            return Finding("boot", False, f"no login prompt within {timeout:.0f} s; console ends: {tail}")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            if proc.stderr:
-                proc.stderr.close()
+        while time.monotonic() - start < timeout:
+            if "login:" in guest.console(0):
+                took = time.monotonic() - start
+                return Finding("boot", True, f"login prompt after {took:.0f} s ({guest.accelerator})")
+            if reason := guest.exited():
+                return Finding("boot", False, f"{reason} before a login prompt")
+            time.sleep(1)
+        tail = guest.console().replace("\n", " | ")
+        return Finding("boot", False, f"no login prompt within {timeout:.0f} s; console ends: {tail}")
 
 
 def verify_image(

@@ -18,6 +18,8 @@ APT_PACKAGES=(
   syslinux mtools dosfstools
   # DHCP host (spec 4.9) and its tests: the server, a client, captures, network namespaces
   isc-dhcp-server busybox tcpdump iproute2
+  # node customization (spec 4.8) tests: real containerd checks the configs the customize role writes
+  containerd
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -16,6 +16,7 @@ from imagebuilder import fetch
 from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import ExternalError
 from imagebuilder.fetch import Expected, Mirror
+from imagebuilder.grammar import Redactor
 from imagebuilder.mirror import create_mirror
 from imagebuilder.outputs import gzip_parallel
 from imagebuilder.ova import make_ova
@@ -23,7 +24,6 @@ from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
 from imagebuilder.providers import registry
 from imagebuilder.release_manifest import load_manifest
-from imagebuilder.runner import Redactor
 from imagebuilder.standin import STANDIN_NOTE, make_standin_release
 
 CHANNEL = load_catalog().channel("1-24")

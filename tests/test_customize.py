@@ -3,38 +3,18 @@
 from __future__ import annotations
 
 import base64
-import datetime as dt
+import gzip
 import subprocess
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagebuilder.customize import _public_key, load_customization
+from imagebuilder.customize import GUESTINFO_KEYS, SeedDocuments, _public_key, load_customization, seed_documents
 from imagebuilder.errors import InputErrors
-
-
-def make_ca(path: Path, name: str = "Test CA") -> None:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+from tests.support.pki import make_ca
 
 
 @pytest.fixture
@@ -169,3 +149,89 @@ def test_the_key_parser_returns_one_clean_line_or_refuses(text: str) -> None:
         return
     kind, blob = key.split(" ")
     assert "\n" not in key and kind in text and blob in text
+
+
+# --- the cloud-init documents (spec 4.8 steps 2 and 3) -------------------------------------------------------------
+
+
+def test_the_documents_say_exactly_what_spec_4_8_lists(public_key: str) -> None:
+    docs = seed_documents("builder", [public_key])
+    meta = yaml.safe_load(docs.meta_data)
+    assert meta["instance-id"].startswith("iid-") and meta["local-hostname"]
+    assert meta["network"] == {"version": 2, "ethernets": {"id0": {"match": {"name": "ens*"}, "dhcp4": True}}}
+    assert docs.user_data.startswith("#cloud-config\n")
+    (user,) = yaml.safe_load(docs.user_data)["users"]
+    assert user == {
+        "name": "builder",
+        "primary_group": "builder",
+        "sudo": "ALL=(ALL) NOPASSWD:ALL",
+        "groups": "sudo, wheel",
+        "lock_passwd": True,
+        "ssh_import_id": "None",
+        "ssh_authorized_keys": [" ".join(public_key.split()[:2])],
+    }
+    assert seed_documents("builder", [public_key]).meta_data != docs.meta_data  # a fresh instance-id per run
+
+
+def test_guestinfo_is_gzip_base64_and_decodes_to_the_same_bytes(public_key: str) -> None:
+    docs = seed_documents("builder", [public_key])
+    props = docs.guestinfo()
+    assert list(props) == list(GUESTINFO_KEYS)
+    assert props["guestinfo.metadata.encoding"] == props["guestinfo.userdata.encoding"] == "gzip+base64"
+    assert gzip.decompress(base64.b64decode(props["guestinfo.userdata"])).decode() == docs.user_data
+    assert SeedDocuments.from_guestinfo(props) == docs
+    files = docs.nocloud_files()
+    assert files["meta-data"] == docs.meta_data and files["user-data"] == docs.user_data
+    assert yaml.safe_load(files["network-config"]) == yaml.safe_load(docs.meta_data)["network"]
+
+
+@pytest.mark.parametrize(
+    ("user", "key"),
+    [
+        ("root\n  sudo: ALL", None),
+        ("-oops", None),
+        ("builder", "ssh-ed25519 AAAA\n  - ssh-rsa AAAAB3"),
+        ("builder", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA}} {{ x"),
+    ],
+)
+def test_nothing_outside_its_grammar_reaches_the_user_data(user: str, key: str | None, public_key: str) -> None:
+    with pytest.raises(ValueError):
+        seed_documents(user, [key or public_key])
+
+
+def test_role_variables_hold_no_secret_and_safe_certificate_names(tmp_path: Path) -> None:
+    make_ca(tmp_path / "../ca name;$(x).pem".replace("../", ""))
+    path = write(
+        tmp_path,
+        """
+ca_certificates: ["ca name;$(x).pem"]
+registries:
+  registry.local:5000: {username: robot, password_env: REG_PASSWORD}
+  other.local: {identitytoken: "tok-MARK-1"}
+packages: [jq]
+""",
+    )
+    c = load_customization(path, env={"REG_PASSWORD": "pw-MARK-2"})
+    role = c.role_vars(user="builder")
+    text = repr(role)
+    assert "MARK" not in text
+    assert [x["name"] for x in role["customize_ca_certificates"]] == ["image-builder-0-ca-name-x-.crt"]
+    assert role["customize_registries"] == ["registry.local:5000", "other.local"]
+    env = c.secret_env()
+    auth = {r["host"]: r for r in __import__("json").loads(env["IMAGE_BUILDER_REGISTRY_AUTH"])}
+    assert auth["registry.local:5000"]["password"] == "pw-MARK-2"
+    assert base64.b64decode(auth["registry.local:5000"]["auth"]).decode() == "robot:pw-MARK-2"
+    assert auth["other.local"]["identitytoken"] == "tok-MARK-1"
+    assert set(c.secret_values()) >= {"pw-MARK-2", "tok-MARK-1"}
+
+
+@given(
+    user=st.from_regex(r"[a-z_][a-z0-9_-]{0,31}", fullmatch=True) | st.sampled_from(["yes", "no", "null", "on", "y"]),
+    hostname=st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True) | st.sampled_from(["true", "off", "no"]),
+)
+def test_any_valid_user_and_hostname_render_to_exactly_themselves(user: str, hostname: str) -> None:
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHBsy6ISxdwfSJP1mjm9GeBDtpPT1Lcw1NlsoOLLHWs2"
+    docs = seed_documents(user, [key], hostname=hostname)
+    assert yaml.safe_load(docs.meta_data)["local-hostname"] == hostname
+    (entry,) = yaml.safe_load(docs.user_data)["users"]
+    assert entry["name"] == entry["primary_group"] == user and entry["ssh_authorized_keys"] == [key]

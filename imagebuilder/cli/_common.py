@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from invoke.exceptions import Exit
+from invoke.tasks import Task
 
 from imagebuilder.errors import ImageBuilderError, InputErrors
 from imagebuilder.grammar import redact_urls_in
@@ -113,3 +114,14 @@ def status_line(title: str) -> Iterator[Say]:
                 spinner.update(escape(text[:120]))
 
         yield say
+
+
+class FileFlag(Task[Any]):
+    """A task whose ``file`` flag also answers to ``-f`` (the reference tool's spelling) and no other flag gets a
+    short form (Invoke's automatic ones are a letter of each name, first come first served: ``-c`` for --force)."""
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
+        if name == "file" and "f" not in taken_names:
+            opts["names"] = [*opts["names"], "f"]
+        return opts

@@ -9,7 +9,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import FileFlag, cli_task, status_line
 from imagebuilder.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
@@ -88,3 +88,64 @@ def verify(c: Context, image: str = "", manifest: str = "", no_boot: bool = Fals
     if bad:
         raise ExternalError(f"image {image} failed: {', '.join(bad)}")
     print(f"image {image}: all {len(findings)} checks passed")
+
+
+@task(
+    help={
+        "image": "the image to customize: a bare-metal .gz or raw disk, a qcow2, or a local OVA (never modified)",
+        "file": "customize.yaml (spec 4.8): user, CA certificates, registry credentials, extra packages",
+        "dest": "the customized image, in the input's format (a .gz stays .gz, an OVA is repacked)",
+        "keep_user": "keep the customization user and its key in the image (a way into every clone: warned)",
+        "force": "replace an existing --dest (default: an existing one is left alone)",
+        "timeout": "seconds to wait for the guest to boot and accept the login (default 1800; TCG is slow)",
+        "dry_run": "check the image, the customization file and the host; change nothing",
+    },
+    auto_shortflags=False,
+    klass=FileFlag,
+)
+@cli_task
+def customize(
+    c: Context,
+    image: str = "",
+    file: str = "",
+    dest: str = "",
+    keep_user: bool = False,
+    force: bool = False,
+    timeout: str = "1800",
+    dry_run: bool = False,
+) -> None:
+    """Customize a local image (spec 4.8): boot it under QEMU with a NoCloud seed, apply the customize role over
+    SSH, clean up, seal, and write the result atomically in the input's format."""
+    from imagebuilder.customize import load_customization
+    from imagebuilder.hostinfo import require_tools
+    from imagebuilder.imagecustomize import check_request, customize_image
+
+    source = flags.existing_file(flags.required(image, "--image", "an image file"), "--image")
+    customization = load_customization(flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f"))
+    target = flags.dest_file(flags.required(dest, "--dest", "a path for the customized image"), "--dest")
+    seconds = flags.duration(timeout, "--timeout", 30, 86400)
+    kind = check_request(source, target)
+    require_tools("qemu-system-x86_64", "qemu-img", "xorriso", "ssh", "ssh-keygen", "ansible-playbook", "pigz")
+    if dry_run:
+        action = "replace" if target.exists() else "write"
+        if target.exists() and not force:
+            action = "leave alone (exists; --force replaces it)"
+        print(f"would customize {source} ({kind}) and {action} {target}")
+        c_ = customization
+        print(f"  user {c_.user.name} (removed before sealing{'; KEPT with --keep-user' if keep_user else ''})")
+        print(f"  CA certificates: {', '.join(n for n, _ in c_.ca_certificates) or 'none'}")
+        print(f"  registries: {', '.join(r.host for r in c_.registries) or 'none'}")
+        print(f"  packages: {', '.join(c_.packages) or 'none'}")
+        return
+    with status_line(f"customizing {source.name}") as say:
+        result = customize_image(
+            source, customization, target, keep_user=keep_user, force=force, timeout=seconds, say=say
+        )
+    if result.kept:
+        print(f"{target} exists; left alone (--force replaces it)")
+        return
+    for warning in result.warnings:
+        print(f"warning: {warning}")
+    print(f"customized image: {result.dest}\nsha256:           {result.sha256}")
+    if result.manifest:
+        print(f"build manifest:   {result.manifest}")

@@ -9,7 +9,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import _vsphere, flags
-from imagebuilder.cli._common import cli_task, transfer_bars
+from imagebuilder.cli._common import FileFlag, cli_task, status_line, transfer_bars
 from imagebuilder.errors import ExternalError, InputError
 
 
@@ -160,3 +160,71 @@ def validate(
             hint=fix_command(template, os_, channel),
         )
     print(f"template {template}: valid for {os_.name} on Kubernetes {channel.minor}")
+
+
+@task(
+    help={
+        "template": "the imported OS-2/OS-3 template to start from: /<dc>/vm/<folder>/<name>",
+        "file": "customize.yaml (spec 4.8): user, CA certificates, registry credentials, extra packages",
+        "name": "name of the customized template, beside the source (default: <source name>-custom)",
+        "os": "ubuntu|redhat (or os2|os3): the template's OS family",
+        "kubernetes": _vsphere.KUBE_HELP,
+        "resource_pool": "/<dc>/host/<cluster>[/Resources/<pool>] for the clone (default: the only cluster)",
+        "snapshot": "take snapshot 'root' (default; --no-snapshot keeps disk sizes customisable)",
+        "keep_user": "keep the customization user and its key in the template (a way into every clone: warned)",
+        "keep_on_error": "keep the half-made VM when a step fails (default: it is removed)",
+        "force": "replace an existing template of that name (default: it is left alone)",
+        "timeout": "seconds to wait for the VM's IP and login (default 1800)",
+        "dry_run": "check the file, the template and the target; print the steps; change nothing",
+        **_vsphere.CONNECTION_HELP,
+    },
+    auto_shortflags=False,
+    klass=FileFlag,
+)
+@cli_task
+def customize(
+    c: Context,
+    template: str = "",
+    file: str = "",
+    name: str = "",
+    os: str = "",
+    kubernetes: str = "",
+    resource_pool: str = "",
+    snapshot: bool = True,
+    keep_user: bool = False,
+    keep_on_error: bool = False,
+    force: bool = False,
+    timeout: str = "1800",
+    dry_run: bool = False,
+    server: str = "",
+    insecure: bool | None = None,
+    thumbprint: str = "",
+) -> None:
+    """Customize a template (spec 4.8): clone, cloud-init via guestinfo, SSH + the customize role, clean up, seal,
+    snapshot, template, tags; the user, its key and the user data do not stay in the template."""
+    from imagebuilder.customize import load_customization
+    from imagebuilder.hostinfo import require_tools
+    from imagebuilder.vsphere.customize import customize_template, plan_customize, plan_text
+    from imagebuilder.vsphere.session import connect
+
+    os_, channel = _vsphere.template_args(template, os, kubernetes)
+    customization = load_customization(flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f"))
+    seconds = flags.duration(timeout, "--timeout", 30, 86400)
+    if name:
+        from imagebuilder.vsphere.templates import check_name
+
+        check_name(name)
+    require_tools("ssh", "ssh-keygen", "ansible-playbook")
+    with connect(_vsphere.target(server, insecure, thumbprint), f"customizing {template}") as vs:
+        req = plan_customize(
+            vs, template=template, os=os_, channel=channel, name=name or None, resource_pool=resource_pool or None,
+            snapshot=snapshot, keep_user=keep_user, keep_on_error=keep_on_error, force=force, timeout=seconds,
+        )  # fmt: skip
+        if dry_run:
+            print(f"template {req.path} (from {req.template}):")
+            for line in plan_text(req, customization):
+                print(f"  {line}")
+            return
+        with status_line(f"customizing {template}") as say:
+            out = customize_template(vs, req, customization, say)
+    _vsphere.report(out.path, out.done, out.kept, out.warnings)

@@ -1,0 +1,81 @@
+"""A QEMU guest started by this tool (the boot test, ``image.customize``): one command line, one clean-up.
+
+The guest gets a virtio disk, a virtio NIC on QEMU's user network (the host reaches its SSH through a forwarded
+port on 127.0.0.1 only), an optional CD (a NoCloud seed), and its serial console in a file the caller reads.
+KVM is used when it works, TCG otherwise (see :func:`hostinfo.kvm_status`). The process is killed when the
+``with`` block ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuilder.hostinfo import KvmStatus, kvm_status, require_tools
+
+
+@dataclass
+class Guest:
+    proc: subprocess.Popen[bytes]
+    serial: Path
+    accelerator: str
+
+    def console(self, tail: int = 400) -> str:
+        text = self.serial.read_text(errors="replace") if self.serial.exists() else ""
+        return text[-tail:] if tail else text
+
+    def exited(self) -> str | None:
+        """Why the guest is gone (QEMU's exit status and last words), or None while it runs."""
+        if self.proc.poll() is None:
+            return None
+        err = self.proc.stderr.read().decode(errors="replace").strip() if self.proc.stderr else ""
+        return f"QEMU exited ({self.proc.returncode}){': ' + err[-300:] if err else ''}"
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for the guest to power itself off; False at the timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return True
+            time.sleep(1)
+        return False
+
+
+@contextlib.contextmanager
+def running(
+    disk: Path,
+    *,
+    serial: Path,
+    fmt: str = "raw",
+    snapshot: bool = False,
+    cdrom: Path | None = None,
+    ssh_port: int | None = None,
+    memory_mb: int = 1024,
+    kvm: KvmStatus | None = None,
+) -> Iterator[Guest]:
+    """Start a guest on ``disk`` (``snapshot``: writes go to a throwaway overlay) and stop it after the block."""
+    kvm = kvm or kvm_status()
+    qemu = require_tools("qemu-system-x86_64")["qemu-system-x86_64"]
+    serial.touch()
+    netdev = "user,id=n0" + (f",hostfwd=tcp:127.0.0.1:{ssh_port}-:22" if ssh_port else "")
+    cmd = [qemu, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", "2", "-display", "none",
+           "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
+           "-drive", f"file={disk},if=virtio,format={fmt}",
+           "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"]  # fmt: skip
+    if snapshot:
+        cmd.append("-snapshot")
+    if cdrom is not None:
+        cmd += ["-drive", f"file={cdrom},media=cdrom,readonly=on"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield Guest(proc, serial, kvm.accelerator)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
