@@ -31,7 +31,7 @@ PARTITION_OFFSET = 1024 * 1024  # 1 MiB: the first partition starts at sector 20
 MBR_CANDIDATES = ("/usr/lib/syslinux/mbr/mbr.bin", "/usr/lib/SYSLINUX/mbr.bin", "/usr/share/syslinux/mbr.bin")
 
 #: what debootstrap installs itself (it configures these without a running system)
-BOOTSTRAP = ["systemd-sysv", "udev", "kmod", "procps", "iproute2", "ifupdown", "isc-dhcp-client", "e2fsprogs"]
+BOOTSTRAP = ["systemd-sysv", "udev", "kmod", "procps", "iproute2", "isc-dhcp-client", "e2fsprogs"]
 #: the rest of the base OS plus every package the node roles want (installed with apt in the chroot), so a
 #: build from this image needs no package archive
 PACKAGES = [
@@ -41,6 +41,9 @@ PACKAGES = [
     # the system bus and logind, as on a cloud image: without them systemctl's poweroff cannot reach logind
     # ("Failed to connect to bus") and falls back to a non-blocking low-level shutdown
     "dbus", "libpam-systemd",
+    # the network as on Ubuntu cloud images: cloud-init renders netplan for systemd-networkd (ifupdown cannot match
+    # interface names by pattern, and spec 4.8's metadata matches ens*)
+    "netplan.io",
 ]  # fmt: skip
 
 
@@ -92,6 +95,7 @@ def _configure(root: Path, uuid: str) -> None:
     (root / "etc" / "cloud" / "cloud.cfg.d" / "90-image-builder-base.cfg").write_text(
         "# image-builder base image: look for NoCloud/ConfigDrive/VMware seeds, fall back to none\n"
         "datasource_list: [NoCloud, ConfigDrive, VMware, OVF, None]\n"
+        "system_info:\n  network:\n    renderers: [netplan]\n"
     )
     extlinux = boot / "extlinux"
     extlinux.mkdir(exist_ok=True)

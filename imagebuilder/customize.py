@@ -166,6 +166,15 @@ class Customization:
             if s is not None and s.get_secret_value()
         ]
 
+    def summary(self) -> dict[str, Any]:
+        """What was customized, for manifests and plans: names and hosts, never a secret."""
+        return {
+            "user": self.user.name,
+            "ca_certificates": [name for name, _ in self.ca_certificates],
+            "registries": [r.host for r in self.registries],
+            "packages": list(self.packages),
+        }
+
     def role_vars(self, *, user: str, keep_user: bool = False) -> dict[str, Any]:
         """The customize role's variables: everything but the secrets (see :meth:`secret_env`)."""
         return {

@@ -176,9 +176,7 @@ def _write_manifest(
     data["customization"] = {
         "at": dt.datetime.now(dt.UTC).isoformat(),
         "file_sha256": sha256_file(customization.source),
-        "ca_certificates": [name for name, _ in customization.ca_certificates],
-        "registries": [r.host for r in customization.registries],
-        "packages": customization.packages,
+        **customization.summary(),
         "user_kept": keep_user,
     }
     path = manifest_beside(dest)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder.catalog import load_catalog
+from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_search_path
@@ -238,6 +239,7 @@ def render_build(
     kvm: KvmStatus | None = None,
     require_artifacts: bool = True,
     source_image: Path | None = None,
+    customization: Customization | None = None,
 ) -> RenderedBuild:
     """Render every file of a Packer build into ``directory``.
 
@@ -271,13 +273,18 @@ def render_build(
     if provider.inline_user_data:
         ctx["user_data"] = env.get_template("cloud-init/build-user-data.yaml.j2").render(ctx)
     role_vars = {**ansible_vars(plan), "artifact_cache": str(directory / "artifacts")}
+    secret_env = _secret_env(plan)
+    if customization is not None:  # build --customize: the same role as template.customize, before sysprep
+        role_vars.update(customization.role_vars(user=role_vars["build_user"]))
+        role_vars["custom_roles"] = [*role_vars["custom_roles"], "customize"]
+        secret_env.update(customization.secret_env())
     files.append(_write(directory / "ansible-vars.json", json.dumps(role_vars, indent=2) + "\n"))
     template = _write(
         directory / "node.pkr.hcl", env.get_template(f"packer/{ctx['builder']}/node.pkr.hcl.j2").render(ctx)
     )
     files.append(template)
     (directory / "http").mkdir(exist_ok=True)
-    return RenderedBuild(directory, template, ctx["builder"], _secret_env(plan), ctx["stages"], tuple(files))
+    return RenderedBuild(directory, template, ctx["builder"], secret_env, ctx["stages"], tuple(files))
 
 
 def packer_env(rendered: RenderedBuild) -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from imagebuilder import __version__, fetch
 from imagebuilder.bootcheck import check_image
+from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Expected, is_url
 from imagebuilder.files import atomic_write
@@ -114,10 +115,12 @@ def run_build(
     packer: PackerInfo | None = None,
     kvm: KvmStatus | None = None,
     keep_on_error: bool = False,
+    customization: Customization | None = None,
     say: Say = silent,
 ) -> BuildResult:
     """Execute ``plan``, saying each step as it starts (the progress protocol). Raises :class:`ExternalError` with
-    the log's path when something outside us fails."""
+    the log's path when something outside us fails. ``customization`` (``build --customize``) adds the customize
+    role; its secrets reach Ansible through Packer's environment only and are redacted from the log."""
     check_buildable(plan)  # bad input fails here, before anything is written
     packer = packer or PackerInfo.detect()
     out_dir = plan.output_path.parent if plan.output_path else Path("output").resolve()
@@ -127,10 +130,11 @@ def run_build(
     workspace = plan.workspace / build_id
     log_path = out_dir / "logs" / f"{build_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    redact = Redactor(plan.config.secret_values() if plan.config else [])
+    secret_values = plan.config.secret_values() if plan.config else []
+    redact = Redactor(secret_values + (customization.secret_values() if customization else []))
     steps: dict[str, float] = {}
     succeeded = False
-    result_extra: dict[str, Any] = {}
+    result_extra: dict[str, Any] = {"customization": customization.summary()} if customization else {}
     artifact: Path | None = None
     sha = None
     size = None
@@ -149,7 +153,9 @@ def run_build(
                     log.write(f"accelerator: {kvm.accelerator} ({kvm.reason})\n")
                     if not kvm.usable:
                         say(f"warning: {kvm.reason}; QEMU uses TCG (slow)")
-                rendered = render_build(plan, workspace, packer, kvm=kvm, source_image=source)
+                rendered = render_build(
+                    plan, workspace, packer, kvm=kvm, source_image=source, customization=customization
+                )
             with _step(steps, "packer"):
                 _run_packer(rendered, packer, log, redact, status)
             with _step(steps, "package"):

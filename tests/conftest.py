@@ -86,12 +86,33 @@ def small_ovas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
+@pytest.fixture(scope="session")
+def base_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """image.base's Debian cloud-style image, made once per session (debootstrap takes minutes)."""
+    import os
+
+    from imagebuilder.baseimage import make_base_image
+    from imagebuilder.bootcheck import check_image
+
+    reuse = os.environ.get("IMAGE_BUILDER_TEST_BASE_IMAGE")  # a local shortcut; CI always makes its own
+    if reuse:
+        return Path(reuse), Path(reuse + ".sha256").read_text().split()[0]
+    image, digest = make_base_image(tmp_path_factory.mktemp("base") / "debian-base.qcow2")
+    # what image.base ships: a cleanly unmounted filesystem and a boot sector that points at its loader
+    check = check_image(image)
+    assert check.ok, check.problems
+    assert any("ldlinux.sys" in n and "consistent" in n for n in check.notes), check.notes
+    assert not list(image.parent.glob(".image-base-*")), "no work folder left beside the image"
+    return image, digest
+
+
 #: modules whose every test needs these (tests that use the vcsim fixture are marked from it)
 MODULE_MARKS = {
     "test_bootcheck.py": ("root",),
     "test_dhcp.py": ("root", "netns"),
     "test_hostprep.py": ("root", "slow"),
     "test_e2e_offline.py": ("root", "netns", "qemu", "vcsim", "slow"),
+    "test_customize_guest.py": ("root", "qemu", "vcsim", "slow"),
     "test_vsphere.py": ("vcsim",),
 }
 

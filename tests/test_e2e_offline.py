@@ -5,41 +5,29 @@ a login prompt). Slow by nature (QEMU; TCG where KVM cannot run guests): one bui
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import tarfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from imagebuilder.baseimage import make_base_image
-from imagebuilder.bootcheck import check_image
 from imagebuilder.catalog import load_catalog
+from imagebuilder.disk import mounted_root, raw_view
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import verify_image
-from tests.support.common import BIN, ROOT, run
+from tests.support.common import BIN, ROOT, ArgvWatcher, run
+from tests.support.pki import make_ca
 from tests.support.vcsim import Vcsim
 
 NETNS = f"ib-offline-{os.getpid()}"
 # a QEMU build under TCG takes minutes; the first test also pays for the base image fixture
 pytestmark = pytest.mark.timeout(1800)
 SECRET = "vc-Pa55-never-logged-7731"
-
-
-@pytest.fixture(scope="module")
-def base_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    image, digest = make_base_image(tmp_path_factory.mktemp("base") / "debian-base.qcow2")
-    # what image.base ships: a cleanly unmounted filesystem and a boot sector that points at its loader
-    check = check_image(image)
-    assert check.ok, check.problems
-    assert any("ldlinux.sys" in n and "consistent" in n for n in check.notes), check.notes
-    assert not list(image.parent.glob(".image-base-*")), "no work folder left beside the image"
-    return image, digest
+REG_SECRET = "reg-Pa55-never-logged-3319"
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +67,10 @@ def upstream_server(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -
         proc.wait()
 
 
-def in_ns(ns: str, *args: str, home: Path, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(home), "IMAGE_BUILDER_WORKSPACE": str(home / "work")}
+def in_ns(
+    ns: str, *args: str, home: Path, timeout: int = 3600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(home), "IMAGE_BUILDER_WORKSPACE": str(home / "work"), **(env or {})}
     return subprocess.run(
         ["ip", "netns", "exec", ns, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -114,39 +104,13 @@ def mirror(offline_ns: str, upstream_server: str, home: Path, tmp_path_factory: 
     return dest
 
 
-class ArgvWatcher:
-    """Collects the command lines of every process while a build runs, to prove no secret is in any argv."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for pid in os.listdir("/proc"):
-                if pid.isdigit():
-                    with contextlib.suppress(OSError):
-                        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                        self.seen.add(cmdline.replace(b"\0", b" ").decode(errors="replace"))
-            time.sleep(0.2)
-
-    def __enter__(self) -> ArgvWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def build(
-    ns: str, home: Path, provider: str, config: Path, mirror: Path | str, out: Path
+    ns: str, home: Path, provider: str, config: Path, mirror: Path | str, out: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
     return in_ns(
         ns, str(BIN / "image-builder"), "build", "--os", "ubuntu", "--hypervisor", provider,
         "--release-channel", "1-24", f"--{provider}-config", str(config), "--mirror", str(mirror), "--offline",
-        "--output-dir", str(out), "--disk-gb", "4", "--min-disk-gb", "10", home=home,
+        "--output-dir", str(out), "--disk-gb", "4", "--min-disk-gb", "10", *extra, home=home,
     )  # fmt: skip
 
 
@@ -166,7 +130,13 @@ def test_offline_bare_metal_build_is_verified(
     config = tmp_path / "baremetal.json"
     config.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}"}))
     out = tmp_path / "out"
-    res = build(offline_ns, home, "baremetal", config, upstream_server, out)  # the mirror over HTTP, in the ns
+    # build --customize: a CA baked in at build time (the registry secret must stay out of every file and log)
+    make_ca(tmp_path / "build-ca.pem", "Build CA")
+    (tmp_path / "build.yaml").write_text(
+        "ca_certificates: [build-ca.pem]\nregistries: {'reg.local:5000': {username: u, password: " + REG_SECRET + "}}\n"
+    )
+    res = build(offline_ns, home, "baremetal", config, upstream_server, out,
+                "--customize", str(tmp_path / "build.yaml"))  # the mirror over HTTP, in the ns  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     gz = out / "ubuntu-v1.24.8-eks-5-amd64.gz"
     assert gz.is_file()
@@ -186,6 +156,36 @@ def test_offline_bare_metal_build_is_verified(
     failed = [f for f in findings if not f.ok]
     assert not failed, failed
     assert {f.name for f in findings} >= {"kubelet binary", "containerd enabled", "kubelet enabled", "boot"}
+    assert manifest["customization"]["ca_certificates"] == ["build-ca.pem"]
+    assert REG_SECRET not in res.stdout + res.stderr and not scan_for(REG_SECRET, out)
+
+    # image.customize on the built .gz (offline, in the namespace): a second CA and registry; image.verify passes
+    make_ca(tmp_path / "site-ca.pem", "Site CA", leaf=tmp_path / "site-leaf.pem")
+    (tmp_path / "site.yaml").write_text(
+        "ca_certificates: [site-ca.pem]\nregistries: {'harbor.site:443': {username: robot, password_env: SITE_PW}}\n"
+    )
+    custom = out / "custom" / "ubuntu-v1.24.8-eks-5-amd64-site.gz"
+    site = tmp_path / "site.yaml"
+    res = in_ns(offline_ns, str(BIN / "image-builder"), "image.customize", "--image", str(gz), "-f", str(site),
+                "--dest", str(custom), home=home, env={"SITE_PW": REG_SECRET})  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert REG_SECRET not in res.stdout + res.stderr and not scan_for(REG_SECRET, out)
+    assert (custom.parent / f"{custom.name}.sha256").is_file()
+    custom_manifest = json.loads(custom.with_name("ubuntu-v1.24.8-eks-5-amd64-site.build-manifest.json").read_text())
+    assert custom_manifest["customization"]["registries"] == ["harbor.site:443"]
+    assert custom_manifest["customized_from"]["image"] == gz.name
+    findings = verify_image(custom)
+    assert not [f for f in findings if not f.ok], findings
+    with raw_view(custom) as raw, mounted_root(raw) as root:
+        for name in ("image-builder-0-build-ca.crt", "image-builder-0-site-ca.crt"):
+            assert (root / "usr/local/share/ca-certificates" / name).is_file(), name
+        containerd_toml = (root / "etc/containerd/config.toml").read_text()
+        assert "reg.local:5000" in containerd_toml and "harbor.site:443" in containerd_toml
+        verify = subprocess.run(
+            ["chroot", str(root), "openssl", "verify", "-CAfile", "/etc/ssl/certs/ca-certificates.crt"],
+            input=(tmp_path / "site-leaf.pem").read_bytes(), capture_output=True, check=False,
+        )  # fmt: skip
+        assert verify.returncode == 0, verify.stderr
 
 
 def test_offline_local_ova_is_valid_and_verified(

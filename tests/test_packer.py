@@ -221,3 +221,29 @@ def test_ansible_is_lint_clean_and_parses() -> None:
         text=True,
     )
     assert syntax.returncode == 0, syntax.stdout + syntax.stderr
+
+
+@pytest.mark.parametrize(("os_name", "provider"), list(PAIRS))
+def test_build_customize_adds_the_role_and_keeps_its_secrets_in_the_environment(
+    os_name: str, provider: str, tmp_path: Path
+) -> None:
+    from imagebuilder.customize import REGISTRY_AUTH_ENV, load_customization
+    from tests.support.pki import make_ca
+
+    make_ca(tmp_path / "ca.pem")
+    spec = tmp_path / "customize.yaml"
+    spec.write_text("ca_certificates: [ca.pem]\nregistries: {'reg.local:5000': {username: u, password: pw-MARK-31}}\n")
+    customization = load_customization(spec)
+    plan = plan_for(os_name, provider, tmp_path)
+    rendered = render_build(
+        plan, tmp_path / "build", PACKER, kvm=KVM, require_artifacts=False, customization=customization
+    )
+    role_vars = json.loads((tmp_path / "build" / "ansible-vars.json").read_text())
+    assert role_vars["custom_roles"] == ["customize"]
+    assert role_vars["customize_registries"] == ["reg.local:5000"]
+    assert "BEGIN CERTIFICATE" in role_vars["customize_ca_certificates"][0]["pem"]
+    for path in (tmp_path / "build").rglob("*"):
+        if path.is_file():
+            assert "pw-MARK-31" not in path.read_text(errors="replace"), path
+    assert "pw-MARK-31" in json.loads(rendered.env[REGISTRY_AUTH_ENV])[0]["password"]
+    assert validate(rendered, PACKER).returncode == 0

@@ -33,6 +33,7 @@ HELP = {
     "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
     "disk_gb": "size of the image's disk in GiB (default 25, spec 8)",
     "keep_on_error": "keep the build workspace when the build fails (it is removed otherwise)",
+    "customize": "customize.yaml (spec 4.8): CA certificates, registry credentials, extra packages baked in",
 }
 
 
@@ -63,15 +64,18 @@ def build(
     min_disk_gb: str | None = None,
     disk_gb: str | None = None,
     keep_on_error: bool = False,
+    customize: str | None = None,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     from imagebuilder.catalog import load_catalog
+    from imagebuilder.customize import load_customization
     from imagebuilder.plan import BuildRequest
     from imagebuilder.planner import make_plan
     from imagebuilder.preflight import require
     from imagebuilder.runner import check_source_image, run_build
 
     flags.choice(output, "--output", ("text", "json"))
+    customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     flags.dest_dir(output_dir, "--output-dir")
     given = {
@@ -110,16 +114,21 @@ def build(
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
     checked = check_source_image(plan) if dry_run else None
     if output == "json":
-        print_json({"dry_run": dry_run, **plan.to_json(), "source_image_check": checked})
+        summary = customization.summary() if customization else None
+        print_json({"dry_run": dry_run, **plan.to_json(), "source_image_check": checked, "customization": summary})
     else:
         print(plan.render_text())
         if checked:
             print(f"source image: {checked}")
+        if customization:
+            c_ = customization.summary()
+            print(f"customization: CA {c_['ca_certificates'] or 'none'}, registries {c_['registries'] or 'none'}, "
+                  f"packages {c_['packages'] or 'none'}")  # fmt: skip
     if dry_run:
         return
     require(plan.os, plan.provider, skip_check or [], min_disk, say=print)
     with status_line(f"building {plan.output_name}") as say:
-        result = run_build(plan, keep_on_error=keep_on_error, say=say)
+        result = run_build(plan, keep_on_error=keep_on_error, customization=customization, say=say)
     if result.artifact:
         print(f"image:    {result.artifact}\nsha256:   {result.sha256}")
     print(f"manifest: {result.manifest}\nlog:      {result.log}")

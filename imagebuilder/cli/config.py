@@ -26,19 +26,26 @@ def _provider_name(value: str) -> str:
     help={
         "provider": "vsphere, cloudstack, nutanix, ami or baremetal (or platform, orchestrator, hci)",
         "dest": "write the schema to this file instead of printing it",
+        "customize": "the schema of customize.yaml (spec 4.8) instead of a provider config",
     },
     auto_shortflags=False,
 )
 @cli_task
-def schema(c: Context, provider: str = "", dest: str = "") -> None:
-    """Print the JSON Schema of a provider config file, for editors."""
+def schema(c: Context, provider: str = "", dest: str = "", customize: bool = False) -> None:
+    """Print the JSON Schema of a provider config file (or of customize.yaml), for editors."""
+    from imagebuilder.customize import CustomizeFile
     from imagebuilder.files import atomic_write
     from imagebuilder.providers.config import json_schema
     from imagebuilder.providers.registry import config_models
 
-    name = _provider_name(flags.required(provider, "--provider", f"one of {', '.join(config_models())}"))
+    if customize and provider:
+        raise InputError("give --provider or --customize, not both", field="--customize")
     target = flags.dest_file(dest, "--dest") if dest else None
-    data = json_schema(config_models()[name])
+    if customize:
+        data = CustomizeFile.model_json_schema()
+    else:
+        name = _provider_name(flags.required(provider, "--provider", f"one of {', '.join(config_models())}"))
+        data = json_schema(config_models()[name])
     if target:
         with atomic_write(target) as fh:
             json.dump(data, fh, indent=2)

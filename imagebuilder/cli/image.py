@@ -121,8 +121,8 @@ def customize(
     from imagebuilder.imagecustomize import check_request, customize_image
 
     source = flags.existing_file(flags.required(image, "--image", "an image file"), "--image")
-    customization = load_customization(flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f"))
     target = flags.dest_file(flags.required(dest, "--dest", "a path for the customized image"), "--dest")
+    customization = load_customization(flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f"))
     seconds = flags.duration(timeout, "--timeout", 30, 86400)
     kind = check_request(source, target)
     require_tools("qemu-system-x86_64", "qemu-img", "xorriso", "ssh", "ssh-keygen", "ansible-playbook", "pigz")

@@ -3,9 +3,12 @@ real format. Fixtures live in conftest.py; tests import these from here, never f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,3 +77,29 @@ def make_manifest(channel: str, number: int, version: str) -> str:
     text = text.replace("kubernetes-1-21-eks-4", f"kubernetes-{channel}-eks-{number}")
     text = text.replace("channel: 1-21", f"channel: {channel}").replace("number: 4", f"number: {number}")
     return text.replace("v1.21.2", version)
+
+
+class ArgvWatcher:
+    """Collects the command lines of every process while a build runs, to prove no secret is in any argv."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    with contextlib.suppress(OSError):
+                        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                        self.seen.add(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+            time.sleep(0.2)
+
+    def __enter__(self) -> ArgvWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
