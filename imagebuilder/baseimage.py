@@ -2,8 +2,9 @@
 
 Why: official Ubuntu cloud images cannot be downloaded on air-gapped sites (or on these test machines), but the
 Debian archive (or a local mirror of it) can be reached. The image has the shape of a cloud image: one ext4 root
-partition, a kernel, cloud-init (NoCloud, ConfigDrive, VMware...), openssh-server, and a serial console, so Packer's
-qemu builder starts from it exactly as it would from an Ubuntu cloud image.
+partition, a kernel, cloud-init (NoCloud, ConfigDrive, VMware...) rendering the network with netplan, predictable
+interface names (``ens*``), openssh-server, and a serial console, so Packer's qemu builder and ``image.customize``
+start from it exactly as they would from an Ubuntu cloud image.
 
 Everything the node roles install is baked in, so a build from this image needs no network at all. The disk is
 assembled on a loop device mapped at the partition's offset (no partition device nodes, no udev needed) and booted
