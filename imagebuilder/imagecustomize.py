@@ -50,6 +50,12 @@ def image_kind(image: Path) -> str:
     fmt = image_format(image)
     if fmt not in KINDS:
         raise InputError(f"a {fmt} image cannot be customized here", source=image, expected="a .gz, .ova, raw or qcow2")
+    if fmt == "raw":  # qemu-img calls any file raw: a disk has a boot signature (MBR, or GPT's protective MBR)
+        with image.open("rb") as fh:
+            fh.seek(510)
+            if fh.read(2) != b"\x55\xaa":
+                raise InputError("not a disk image (no partition table)", source=image,
+                                 expected="a .gz, .ova, raw or qcow2 disk image")  # fmt: skip
     return fmt
 
 

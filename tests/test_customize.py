@@ -235,3 +235,36 @@ def test_any_valid_user_and_hostname_render_to_exactly_themselves(user: str, hos
     assert yaml.safe_load(docs.meta_data)["local-hostname"] == hostname
     (entry,) = yaml.safe_load(docs.user_data)["users"]
     assert entry["name"] == entry["primary_group"] == user and entry["ssh_authorized_keys"] == [key]
+
+
+# --- image.customize: what is checked before a VM boots ------------------------------------------------------------
+
+
+def test_image_customize_checks_formats_and_destinations_before_booting(tmp_path: Path) -> None:
+    from imagebuilder.imagecustomize import check_request
+    from tests.support.common import run
+
+    disk = tmp_path / "node.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), "64M"], check=True)
+    gz = tmp_path / "node.gz"
+    gz.write_bytes(gzip.compress(b"\0" * 1024))
+    assert check_request(disk, tmp_path / "out.qcow2") == "qcow2"
+    assert check_request(gz, tmp_path / "out.gz") == "gz"
+    spec = write(tmp_path, "packages: [jq]\n")
+    cases = [
+        (["--image", str(gz), "--dest", str(tmp_path / "out.raw")], "--dest", "does not end in .gz"),
+        (["--image", str(disk), "--dest", str(disk)], "--dest", "is the input image"),
+        (["--image", str(tmp_path / "customize.yaml"), "--dest", str(tmp_path / "o")], "customize.yaml", "disk image"),
+    ]
+    for args, where, message in cases:
+        res = run("image.customize", *args, "-f", str(spec), "--dry-run")
+        assert res.code == 2 and where in res.err and message in res.err, res.err
+    res = run(
+        "image.customize", "--image", str(disk), "-f", str(spec), "--dest", str(tmp_path / "o.qcow2"), "--dry-run"
+    )
+    assert res.code == 0 and "would customize" in res.out and "packages: jq" in res.out
+    (tmp_path / "o.qcow2").write_text("already here")
+    res = run("image.customize", "--image", str(disk), "-f", str(spec), "--dest", str(tmp_path / "o.qcow2"))
+    assert res.code == 0 and "left alone" in res.out
+    assert (tmp_path / "o.qcow2").read_text() == "already here"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["customize.yaml", "node.gz", "node.qcow2", "o.qcow2"]
