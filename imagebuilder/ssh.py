@@ -114,20 +114,22 @@ def run_playbook(
     import json
 
     ansible = require_tools("ansible-playbook")["ansible-playbook"]
-    env = {
-        "PATH": tool_search_path(),
-        "HOME": str(log.parent),
-        "LANG": "C.UTF-8",
-        "ANSIBLE_HOST_KEY_CHECKING": "False",
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_ROLES_PATH": str(BUNDLE / "ansible" / "roles"),
-        "ANSIBLE_LOCAL_TEMP": str(log.parent / "ansible-tmp"),
-        "ANSIBLE_SSH_ARGS": " ".join([*login.options(), "-o", "ControlMaster=auto", "-o", "ControlPersist=120s"]),
-        **secret_env,
-    }
     with tempfile.TemporaryDirectory(prefix="image-builder-vars-") as tmp:
+        env = {
+            "PATH": tool_search_path(),
+            "HOME": tmp,
+            "LANG": "C.UTF-8",
+            "ANSIBLE_HOST_KEY_CHECKING": "False",
+            "ANSIBLE_PIPELINING": "True",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_RETRY_FILES_ENABLED": "False",
+            "ANSIBLE_ROLES_PATH": str(BUNDLE / "ansible" / "roles"),
+            "ANSIBLE_LOCAL_TEMP": f"{tmp}/t",
+            # a Unix socket path must stay under 108 bytes: the control sockets go in this short /tmp folder
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": f"{tmp}/cp",
+            "ANSIBLE_SSH_ARGS": " ".join([*login.options(), "-o", "ControlMaster=auto", "-o", "ControlPersist=120s"]),
+            **secret_env,
+        }
         vars_file = Path(tmp) / "vars.json"
         with atomic_write(vars_file, perm=0o600) as fh:
             json.dump(variables, fh)
