@@ -125,6 +125,8 @@ class CustomizeFile(StrictModel):
     def _hosts(cls, value: dict[str, Registry]) -> dict[str, Registry]:
         for host in value:
             grammar.host_port(host)
+            if host.startswith("["):  # containerd's TOML parser refuses ']' in a quoted table key
+                raise ValueError(f"{host}: containerd cannot read an IPv6 literal as a registry key; use its DNS name")
         return value
 
     @field_validator("packages")

@@ -62,16 +62,17 @@ def apply(
     host: str,
     port: int = 22,
     *,
-    work: Path,
+    log: Path,
     timeout: float,
     say: Say,
     gone: Callable[[], str | None] = lambda: None,
-) -> Path:
-    """Log in, apply the role, clean up and seal; returns the (redacted) Ansible log."""
+) -> None:
+    """Log in, apply the role, clean up and seal; Ansible's output goes to ``log`` (redacted, kept after the run so
+    a failure can be read)."""
     login = Login(host, port, target.user, target.key.private)
     waited = wait_for_login(login, timeout=timeout, say=say, gone=gone)
     say(f"logged in as {target.user}@{host} after {waited:.0f} s")
-    log = work / "ansible.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     run_playbook(
         login,
         "customize.yml",
@@ -81,4 +82,10 @@ def apply(
         redact=target.redact,
         say=say,
     )
-    return log
+
+
+def log_path(folder: Path, name: str) -> Path:
+    """``<folder>/logs/<name>-customize-<UTC time>.log``, as builds name theirs."""
+    import datetime as dt
+
+    return folder / "logs" / f"{name}-customize-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.log"

@@ -136,6 +136,7 @@ def customize_image(
         say(f"copying {image.name} into a working qcow2")
         with raw_view(image, work_dir=work) as raw:
             run_checked("qemu-img", "convert", "-O", "qcow2", str(raw), str(disk), timeout=7200)
+        log = customizer.log_path(dest.parent, dest.name)
         with customizer.run(customization, keep_user=keep_user) as run:
             seed = _seed_iso(run.documents.nocloud_files(), work)
             port = _free_port()
@@ -144,7 +145,7 @@ def customize_image(
             ) as guest:
                 say(f"booting {image.name} under QEMU ({guest.accelerator})")
                 try:
-                    customizer.apply(run, "127.0.0.1", port, work=work, timeout=timeout, say=say, gone=guest.exited)
+                    customizer.apply(run, "127.0.0.1", port, log=log, timeout=timeout, say=say, gone=guest.exited)
                 except ExternalError as exc:
                     raise ExternalError(
                         f"customizing {image.name} failed: {exc.message}; console ends: "

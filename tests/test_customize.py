@@ -40,7 +40,7 @@ user: {{name: builder, ssh_public_key: "{public_key}"}}
 ca_certificates: [ca.pem]
 registries:
   registry.local:5000: {{username: robot, password_env: REG_PASSWORD}}
-  "[fd00::1]:443": {{identitytoken_file: token}}
+  mirror.local:443: {{identitytoken_file: token}}
 packages: [jq, nfs-common, jq]
 """,
     )
@@ -55,6 +55,21 @@ packages: [jq, nfs-common, jq]
     assert c.packages == ["jq", "nfs-common"]
     assert sorted(c.secret_values()) == sorted(["s3cret", first.auth.get_secret_value(), "tok-123"])
     assert "s3cret" not in repr(c)  # secrets stay SecretStr
+
+
+def test_an_ipv6_registry_is_refused_because_containerd_cannot_read_its_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "registries: {'[fd00::1]:443': {identitytoken: t}}\n")
+    with pytest.raises(InputErrors) as info:
+        load_customization(path)
+    assert "containerd cannot read an IPv6 literal" in "\n".join(str(e) for e in info.value.errors)
+    # what containerd itself says of such a key (the reason for the rule)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        subprocess.run(["containerd", "config", "default"], capture_output=True, text=True, check=True).stdout
+        + '[plugins."io.containerd.grpc.v1.cri".registry.configs."[fd00::1]:443".auth]\n  identitytoken = "t"\n'
+    )
+    dump = subprocess.run(["containerd", "--config", str(config), "config", "dump"], capture_output=True, check=False)
+    assert dump.returncode != 0
 
 
 def test_an_empty_file_means_defaults(tmp_path: Path) -> None:

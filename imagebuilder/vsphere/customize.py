@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from imagebuilder import customizer
 from imagebuilder.catalog import OperatingSystem, ReleaseChannel
 from imagebuilder.customize import GUESTINFO_KEYS, Customization
 from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.paths import workspace_root
 from imagebuilder.progress import Say, silent
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.session import VSphere
@@ -217,11 +216,8 @@ def customize_template(vs: VSphere, req: CustomizeRequest, customization: Custom
     if req.keep_user:
         out.warnings.append(customizer.KEEP_USER_WARNING)
     made: list[Any] = []
-    with (
-        customizer.run(customization, keep_user=req.keep_user) as run,
-        tempfile.TemporaryDirectory(prefix="image-builder-customize-") as tmp,
-        _steps(vs, req, made) as step,
-    ):
+    log = customizer.log_path(workspace_root(), req.name)
+    with customizer.run(customization, keep_user=req.keep_user) as run, _steps(vs, req, made) as step:
         spec = vim.vm.CloneSpec(location=vim.vm.RelocateSpec(pool=pool), powerOn=False, template=False)
         say(f"cloning {req.template}")
         vm = vs.wait(source.CloneVM_Task(folder=folder, name=req.name, spec=spec), f"clone to {req.path}")
@@ -241,7 +237,8 @@ def customize_template(vs: VSphere, req: CustomizeRequest, customization: Custom
             state = _power_state(vs, vm)
             return None if state == "poweredOn" else f"the VM is {state}"
 
-        customizer.apply(run, ip, work=Path(tmp), timeout=req.timeout, say=say, gone=gone)
+        customizer.apply(run, ip, log=log, timeout=req.timeout, say=say, gone=gone)
+        out.done.append(f"Ansible log: {log}")
         out.done.append("customized, cleaned up and sealed" + ("" if req.keep_user else f" ({run.user} removed)"))
         step[0] = "power off"
         _wait_powered_off(vs, vm, out, 600, say)

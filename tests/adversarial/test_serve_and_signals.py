@@ -9,7 +9,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -116,7 +116,10 @@ def test_ranges_answer_exact_bytes(server: tuple[FileServer, io.StringIO, Path])
     assert whole.endswith(DATA) and b"Content-Range" not in whole
 
 
-def _interrupt(args: list[str], ready: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _interrupt(
+    args: list[str], ready: str, tmp_path: Path, started: Callable[[], object] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a task and press Ctrl-C once it printed ``ready`` (or once ``started`` returns: the task is at work)."""
     proc = subprocess.Popen(
         [str(BIN / "image-builder"), *args],
         cwd=ROOT,
@@ -130,6 +133,8 @@ def _interrupt(args: list[str], ready: str, tmp_path: Path) -> subprocess.Comple
     deadline = time.monotonic() + 30
     assert proc.stdout is not None
     seen = ""
+    if started is not None:
+        started()
     while time.monotonic() < deadline and ready not in seen:
         seen += proc.stdout.readline()
     time.sleep(0.5)
@@ -153,7 +158,10 @@ def test_ctrl_c_exits_130_with_one_line_and_leaves_nothing(tmp_path: Path) -> No
     )
     dest = tmp_path / "hook"
     try:
-        res = _interrupt(["download.hook", "--manifest", str(manifest), "--dest", str(dest)], "", tmp_path)
+        listener.settimeout(60)  # Ctrl-C once the download is under way (a loaded CI host starts Python slowly)
+        held: list[object] = []  # the accepted connection stays open, silent
+        res = _interrupt(["download.hook", "--manifest", str(manifest), "--dest", str(dest)], "", tmp_path,
+                         started=lambda: held.append(listener.accept()))  # fmt: skip
     finally:
         listener.close()
     assert res.returncode == 130, (res.returncode, res.stderr)
