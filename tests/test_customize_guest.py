@@ -151,7 +151,9 @@ def test_template_customize_against_a_real_guest(
     )
     host = Host(vcsim, tmp_path, base_image[0])
     host.thread.start()
-    env = {**os.environ, **vcsim.env, "REG_PASSWORD": PASSWORD}
+    # the run's own temp folder (short: Ansible's control sockets live under it), so the test sees what it leaves
+    run_tmp = Path(tempfile.mkdtemp(prefix="ibt-"))
+    env = {**os.environ, **vcsim.env, "REG_PASSWORD": PASSWORD, "TMPDIR": str(run_tmp)}
     name = TARGET.rsplit("/", 1)[1]
     args = [str(BIN / "image-builder"), "template.customize", "--template", SOURCE, "-f", str(spec),
             "--name", name, "--os", "ubuntu", "--kubernetes", "1.24", "--timeout", "1500"]  # fmt: skip
@@ -186,8 +188,8 @@ def test_template_customize_against_a_real_guest(
     # no secret in what the tool printed, in any child's argv, or in files left outside the image
     assert PASSWORD not in out and TOKEN not in out
     assert not [c for c in argv.seen if PASSWORD in c or TOKEN in c]
-    for leftover in ("image-builder-ssh-", "image-builder-vars-", "image-builder-customize-"):
-        assert not list(Path(tempfile.gettempdir()).glob(leftover + "*")), f"{leftover}* left in /tmp"
+    assert not list(run_tmp.iterdir()), "the run left temporary files (its key, its variables)"
+    run_tmp.rmdir()
 
     check_customized_disk(host.disk, tmp_path)
     second_boot(host.disk, tmp_path, guest_network)
