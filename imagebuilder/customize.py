@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -38,6 +39,12 @@ GUESTINFO_KEYS = (
 )
 GUESTINFO_ENCODING = "gzip+base64"
 _CERT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _digest(pem: str) -> str:
+    """A short content digest for a CA file's name on the node."""
+    return hashlib.sha256(pem.encode()).hexdigest()[:12]
+
 
 #: OpenSSH public key types a customization user may log in with
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
@@ -181,9 +188,11 @@ class Customization:
         """The customize role's variables: everything but the secrets (see :meth:`secret_env`)."""
         return {
             "customize_ca_certificates": [
-                # the file name is ours: a name from the customization file never becomes a path on the node
-                {"name": f"image-builder-{i}-{_CERT_NAME.sub('-', Path(name).stem)[:40]}.crt", "pem": pem}
-                for i, (name, pem) in enumerate(self.ca_certificates)
+                # the file name is ours: a name from the customization file never becomes a path on the node. It
+                # carries the bundle's digest, so customizing again converges and a second customization adds its
+                # CAs beside the first one's instead of replacing a same-named file.
+                {"name": f"image-builder-{_CERT_NAME.sub('-', Path(name).stem)[:40]}-{_digest(pem)}.crt", "pem": pem}
+                for name, pem in self.ca_certificates
             ],
             "customize_packages": list(self.packages),
             "customize_registries": [r.host for r in self.registries],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import re
 import subprocess
 from pathlib import Path
 
@@ -230,7 +231,12 @@ packages: [jq]
     role = c.role_vars(user="builder")
     text = repr(role)
     assert "MARK" not in text
-    assert [x["name"] for x in role["customize_ca_certificates"]] == ["image-builder-0-ca-name-x-.crt"]
+    [ca] = role["customize_ca_certificates"]
+    # our name on the node: the file's stem made safe, and the bundle's digest (customizing again converges; a second
+    # customization's same-named CA lands beside the first)
+    assert re.fullmatch(r"image-builder-ca-name-x--[0-9a-f]{12}\.crt", ca["name"]), ca["name"]
+    again = load_customization(path, env={"REG_PASSWORD": "x"}).role_vars(user="b")
+    assert again["customize_ca_certificates"][0]["name"] == ca["name"]
     assert role["customize_registries"] == ["registry.local:5000", "other.local"]
     env = c.secret_env()
     auth = {r["host"]: r for r in __import__("json").loads(env["IMAGE_BUILDER_REGISTRY_AUTH"])}
@@ -283,3 +289,57 @@ def test_image_customize_checks_formats_and_destinations_before_booting(tmp_path
     assert res.code == 0 and "left alone" in res.out
     assert (tmp_path / "o.qcow2").read_text() == "already here"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["customize.yaml", "node.gz", "node.qcow2", "o.qcow2"]
+
+
+def run_containerd_tasks(tmp_path: Path, config: Path, customization: Path, env: dict[str, str]) -> str:
+    """The customize role's containerd tasks, run for real by Ansible on this host against ``config``."""
+    import json
+    import os
+    import sys
+
+    from imagebuilder.paths import BUNDLE
+
+    c = load_customization(customization, env=env)
+    # no service restart: this host's containerd is not ours to touch
+    variables = {**c.role_vars(user="builder"), "customize_containerd_config": str(config),
+                 "customize_restart_containerd": False}  # fmt: skip
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - {ansible.builtin.include_role: {name: customize, tasks_from: containerd.yml}}\n"
+    )
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"@{tmp_path / 'vars.json'}", "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
+        env={**os.environ, **c.secret_env(), "ANSIBLE_ROLES_PATH": str(BUNDLE / "ansible" / "roles"),
+             "ANSIBLE_NOCOLOR": "1", "HOME": str(tmp_path)},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:]
+    for secret in c.secret_values():
+        assert secret not in run.stdout + run.stderr
+    return run.stdout
+
+
+def test_registry_credentials_from_two_customizations_add_up_and_rerunning_converges(tmp_path: Path) -> None:
+    config = tmp_path / "etc" / "config.toml"
+    build = write(tmp_path, "registries: {'reg.local:5000': {username: u, password_env: PW}}\n")
+    first = run_containerd_tasks(tmp_path, config, build, {"PW": "first-Secret-1"})
+    assert "changed=" in first and config.stat().st_mode & 0o777 == 0o600
+    after_build = config.read_text()
+    site = write(tmp_path, "registries: {'harbor.site:443': {identitytoken: 'tok\"en'}}\n")
+    run_containerd_tasks(tmp_path, config, site, {})
+    text = config.read_text()
+    assert text.startswith(after_build), "the build's registry stays as it was"
+    assert text.count("# BEGIN image-builder registry credentials for") == 2
+    # the same customization again changes nothing
+    again = run_containerd_tasks(tmp_path, config, site, {})
+    assert re.search(r"changed=0\b", again), again[-800:]
+    assert config.read_text() == text
+    # real containerd reads both registries' auth back, the quote in the token escaped
+    dump = subprocess.run(["containerd", "--config", str(config), "config", "dump"],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert '[plugins."io.containerd.grpc.v1.cri".registry.configs."reg.local:5000".auth]' in dump
+    assert 'password = "first-Secret-1"' in dump
+    assert 'identitytoken = "tok\\"en"' in dump
