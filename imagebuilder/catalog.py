@@ -152,11 +152,10 @@ class Catalog:
     def channel(self, value: str, flag: str = "--release-channel") -> ReleaseChannel:
         if value in self.channels:
             return self.channels[value]
-        valid = ", ".join(self.channels)
-        hint = ""
         if re.fullmatch(r"\d+\.\d+", value) and value.replace(".", "-") in self.channels:
-            hint = f"; did you mean '{value.replace('.', '-')}'? channels are written <major>-<minor>"
-        raise InputError(f"'{value}' is not a supported release channel{hint}", field=flag, expected=f"one of {valid}")
+            return self.channels[value.replace(".", "-")]  # the reference tool's current docs write 1.24
+        valid = ", ".join(self.channels)
+        raise InputError(f"'{value}' is not a supported release channel", field=flag, expected=f"one of {valid}")
 
     def channel_for_kubernetes(self, value: str, flag: str = "--kubernetes") -> ReleaseChannel:
         """Accept ``1.24`` (or ``1-24``, ``v1.24``) and return its channel."""

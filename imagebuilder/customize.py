@@ -145,6 +145,97 @@ class CustomizeFile(StrictModel):
         return list(dict.fromkeys(value))
 
 
+_MODE = re.compile(r"0?[0-7]{3}")
+_OWNER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\$?|[0-9]{1,10}")
+
+
+class AdditionalFile(StrictModel):
+    """One entry of the reference tool's ``files.json`` (``additional_files_list``)."""
+
+    src: str = Field(description="file on this host (relative paths from the list file's folder)")
+    dest: str = Field(description="absolute path in the image")
+    owner: str = Field("root", description="user that owns it in the image (name or uid)")
+    group: str = Field("root", description="group that owns it in the image (name or gid)")
+    mode: str = Field("0644", description='permissions as an octal string, e.g. "0644"')
+
+    @field_validator("dest")
+    @classmethod
+    def _dest(cls, value: str) -> str:
+        parts = value.split("/")
+        if not value.startswith("/") or value.endswith("/") or any(p in ("", ".", "..") for p in parts[1:]):
+            raise ValueError(f"must be a normalized absolute file path in the image, got {value[:80]!r}")
+        if any(ord(c) < 0x20 or c in "\x7f{}" for c in value):
+            raise ValueError("may not contain control characters or braces")
+        return value
+
+    @field_validator("owner", "group")
+    @classmethod
+    def _owner(cls, value: str) -> str:
+        if not _OWNER.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a user or group name or id")
+        return value
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, value: Any) -> str:
+        if not isinstance(value, str) or not _MODE.fullmatch(value):
+            raise ValueError(f'must be an octal mode as a string, e.g. "0644", got {value!r}')
+        return value.rjust(4, "0")
+
+
+class AdditionalFilesList(StrictModel):
+    additional_files_list: list[AdditionalFile] = Field(description="files copied into the image")
+
+
+def load_additional_files(path: str | Path) -> list[dict[str, str]]:
+    """The reference tool's ``files.json``: each ``src`` must be a readable file here; every problem at once."""
+    from imagebuilder.files import load_json_object
+
+    path = Path(path)
+    model = validated(AdditionalFilesList, load_json_object(path, "additional files list"), path)
+    problems: list[InputError] = []
+    files: list[dict[str, str]] = []
+    for i, entry in enumerate(model.additional_files_list):
+        src = Path(entry.src).expanduser()
+        src = src if src.is_absolute() else path.parent / src
+        if not src.is_file():
+            problems.append(
+                InputError(f"{entry.src!r} is not a file", source=path, field=f"additional_files_list[{i}].src")
+            )
+            continue
+        files.append({**entry.model_dump(), "src": str(src.resolve())})
+    dests = [f["dest"] for f in files]
+    problems += [
+        InputError(f"{d} is given twice", source=path, field="additional_files_list")
+        for d in dict.fromkeys(d for d in dests if dests.count(d) > 1)
+    ]
+    if problems:
+        raise InputErrors(problems)
+    return files
+
+
+def build_extras(
+    *,
+    source: Path,
+    packages: list[str],
+    files_list: Path | None,
+    repo_file: Path | None,
+    repo_suffix: str,
+    disable_public_repos: bool,
+) -> Customization | None:
+    """The reference tool's build options (extra packages, additional files, extra repositories) as a
+    customization, so they go through the same role as ``build --customize``. None when there is nothing."""
+    files = load_additional_files(files_list) if files_list else []
+    repo = None
+    if repo_file is not None:
+        repo = (f"image-builder-extra{repo_suffix}", read_text(repo_file, "extra repositories file"))
+    if not (packages or files or repo or disable_public_repos):
+        return None
+    return Customization(
+        source, User(), packages=list(packages), files=files, repo_file=repo, disable_public_repos=disable_public_repos
+    )
+
+
 @dataclass(frozen=True)
 class RegistryAuth:
     """A registry's credentials with every secret read: what the role writes into containerd's config."""
@@ -165,6 +256,26 @@ class Customization:
     ca_certificates: list[tuple[str, str]] = field(default_factory=list)  # (file name, PEM bundle)
     registries: list[RegistryAuth] = field(default_factory=list)
     packages: list[str] = field(default_factory=list)
+    #: files copied into the image: {src (absolute, on this host), dest, owner, group, mode}
+    files: list[dict[str, str]] = field(default_factory=list)
+    #: a package source file added to the image: (file name on the node, its text)
+    repo_file: tuple[str, str] | None = None
+    disable_public_repos: bool = False
+
+    def merged(self, other: Customization | None) -> Customization:
+        """This customization and ``other`` applied together (``other``'s user wins; lists add up)."""
+        if other is None:
+            return self
+        return Customization(
+            other.source,
+            other.user,
+            [*self.ca_certificates, *other.ca_certificates],
+            [*self.registries, *(r for r in other.registries if r.host not in {x.host for x in self.registries})],
+            list(dict.fromkeys([*self.packages, *other.packages])),
+            [*self.files, *other.files],
+            other.repo_file or self.repo_file,
+            self.disable_public_repos or other.disable_public_repos,
+        )
 
     def secret_values(self) -> list[str]:
         """Every secret, for the redactor that guards logs and messages."""
@@ -182,6 +293,9 @@ class Customization:
             "ca_certificates": [name for name, _ in self.ca_certificates],
             "registries": [r.host for r in self.registries],
             "packages": list(self.packages),
+            "files": [f["dest"] for f in self.files],
+            "repositories": self.repo_file[0] if self.repo_file else None,
+            "public_repositories": "disabled" if self.disable_public_repos else "kept",
         }
 
     def role_vars(self, *, user: str, keep_user: bool = False) -> dict[str, Any]:
@@ -195,6 +309,9 @@ class Customization:
                 for name, pem in self.ca_certificates
             ],
             "customize_packages": list(self.packages),
+            "customize_files": list(self.files),
+            "customize_repo_file": {"name": self.repo_file[0], "content": self.repo_file[1]} if self.repo_file else {},
+            "customize_disable_public_repos": self.disable_public_repos,
             "customize_registries": [r.host for r in self.registries],
             "customize_registry_auth_env": REGISTRY_AUTH_ENV,
             "customize_keep_user": keep_user,
@@ -348,4 +465,14 @@ def load_customization(path: str | Path, env: dict[str, str] | None = None) -> C
     return Customization(path, model.user, certs, registries, model.packages)
 
 
-__all__ = ["Customization", "CustomizeFile", "RegistryAuth", "SeedDocuments", "load_customization", "seed_documents"]
+__all__ = [
+    "AdditionalFile",
+    "Customization",
+    "CustomizeFile",
+    "RegistryAuth",
+    "SeedDocuments",
+    "build_extras",
+    "load_additional_files",
+    "load_customization",
+    "seed_documents",
+]

@@ -29,7 +29,7 @@ from imagebuilder.files import atomic_write
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_search_path
 from imagebuilder.plan import BuildPlan
 from imagebuilder.providers import registry
-from imagebuilder.providers.config import Os3Fields, SourceImageFields
+from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
 from imagebuilder.render import ROOT, template_env
 from imagebuilder.ssh import keypair
 
@@ -141,8 +141,8 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
         "kubernetes_images": images,
         "build_user": build_user(plan),
         "redhat_subscription": plan.os == "redhat",
-        "extra_rpms": [],
         "custom_roles": [],
+        **_subscription_vars(plan),
         # images the release ships no tarball for are pulled from their registry, which an offline build lacks
         "kubernetes_pull_images": not plan.offline,
         **registry.get(plan.provider).ansible_vars(plan),
@@ -182,6 +182,7 @@ def _context(
         "ansible_roles_path": str(ROOT / "ansible" / "roles"),
         "ansible_vars_file": str(directory / "ansible-vars.json"),
         "ansible_extra_vars": [],
+        "ansible_verbosity": plan.ansible_verbosity,
         "accelerator": kvm.accelerator,
         "required_plugins": plugins if packer.has_plugin_blocks else [],
         "secrets": [],
@@ -189,15 +190,20 @@ def _context(
         "stages": (),
     }
     if plan.os == "redhat":
-        assert isinstance(config, Os3Fields) and config.iso_url and config.iso_checksum
-        ctx["iso_url"] = config.iso_url
-        ctx["iso_checksum"] = f"{config.iso_checksum_type or 'sha256'}:{config.iso_checksum}"
-        ctx["secrets"] += ["enterprise_username", "enterprise_password"]
+        assert isinstance(config, Os3Fields)
+        if config.iso_url and config.iso_checksum:  # validation requires them, unless the build clones a template
+            ctx["iso_url"] = config.iso_url
+            ctx["iso_checksum"] = f"{config.iso_checksum_type or 'sha256'}:{config.iso_checksum}"
+        if config.enterprise_username:  # a Satellite activation key replaces them
+            ctx["secrets"] += ["enterprise_username", "enterprise_password"]
     elif isinstance(config, SourceImageFields) and config.uses_source_image:
         # the local, already verified and checked copy when the build fetched it (Packer checks the checksum again)
         url = str(source_image) if source_image else config.source_image_url
         ctx["source_image"] = {"url": url, "checksum": config.source_image_checksum}
         ctx["seed_files"] = [str(directory / "seed" / "meta-data"), str(directory / "seed" / "user-data")]
+    elif isinstance(config, Os3Fields) and config.iso_url and config.iso_checksum:  # the config's own OS-2 ISO
+        ctx["iso_url"] = config.iso_url
+        ctx["iso_checksum"] = f"{config.iso_checksum_type or 'sha256'}:{config.iso_checksum}"
     else:
         ctx["iso_url"] = os_version.iso_url
         ctx["iso_checksum"] = os_version.iso_checksum
@@ -205,20 +211,53 @@ def _context(
     return ctx
 
 
+#: the build VM's proxy environment, as JSON in the Ansible controller's environment (node.yml reads it)
+BUILD_PROXY_ENV = "IMAGE_BUILDER_BUILD_PROXY"
+#: the Satellite activation key, in the Ansible controller's environment (the redhat_subscription role reads it)
+ACTIVATION_KEY_ENV = "RHSM_ACTIVATION_KEY"
+
+
 def _secret_env(plan: BuildPlan) -> dict[str, str]:
+    """What the Packer process (and the ansible-playbook it starts) gets in its environment and nowhere else."""
     config = plan.config
     env: dict[str, str] = {}
-    if isinstance(config, Os3Fields) and plan.os == "redhat":
-        assert config.enterprise_username and config.enterprise_password
+    if isinstance(config, BuildExtras):
+        proxies = config.proxies()
+        env.update(proxies)  # Packer's own downloads and the controller's
+        if proxies:
+            env[BUILD_PROXY_ENV] = json.dumps(proxies)
+        if plan.os == "redhat" and config.rhsm_activation_key is not None:
+            env[ACTIVATION_KEY_ENV] = config.rhsm_activation_key.get_secret_value()
+    if isinstance(config, Os3Fields) and plan.os == "redhat" and config.enterprise_username:
+        assert config.enterprise_password
         env["PKR_VAR_enterprise_username"] = config.enterprise_username
         env["PKR_VAR_enterprise_password"] = config.enterprise_password.get_secret_value()
     return {**env, **registry.get(plan.provider).secret_env(plan)}
+
+
+def _subscription_vars(plan: BuildPlan) -> dict[str, Any]:
+    """How the build registers with Red Hat: a user (RHSM_USERNAME) or a Satellite activation key."""
+    config = plan.config
+    if plan.os != "redhat" or not isinstance(config, BuildExtras):
+        return {}
+    return {
+        "redhat_subscription_method": "activation_key" if config.uses_activation_key else "username",
+        "redhat_subscription_org_id": config.rhsm_org_id or "",
+        "redhat_subscription_server": config.rhsm_server_hostname or "",
+        "redhat_subscription_release": config.rhsm_server_release_version or "",
+    }
 
 
 def _write(path: Path, text: str, perm: int = 0o644) -> Path:
     with atomic_write(path, perm=perm) as fh:
         fh.write(text)
     return path
+
+
+def effective_customization(plan: BuildPlan, customization: Customization | None) -> Customization | None:
+    """What the customize role applies: the config's build options (the reference tool's extra packages,
+    repositories and files) and ``build --customize``'s file, through one role."""
+    return plan.extras.merged(customization) if plan.extras is not None else customization
 
 
 def check_buildable(plan: BuildPlan) -> None:
@@ -272,6 +311,7 @@ def render_build(
             files.append(_write(directory / "http" / "meta-data", f"instance-id: {plan.output_name}\n"))
     if provider.inline_user_data:
         ctx["user_data"] = env.get_template("cloud-init/build-user-data.yaml.j2").render(ctx)
+    customization = effective_customization(plan, customization)
     role_vars = {**ansible_vars(plan), "artifact_cache": str(directory / "artifacts")}
     secret_env = _secret_env(plan)
     if customization is not None:  # build --customize: the same role as template.customize, before sysprep

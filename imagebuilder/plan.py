@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder.catalog import BuildPair, OsVersion, ReleaseChannel
+from imagebuilder.customize import Customization
 from imagebuilder.fetch import Mirror
 from imagebuilder.providers.config import ProviderConfig
 from imagebuilder.release_manifest import NodeArtifact
@@ -31,6 +32,9 @@ class BuildRequest:
     output_dir: str = "output"
     offline: bool = False
     disk_gb: int | None = None
+    files_config: str | None = None  # the reference tool's --files-config (files.json)
+    ansible_verbosity: int = 0  # the reference tool's --ansible-verbosity (0-6)
+    eksa_release: str | None = None  # the reference tool's --eksa-release: the product release to pin
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,9 @@ class BuildPlan:
     steps: tuple[str, ...]
     disk_gb: int
     offline: bool = False
+    #: the reference tool's build options (extra packages, repositories, additional files) as a customization
+    extras: Customization | None = None
+    ansible_verbosity: int = 0
 
     @property
     def os(self) -> str:
@@ -108,6 +115,7 @@ class BuildPlan:
             "config": self.config.public_dict() if self.config else None,
             "workspace": str(self.workspace),
             "disk_gb": self.disk_gb,
+            "build_options": self.extras.summary() if self.extras else None,
             "steps": list(self.steps),
         }
 

@@ -11,13 +11,16 @@ import re
 from pathlib import Path
 
 from imagebuilder.catalog import ReleaseChannel, load_catalog
+from imagebuilder.customize import build_extras
+from imagebuilder.eksarelease import distro_manifest_for
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Mirror
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
 from imagebuilder.profile import load_profile
 from imagebuilder.providers import registry
-from imagebuilder.providers.config import ConfigContext, ProviderConfig, load_provider_config
+from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP
+from imagebuilder.providers.config import BuildExtras, ConfigContext, ProviderConfig, load_provider_config
 from imagebuilder.release_manifest import ReleaseManifest, load_manifest
 
 #: how long a dry run waits for the upstream manifest before planning without it
@@ -50,6 +53,29 @@ def _steps(plan: BuildPlan) -> list[str]:
         f"render the Packer template, {install} and Ansible variables into {plan.workspace}/<build-id>",
         *registry.get(plan.provider).steps(plan),
     ]
+    config = plan.config if isinstance(plan.config, BuildExtras) else None
+    if config is not None and (config.http_proxy or config.https_proxy):
+        proxies = ", ".join(f"{k}={v}" for k, v in config.public_dict().items() if k.endswith("_proxy") and v)
+        steps.insert(2, f"proxy for Packer, Ansible and the build VM (not kept in the image): {proxies}")
+    if config is not None and config.uses_activation_key:
+        where = config.rhsm_server_hostname or "the Red Hat CDN"
+        steps = [
+            f"register with Satellite {where} (org {config.rhsm_org_id}, activation key); unregister before sealing"
+            if s == SUBSCRIPTION
+            else s
+            for s in steps
+        ]
+    if plan.extras is not None:
+        e = plan.extras.summary()
+        detail = [
+            f"sources {e['repositories'] or 'as configured'}, public {e['public_repositories']}",
+            f"packages {' '.join(e['packages']) or 'none'}",
+            f"files {', '.join(e['files']) or 'none'}",
+        ]
+        at = next((i for i, s in enumerate(steps) if s == SYSPREP), len(steps))
+        steps.insert(at, "build options through the customize role: " + "; ".join(detail))
+    if config is not None and (config.eksa_build_tooling_repo_url or config.image_builder_repo_url):
+        steps.append("eksa_build_tooling_repo_url/image_builder_repo_url: not cloned (this tool ships its templates)")
     if plan.output_path is not None:
         steps.append(
             f"write {plan.output_name}.sha256 and the build manifest (inputs without secrets, tool versions, checksums)"
@@ -123,6 +149,46 @@ def make_plan(request: BuildRequest) -> BuildPlan:
         config = load_provider_config(registry.get(provider.name).config_model, config_path, ctx)
 
     mirror = Mirror.parse(request.mirror) if request.mirror else None
+    extras_config = config if isinstance(config, BuildExtras) else None
+    private = extras_config.private_artifacts_eksd_fqdn if extras_config else None
+    if private and mirror:
+        raise InputError(
+            "private_artifacts_eksd_fqdn and --mirror both name where the artifacts come from",
+            field="--mirror",
+            expected="one of them",
+        )
+    if private:
+        mirror = Mirror.parse(private, "private_artifacts_eksd_fqdn")  # the reference's air-gapped host is a mirror
+    files_config = Path(request.files_config) if request.files_config else None  # the CLI checked it exists
+    if files_config and extras_config and extras_config.additional_files_list_file:
+        raise InputError(
+            "--files-config and additional_files_list_file both name the additional files",
+            field="--files-config",
+            expected="one of them",
+        )
+    extras = None
+    if extras_config is not None:
+        extras = extras_config.customization(os_.name, Path(config_path or "."), files_config)
+    elif files_config:
+        extras = build_extras(
+            source=files_config, packages=[], files_list=files_config, repo_file=None, repo_suffix="",
+            disable_public_repos=False,
+        )  # fmt: skip
+    if request.eksa_release:
+        if request.release_manifest:
+            raise InputError(
+                "--eksa-release and --release-manifest both choose the release manifest",
+                field="--eksa-release",
+                expected="one of them",
+            )
+        if request.offline and mirror is None:
+            raise InputError(
+                "--eksa-release reads the product's release index: offline, it needs a mirror that holds it",
+                field="--eksa-release",
+                expected="--mirror DIR|URL, or no --offline",
+            )
+        pinned = distro_manifest_for(request.eksa_release, channel, mirror)
+        request = dataclasses.replace(request, release_manifest=pinned)
     manifest, state = _load_manifest_for(request, channel, mirror)
     version = manifest.kubernetes_version if manifest else channel.kubernetes_version
     release = manifest.number if manifest else channel.release
@@ -152,6 +218,8 @@ def make_plan(request: BuildRequest) -> BuildPlan:
         steps=(),
         disk_gb=disk_gb,
         offline=request.offline,
+        extras=extras,
+        ansible_verbosity=request.ansible_verbosity,
     )
     return dataclasses.replace(plan, steps=tuple(_steps(plan)))
 

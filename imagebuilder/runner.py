@@ -35,6 +35,7 @@ from imagebuilder.packer import (
     RenderedBuild,
     builder_for,
     check_buildable,
+    effective_customization,
     packer_env,
     render_build,
 )
@@ -131,10 +132,11 @@ def run_build(
     log_path = out_dir / "logs" / f"{build_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     secret_values = plan.config.secret_values() if plan.config else []
-    redact = Redactor(secret_values + (customization.secret_values() if customization else []))
+    applied = effective_customization(plan, customization)  # render_build applies the same
+    redact = Redactor(secret_values + (applied.secret_values() if applied else []))
     steps: dict[str, float] = {}
     succeeded = False
-    result_extra: dict[str, Any] = {"customization": customization.summary()} if customization else {}
+    result_extra: dict[str, Any] = {"customization": applied.summary()} if applied else {}
     artifact: Path | None = None
     sha = None
     size = None

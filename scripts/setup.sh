@@ -20,6 +20,8 @@ APT_PACKAGES=(
   isc-dhcp-server busybox tcpdump iproute2
   # node customization (spec 4.8) tests: real containerd checks the configs the customize role writes
   containerd
+  # reference-tool parity tests: a local APT repository for extra_debs/extra_repos (dpkg-scanpackages)
+  dpkg-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -123,12 +123,71 @@ def scan_for(secret: str, *roots: Path) -> list[str]:
     return hits
 
 
+APT_PORT = 18081
+PROBE_PACKAGE = "ib-parity-probe"
+
+
+@pytest.fixture(scope="module")
+def apt_repo(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A flat APT repository with one package we build, served on 127.0.0.1 inside the namespace: the guest of a
+    build reaches it at QEMU's host address 10.0.2.2. Returns the sources.list line for it."""
+    import hashlib
+
+    root = tmp_path_factory.mktemp("apt")
+    pkg = root / "pkg"
+    (pkg / "DEBIAN").mkdir(parents=True)
+    (pkg / "usr/share" / PROBE_PACKAGE).mkdir(parents=True)
+    (pkg / "usr/share" / PROBE_PACKAGE / "marker").write_text("installed from the extra repository\n")
+    (pkg / "DEBIAN/control").write_text(
+        f"Package: {PROBE_PACKAGE}\nVersion: 1.0\nArchitecture: all\nMaintainer: image-builder tests <t@example.org>\n"
+        "Description: probe package of the reference-parity build test\n"
+    )
+    repo = root / "repo"
+    repo.mkdir()
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(pkg), str(repo / f"{PROBE_PACKAGE}_1.0_all.deb")],
+                   check=True, capture_output=True)  # fmt: skip
+    packages = subprocess.run(["dpkg-scanpackages", "--multiversion", "."], cwd=repo, check=True,
+                              capture_output=True).stdout  # fmt: skip
+    (repo / "Packages").write_bytes(packages)
+    digest = hashlib.sha256(packages).hexdigest()
+    (repo / "Release").write_text(f"Origin: image-builder-tests\nSHA256:\n {digest} {len(packages)} Packages\n")
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", offline_ns, str(BIN / "python"), "-m", "http.server", str(APT_PORT),
+         "--bind", "127.0.0.1", "--directory", str(repo)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield f"deb [trusted=yes] http://10.0.2.2:{APT_PORT}/ ./\n"
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def test_offline_bare_metal_build_is_verified(
-    offline_ns: str, home: Path, base_image: tuple[Path, str], mirror: Path, upstream_server: str, tmp_path: Path
+    offline_ns: str,
+    home: Path,
+    base_image: tuple[Path, str],
+    mirror: Path,
+    upstream_server: str,
+    apt_repo: str,
+    tmp_path: Path,
 ) -> None:
     image, digest = base_image
     config = tmp_path / "baremetal.json"
-    config.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}"}))
+    # the reference tool's build options: a package from an extra repository with the public ones disabled (the
+    # namespace reaches nothing else), and an additional file from files.json
+    (tmp_path / "sources.list").write_text(apt_repo)
+    (tmp_path / "dns.conf").write_text("[Resolve]\nDNS=10.0.0.2\n")
+    (tmp_path / "files.json").write_text(json.dumps({"additional_files_list": [
+        {"src": "dns.conf", "dest": "/etc/systemd/resolved.conf.d/dns.conf", "owner": "root", "group": "adm",
+         "mode": "0640"}]}))  # fmt: skip
+    config.write_text(
+        json.dumps({
+            "source_image_url": str(image), "source_image_checksum": f"sha256:{digest}",
+            "extra_debs": PROBE_PACKAGE, "extra_repos": "sources.list", "disable_public_repos": "true",
+            "additional_files_list_file": "files.json",
+        })
+    )  # fmt: skip
     out = tmp_path / "out"
     # build --customize: a CA baked in at build time (the registry secret must stay out of every file and log)
     make_ca(tmp_path / "build-ca.pem", "Build CA")
@@ -157,6 +216,16 @@ def test_offline_bare_metal_build_is_verified(
     assert not failed, failed
     assert {f.name for f in findings} >= {"kubelet binary", "containerd enabled", "kubelet enabled", "boot"}
     assert manifest["customization"]["ca_certificates"] == ["build-ca.pem"]
+    assert manifest["customization"]["packages"] == [PROBE_PACKAGE]
+    with raw_view(gz, work_dir=tmp_path / "raw") as raw, mounted_root(raw) as root:
+        assert (root / "usr/share" / PROBE_PACKAGE / "marker").is_file(), "the extra package is installed"
+        assert (root / "etc/apt/sources.list.d/image-builder-extra.list").read_text() == apt_repo
+        assert not (root / "etc/apt/sources.list").exists(), "the public sources are disabled"
+        placed = root / "etc/systemd/resolved.conf.d/dns.conf"
+        assert placed.read_text() == "[Resolve]\nDNS=10.0.0.2\n"
+        assert oct(placed.stat().st_mode & 0o777) == "0o640"
+        adm = subprocess.run(["chroot", str(root), "getent", "group", "adm"], capture_output=True, text=True)
+        assert placed.stat().st_gid == int(adm.stdout.split(":")[2])
     assert REG_SECRET not in res.stdout + res.stderr and not scan_for(REG_SECRET, out)
 
     # image.customize on the built .gz (offline, in the namespace): a second CA and registry; image.verify passes

@@ -11,6 +11,7 @@ import pytest
 from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import InputErrors
 from imagebuilder.providers.config import (
+    BuildExtras,
     ConfigContext,
     ProviderConfig,
     json_schema,
@@ -63,7 +64,8 @@ def test_every_provider_and_os_that_needs_a_config_has_an_example() -> None:
 
 
 def test_vsphere_has_the_14_spec_fields() -> None:
-    extra = {*MODELS["vsphere"].os3_fields, "source_image_url", "source_image_checksum"}  # type: ignore[attr-defined]
+    extra = {*MODELS["vsphere"].os3_fields, "source_image_url", "source_image_checksum", "template"}  # type: ignore[attr-defined]
+    extra |= set(BuildExtras.model_fields)  # the reference tool's build options, shared by every provider
     assert set(MODELS["vsphere"].model_fields) - extra == {
         "cluster",
         "convert_to_template",
@@ -177,9 +179,16 @@ def test_os3_fields_required_for_redhat(provider: str) -> None:
     ok(provider, "redhat", base | OS3)
 
 
-def test_os3_fields_rejected_for_ubuntu() -> None:
+def test_subscription_fields_rejected_for_ubuntu_but_its_own_iso_is_not() -> None:
     got = problems("vsphere", "ubuntu", example("vsphere-ubuntu.json") | OS3)
-    assert "applies only to --os redhat" in got["iso_url"]
+    assert "applies only to --os redhat" in got["enterprise_username"]
+    assert "iso_url" not in got  # the reference's air-gapped example gives an Ubuntu build its own ISO
+    iso = {k: v for k, v in OS3.items() if k.startswith("iso_")}
+    ok("vsphere", "ubuntu", example("vsphere-ubuntu.json") | iso)
+    assert (
+        "go together"
+        in problems("vsphere", "ubuntu", example("vsphere-ubuntu.json") | {"iso_url": OS3["iso_url"]})["iso_checksum"]
+    )
 
 
 def test_os3_aliases() -> None:
@@ -202,7 +211,9 @@ def test_iso_checksum_matches_type() -> None:
 
 
 def test_iso_url_https_or_existing_file(tmp_path: Path) -> None:
-    assert "iso_url" in problems("baremetal", "redhat", OS3 | {"iso_url": "http://insecure.example.com/x.iso"})
+    # http is what the reference's air-gapped example uses: iso_checksum (always required) guards the download
+    assert ok("baremetal", "redhat", OS3 | {"iso_url": "http://mirror.example.com/x.iso"})
+    assert "iso_url" in problems("baremetal", "redhat", OS3 | {"iso_url": "ftp://mirror.example.com/x.iso"})
     assert "does not exist" in problems("baremetal", "redhat", OS3 | {"iso_url": "missing.iso"})["iso_url"]
     iso = tmp_path / "rhel.iso"
     iso.write_bytes(b"\0" * 10)
@@ -210,16 +221,16 @@ def test_iso_url_https_or_existing_file(tmp_path: Path) -> None:
     assert cfg.public_dict()["iso_url"] == str(iso)
 
 
-def test_extra_rpms_only_in_baremetal_redhat() -> None:
+def test_extra_packages_per_os_on_every_provider() -> None:
     cfg = ok("baremetal", "redhat", OS3 | {"extra_rpms": "  kmod-foo   lldpad "})
     assert cfg.public_dict()["extra_rpms"] == "kmod-foo lldpad"
     assert "extra_rpms" in problems("baremetal", "redhat", OS3 | {"extra_rpms": "bad;rm -rf"})
-    assert "extra_rpms" in problems("baremetal", "ubuntu", {"extra_rpms": "foo"})
-    assert (
-        "unknown field"
-        in problems("vsphere", "redhat", example("vsphere-redhat.json") | {"extra_rpms": "a"})["extra_rpms"]
-    )
-    assert "extra_rpms" in problems("cloudstack", "redhat", OS3 | {"extra_rpms": "a"})
+    assert "only to --os redhat" in problems("baremetal", "ubuntu", {"extra_rpms": "foo"})["extra_rpms"]
+    assert "only to --os ubuntu" in problems("baremetal", "redhat", OS3 | {"extra_debs": "foo"})["extra_debs"]
+    # the reference reads them from every provider's config, not only bare metal's
+    ok("vsphere", "redhat", example("vsphere-redhat.json") | {"extra_rpms": "wget"})
+    ok("cloudstack", "redhat", example("cloudstack-redhat.json") | {"extra_rpms": "wget"})
+    ok("baremetal", "ubuntu", {"extra_debs": "wget nfs-common"})
 
 
 def test_baremetal_ubuntu_empty_config() -> None:
@@ -246,7 +257,7 @@ def test_cloudstack_access_fields_all_or_none() -> None:
 
 
 def test_ami_has_the_13_spec_fields() -> None:
-    assert len(MODELS["ami"].model_fields) == 13
+    assert len(set(MODELS["ami"].model_fields) - set(BuildExtras.model_fields)) == 13
 
 
 def test_ami_defaults() -> None:
@@ -342,7 +353,9 @@ def test_ami_numbers_as_strings_or_numbers() -> None:
 
 
 def test_nutanix_fields_and_aliases() -> None:
-    assert len(MODELS["nutanix"].model_fields) == 9
+    # the spec's 9, and the reference's image_url and image_export
+    assert set(MODELS["nutanix"].model_fields) - set(BuildExtras.model_fields) >= {"image_url", "image_export"}
+    assert len(set(MODELS["nutanix"].model_fields) - set(BuildExtras.model_fields)) == 11
     data = example("nutanix-ubuntu.json")
     renamed = {("nutanix_" + k[4:] if k.startswith("hci_") else k): v for k, v in data.items()}
     assert ok("nutanix", "ubuntu", renamed).public_dict() == ok("nutanix", "ubuntu", data).public_dict()

@@ -12,7 +12,7 @@ from imagebuilder.errors import InputError
 HELP = {
     "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
     "hypervisor": "provider: vsphere (platform), cloudstack (orchestrator), nutanix (hci), baremetal or ami",
-    "release_channel": "distro release channel: 1-21, 1-22, 1-23 or 1-24",
+    "release_channel": "distro release channel: 1-21, 1-22, 1-23 or 1-24 (1.24 works too)",
     "os_version": "OS version: ubuntu 20.04 (default) or 22.04; redhat 8 (default)",
     "vsphere_config": "vSphere build config file (JSON, spec 2.3)",
     "platform_config": "alias of --vsphere-config",
@@ -34,6 +34,9 @@ HELP = {
     "disk_gb": "size of the image's disk in GiB (default 25, spec 8)",
     "keep_on_error": "keep the build workspace when the build fails (it is removed otherwise)",
     "customize": "customize.yaml (spec 4.8): CA certificates, registry credentials, extra packages baked in",
+    "ansible_verbosity": "Ansible's verbosity in the build log, 0 (default) to 6 (the reference tool's flag)",
+    "eksa_release": "build what this product release pins, vX.Y.Z (default: $EKSA_RELEASE_VERSION, else the channel's)",
+    "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
 }
 
 
@@ -65,10 +68,16 @@ def build(
     disk_gb: str | None = None,
     keep_on_error: bool = False,
     customize: str | None = None,
+    files_config: str | None = None,
+    ansible_verbosity: str | None = None,
+    eksa_release: str | None = None,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
+    import os as os_env
+
     from imagebuilder.catalog import load_catalog
     from imagebuilder.customize import load_customization
+    from imagebuilder.eksarelease import ENV, check_version
     from imagebuilder.plan import BuildRequest
     from imagebuilder.planner import make_plan
     from imagebuilder.preflight import require
@@ -88,6 +97,9 @@ def build(
         "ami": ami_config,
         "baremetal": baremetal_config,
     }
+    env_release = os_env.environ.get(ENV) or None  # the reference tool's variable; the flag wins
+    if env_release:
+        check_version(env_release, ENV)
     catalog = load_catalog()
     configs: dict[str, str] = {}
     for key, path in given.items():
@@ -109,6 +121,9 @@ def build(
             output_dir=output_dir,
             offline=offline,
             disk_gb=flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None,
+            files_config=str(flags.existing_file(files_config, "--files-config")) if files_config else None,
+            eksa_release=check_version(eksa_release) if eksa_release else env_release,
+            ansible_verbosity=flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0,
         )
     )
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts

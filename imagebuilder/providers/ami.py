@@ -15,14 +15,14 @@ from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan
 from imagebuilder.progress import Say
 from imagebuilder.providers.base import SYSPREP, Provider, node_step
-from imagebuilder.providers.config import BoolStr, ConfigContext, ProviderConfig, Size, Text, alias
+from imagebuilder.providers.config import BoolStr, BuildExtras, ConfigContext, Size, Text, alias
 from imagebuilder.validation import Problem
 
 _OWNER_ALIASES = ("amazon", "aws-marketplace", "self", "aws-backup-vault")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
 
 
-class AmiConfig(ProviderConfig):
+class AmiConfig(BuildExtras):
     """Machine image (AMI) build configuration, ``--ami-config`` (spec 2.3)."""
 
     provider = "ami"

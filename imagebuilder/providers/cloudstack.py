@@ -13,11 +13,11 @@ from imagebuilder.outputs import Packaged, place, qemu_disk
 from imagebuilder.plan import BuildPlan
 from imagebuilder.progress import Say
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
-from imagebuilder.providers.config import BoolStr, ConfigContext, Os3Fields, Secret, Text
+from imagebuilder.providers.config import BoolStr, BuildExtras, ConfigContext, Os3Fields, Secret, Text
 from imagebuilder.validation import Problem
 
 
-class CloudstackConfig(Os3Fields):
+class CloudstackConfig(Os3Fields, BuildExtras):
     """CloudStack (orchestrator) build configuration, ``--cloudstack-config``.
 
     The spec shows only the OS-3 fields. The build itself runs locally (qemu -> qcow2); the access fields are what

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import (
     AliasChoices,
@@ -35,6 +36,7 @@ from pydantic import (
 
 from imagebuilder import grammar
 from imagebuilder.catalog import OsVersion
+from imagebuilder.customize import Customization, build_extras
 from imagebuilder.errors import InputError, InputErrors, did_you_mean
 from imagebuilder.files import load_json_object
 from imagebuilder.validation import Problem, StrictModel, pydantic_problems
@@ -134,12 +136,12 @@ def _url_or_existing_file(value: str | None, info: ValidationInfo, what: str) ->
     """An https URL, or a path to an existing file (relative paths from the config file's folder), made absolute."""
     if value is None:
         return None
-    if value.startswith("https://"):
-        if len(value) <= len("https://"):
-            raise ValueError("https URL has no host")
+    if value.startswith(("https://", "http://")):
+        # http too: the reference's air-gapped example serves the ISO so, and a checksum is always required with it
+        grammar.url(value, ("https", "http"))
         return value
     if "://" in value and not value.startswith("file://"):
-        raise ValueError(f"must be an https URL or a file path, got {value!r}")
+        raise ValueError(f"must be an http(s) URL or a file path, got {value!r}")
     path = Path(value.removeprefix("file://")).expanduser()
     ctx = _ctx(info)
     if not path.is_absolute() and ctx is not None:
@@ -209,7 +211,8 @@ class Os3Fields(ProviderConfig):
     """OS-3 (redhat) fields, shared by the vsphere, cloudstack and baremetal configs (spec 2.3)."""
 
     iso_url: str | None = Field(
-        None, description="https URL of the OS-3 ISO, or a path to it (relative paths from the config file's folder)"
+        None,
+        description="http(s) URL of the ISO (OS-3; optional for OS-2) or a path to it (relative to this file)",
     )
     iso_checksum: str | None = Field(None, description="hex checksum of the ISO, of the kind iso_checksum_type")
     iso_checksum_type: Literal["sha256", "sha512"] | None = Field(
@@ -242,14 +245,23 @@ class Os3Fields(ProviderConfig):
     def cross_check(cls, data: dict[str, Any], ctx: ConfigContext) -> list[Problem]:
         problems = super().cross_check(data, ctx)
         if ctx.os != "redhat":
+            # an OS-2 build may name its own ISO (the reference's air-gapped example: a private copy over http)
             problems += [
                 Problem(f, f"applies only to --os redhat builds; remove it for --os {ctx.os}")
                 for f in cls.os3_fields
-                if f in data
+                if f in data and f.startswith("enterprise_")
             ]
-            return problems
-        desc = {n: cls.model_fields[n].description for n in cls.os3_fields}
-        problems += [Problem(f, "required for --os redhat builds", desc[f]) for f in cls.os3_required if f not in data]
+            if ("iso_url" in data) != ("iso_checksum" in data):
+                missing = "iso_checksum" if "iso_url" in data else "iso_url"
+                problems.append(Problem(missing, "iso_url and iso_checksum go together", "both, or neither"))
+            if "iso_url" in data and "source_image_url" in data:
+                problems.append(Problem("iso_url", "give iso_url (install) or source_image_url (disk image), not both"))
+        else:
+            desc = {n: cls.model_fields[n].description for n in cls.os3_fields}
+            required = cls.os3_required
+            if "rhsm_activation_key" in data:  # a Satellite activation key replaces the subscription user
+                required = tuple(f for f in required if not f.startswith("enterprise_"))
+            problems += [Problem(f, "required for --os redhat builds", desc[f]) for f in required if f not in data]
         checksum, kind = data.get("iso_checksum"), data.get("iso_checksum_type", "sha256")
         digits = grammar.DIGEST_HEX_LENGTH.get(kind)
         if isinstance(checksum, str) and digits and not grammar.is_hex_digest(checksum.removeprefix(f"{kind}:"), kind):
@@ -259,7 +271,7 @@ class Os3Fields(ProviderConfig):
     @classmethod
     def fill_defaults(cls, data: dict[str, Any], ctx: ConfigContext) -> None:
         super().fill_defaults(data, ctx)
-        if ctx.os == "redhat":
+        if ctx.os == "redhat" or "iso_checksum" in data:
             data.setdefault("iso_checksum_type", "sha256")
         if isinstance(data.get("iso_checksum"), str):
             data["iso_checksum"] = data["iso_checksum"].split(":", 1)[-1].lower()
@@ -311,6 +323,225 @@ class SourceImageFields(ProviderConfig):
     @property
     def uses_source_image(self) -> bool:
         return self.source_image_url is not None
+
+
+class BuildExtras(ProviderConfig):
+    """Fields the reference tool reads from every provider config: proxies, extra packages and repositories,
+    additional files, Red Hat Satellite registration, and the air-gapped artifact hosts.
+
+    They are mapped onto this tool's model, not passed through: packages, repositories and files go through the
+    build-time customization role (see :func:`imagebuilder.customize.build_extras`), proxies into Packer's,
+    Ansible's and the build VM's environment, the private artifact hosts become the build's mirror.
+    """
+
+    http_proxy: str | None = Field(None, description="proxy for http:// requests: http(s)://[user:password@]host:port")
+    https_proxy: str | None = Field(
+        None, description="proxy for https:// requests: http(s)://[user:password@]host:port"
+    )
+    no_proxy: str | None = Field(
+        None, description="hosts, domains and CIDRs reached without the proxy, comma-separated"
+    )
+    extra_debs: str | None = Field(None, description="space-separated Debian packages to add (ubuntu only)")
+    extra_rpms: str | None = Field(None, description="space-separated RPM packages to add (redhat only)")
+    extra_repos: str | None = Field(
+        None,
+        description="a file added to the package sources: an APT sources.list (ubuntu) or a .repo file (redhat),"
+        " relative to this file",
+    )
+    disable_public_repos: BoolStr = Field(
+        False, description='"true" removes the OS\'s public package sources (air-gapped builds use extra_repos)'
+    )
+    additional_files_list_file: str | None = Field(
+        None,
+        description="files.json: {additional_files_list: [{src, dest, owner, group, mode}]} copied into the image",
+    )
+    rhsm_server_hostname: Host | None = Field(None, description="Red Hat Satellite FQDN (redhat only)")
+    rhsm_server_release_version: str | None = Field(
+        None, description="Red Hat release the packages are pinned to, e.g. 8.10 or 9.4 (redhat only)"
+    )
+    rhsm_activation_key: Secret | None = Field(
+        None, description="Satellite activation key (secret); replaces enterprise_username/password"
+    )
+    rhsm_org_id: Text | None = Field(None, description="Satellite organization ID (with rhsm_activation_key)")
+    private_artifacts_eksd_fqdn: str | None = Field(
+        None, description="air-gapped: http(s) base URL of the distro artifacts, upstream paths kept (the mirror)"
+    )
+    private_artifacts_eksa_fqdn: str | None = Field(
+        None, description="air-gapped: http(s) base URL of the product artifacts, upstream paths kept"
+    )
+    eksa_build_tooling_repo_url: str | None = Field(
+        None, description="the reference tool's build-tooling git URL; accepted, not needed (templates ship here)"
+    )
+    image_builder_repo_url: str | None = Field(
+        None, description="the reference tool's image-builder git URL; accepted, not needed (templates ship here)"
+    )
+
+    @field_validator("http_proxy", "https_proxy")
+    @classmethod
+    def _proxy(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = grammar.url(value.strip(), ("http", "https"), credentials=True)
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError(f"a proxy URL is scheme://[user:password@]host[:port], got {grammar.redact_url(value)!r}")
+        return value.strip().rstrip("/")
+
+    @field_validator("no_proxy")
+    @classmethod
+    def _no_proxy(cls, value: str | None) -> str | None:
+        return None if value is None else grammar.no_proxy_list(value.strip())
+
+    @field_validator("extra_debs", "extra_rpms")
+    @classmethod
+    def _packages(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        names = value.split()
+        bad = [n for n in names if not _PACKAGE.fullmatch(n)]
+        if not names or bad:
+            raise ValueError(f"is not a space-separated list of package names: bad {(bad or [value])[:3]!r}")
+        return " ".join(dict.fromkeys(names))
+
+    @field_validator("extra_repos", "additional_files_list_file")
+    @classmethod
+    def _local_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if "://" in value:
+            raise ValueError(f"must be a file on this host, got {value!r}")
+        return _url_or_existing_file(value, info, "the")
+
+    @field_validator("rhsm_server_release_version")
+    @classmethod
+    def _release(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"\d{1,2}\.\d{1,2}", value.strip()):
+            raise ValueError(f"must be a Red Hat release as MAJOR.MINOR, e.g. 8.10 or 9.4, got {value!r}")
+        return None if value is None else value.strip()
+
+    @field_validator("private_artifacts_eksd_fqdn", "private_artifacts_eksa_fqdn")
+    @classmethod
+    def _artifact_host(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        grammar.url(value.strip(), ("http", "https"))
+        return value.strip().rstrip("/")
+
+    @field_validator("eksa_build_tooling_repo_url", "image_builder_repo_url")
+    @classmethod
+    def _git_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.startswith("git@") and re.fullmatch(r"git@[A-Za-z0-9.-]+:[A-Za-z0-9._/~-]+", value):
+            return value
+        grammar.url(value, ("https", "http", "ssh", "git"))
+        return value
+
+    @classmethod
+    def cross_check(cls, data: dict[str, Any], ctx: ConfigContext) -> list[Problem]:
+        problems = super().cross_check(data, ctx)
+        only = {"extra_debs": "ubuntu", "extra_rpms": "redhat"}
+        only.update(dict.fromkeys(RHSM_FIELDS, "redhat"))
+        problems += [
+            Problem(f, f"applies only to --os {os_name} builds; remove it for --os {ctx.os}")
+            for f, os_name in only.items()
+            if f in data and ctx.os != os_name
+        ]
+        if ("rhsm_activation_key" in data) != ("rhsm_org_id" in data):
+            missing = "rhsm_org_id" if "rhsm_activation_key" in data else "rhsm_activation_key"
+            problems.append(Problem(missing, "rhsm_activation_key and rhsm_org_id go together", "both, or neither"))
+        release = data.get("rhsm_server_release_version")
+        if isinstance(release, str) and ctx.os == "redhat" and release.split(".")[0] != ctx.os_version.version:
+            problems.append(
+                Problem(
+                    "rhsm_server_release_version",
+                    f"{release} is not a release of RHEL {ctx.os_version.version} (--os-version)",
+                    f"{ctx.os_version.version}.<minor>",
+                )
+            )
+        if "extra_repos" in data and ctx.os in ("ubuntu", "redhat") and isinstance(data["extra_repos"], str):
+            problems += _repo_file_problems(data["extra_repos"], ctx)
+        return problems
+
+    def customization(self, os_name: str, source: Path, files_config: Path | None = None) -> Customization | None:
+        """Extra packages, additional files and repositories as a build-time customization (None: nothing).
+
+        ``files_config`` is the reference tool's ``--files-config``; it and ``additional_files_list_file`` are one
+        option given two ways (the caller refuses both at once)."""
+        packages = (self.extra_debs if os_name == "ubuntu" else self.extra_rpms) or ""
+        files_list = files_config or (
+            Path(self.additional_files_list_file) if self.additional_files_list_file else None
+        )
+        return build_extras(
+            source=source,
+            packages=packages.split(),
+            files_list=files_list,
+            repo_file=Path(self.extra_repos) if self.extra_repos else None,
+            repo_suffix=".repo" if os_name == "redhat" else ".list",
+            disable_public_repos=self.disable_public_repos,
+        )
+
+    @property
+    def uses_activation_key(self) -> bool:
+        return self.rhsm_activation_key is not None
+
+    def proxies(self) -> dict[str, str]:
+        """The proxy environment of the build (both spellings: tools differ in which they read)."""
+        env: dict[str, str] = {}
+        for name in ("http_proxy", "https_proxy", "no_proxy"):
+            value = getattr(self, name)
+            if value:
+                env[name], env[name.upper()] = value, value
+        return env
+
+    def secret_values(self) -> list[str]:
+        values = super().secret_values()
+        for proxy in (self.http_proxy, self.https_proxy):
+            parts = urlsplit(proxy) if proxy else None
+            if parts is not None and parts.password:
+                values += [parts.password, unquote(parts.password)]
+        return values
+
+    def public_dict(self) -> dict[str, Any]:
+        out = super().public_dict()
+        for name in ("http_proxy", "https_proxy"):
+            if out.get(name):
+                out[name] = grammar.redact_url(out[name])
+        return out
+
+
+#: the Red Hat Satellite fields (redhat builds only)
+RHSM_FIELDS = ("rhsm_server_hostname", "rhsm_server_release_version", "rhsm_activation_key", "rhsm_org_id")
+#: Debian and RPM package names (Debian policy 5.6.1; RPM allows upper case and '_')
+_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}")
+_APT_LINE = re.compile(r"deb(-src)?\s+(\[[A-Za-z0-9=,. _/-]+\]\s+)?(https?|file|ftp)://\S+\s+\S+(\s+[A-Za-z0-9_./-]+)*")
+_REPO_SECTION = re.compile(r"\[[A-Za-z0-9._:-]+\]")
+_REPO_KEY = re.compile(r"[A-Za-z0-9_]+\s*=\s*[^\x00-\x08\x0b-\x1f]*")
+
+
+def _repo_file_problems(value: str, ctx: ConfigContext) -> list[Problem]:
+    """An extra_repos file must be what the OS's package manager reads: lines of an APT sources.list, or the
+    sections of a yum .repo file. It is copied as is, so anything else would break the package manager."""
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = ctx.base_dir / path
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return []  # the field's own check reports a missing or unreadable file
+    lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if ln.strip() and ln.strip()[0] != "#"]
+    if ctx.os == "ubuntu":
+        bad = [n for n, ln in lines if not _APT_LINE.fullmatch(ln)]
+        expected = "APT sources.list lines: deb [options] URI suite [components]"
+    else:
+        bad = [n for n, ln in lines if not (_REPO_SECTION.fullmatch(ln) or _REPO_KEY.fullmatch(ln))]
+        if lines and not _REPO_SECTION.fullmatch(lines[0][1]):
+            bad = [lines[0][0], *bad]
+        expected = "a yum .repo file: [section] lines, then key=value lines"
+    if not lines:
+        return [Problem("extra_repos", f"{path.name} has no repository in it", expected)]
+    if bad:
+        return [Problem("extra_repos", f"{path.name}: line {bad[0]} is not a repository line", expected)]
+    return []
 
 
 # --- loading ---------------------------------------------------------------------------------------------------

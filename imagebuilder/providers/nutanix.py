@@ -6,17 +6,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from imagebuilder import grammar
 from imagebuilder.catalog import load_catalog
-from imagebuilder.outputs import Packaged, packer_manifest
+from imagebuilder.errors import ExternalError
+from imagebuilder.outputs import Packaged, packer_manifest, place
 from imagebuilder.plan import BuildPlan
 from imagebuilder.progress import Say
 from imagebuilder.providers.base import SYSPREP, Provider, node_step
-from imagebuilder.providers.config import BoolStr, ConfigContext, Host, Port, ProviderConfig, Secret, Text, alias
+from imagebuilder.providers.config import (
+    BoolStr,
+    BuildExtras,
+    ConfigContext,
+    Host,
+    Port,
+    Secret,
+    Text,
+    alias,
+)
+from imagebuilder.validation import Problem
 
 
-class NutanixConfig(ProviderConfig):
+class NutanixConfig(BuildExtras):
     """Nutanix (hci) build configuration, ``--nutanix-config`` (spec 2.3)."""
 
     provider = "nutanix"
@@ -24,7 +36,14 @@ class NutanixConfig(ProviderConfig):
     hci_cluster_name: Text = Field(
         validation_alias=alias("hci_cluster_name", "nutanix_cluster_name"), description="Prism cluster name"
     )
-    source_image_name: Text = Field(description="name of the uploaded source cloud image (spec 4.3)")
+    source_image_name: Text | None = Field(
+        None, description="name of the uploaded source cloud image (spec 4.3); this or image_url"
+    )
+    image_url: str | None = Field(
+        None,
+        description="http(s) URL of the source cloud image: Prism downloads and stores it (this or source_image_name)",
+    )
+    image_export: BoolStr = Field(False, description='"true" also downloads the built image to the output folder')
     image_name: Text | None = Field(None, description="name of the destination image (default: the artifact name)")
     hci_subnet_name: Text = Field(
         validation_alias=alias("hci_subnet_name", "nutanix_subnet_name"), description="subnet name"
@@ -45,9 +64,24 @@ class NutanixConfig(ProviderConfig):
         validation_alias=alias("hci_password", "nutanix_password"), description="password (secret)"
     )
 
+    @field_validator("image_url")
+    @classmethod
+    def _image_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            grammar.url(value.strip(), ("http", "https"))
+        return None if value is None else value.strip()
+
     @classmethod
     def fill_defaults(cls, data: dict[str, Any], ctx: ConfigContext) -> None:
+        super().fill_defaults(data, ctx)
         data.setdefault("hci_port", load_catalog().nutanix_defaults["hci_port"])
+
+    @classmethod
+    def cross_check(cls, data: dict[str, Any], ctx: ConfigContext) -> list[Problem]:
+        problems = super().cross_check(data, ctx)
+        if "source_image_name" not in data and "image_url" not in data:
+            problems.append(Problem("source_image_name", "required field is missing", "source_image_name or image_url"))
+        return problems
 
 
 class Nutanix(Provider):
@@ -67,10 +101,11 @@ class Nutanix(Provider):
         config = self._config(plan)
         return [
             f"packer: nutanix on {config.hci_endpoint}:{config.hci_port} (cluster {config.hci_cluster_name},"
-            f" subnet {config.hci_subnet_name}) from source image {config.source_image_name}",
+            f" subnet {config.hci_subnet_name}) from source image {config.source_image_name or config.image_url}",
             node_step(plan.kubernetes_version) + ", Nutanix cloud-init datasource",
             SYSPREP,
             f"import the qcow2 into the image service as {config.image_name or plan.output_name}",
+            *([f"download the image to {plan.output_name} (image_export)"] if config.image_export else []),
         ]
 
     def packer_context(self, plan: BuildPlan, ctx: dict[str, Any]) -> None:
@@ -80,4 +115,18 @@ class Nutanix(Provider):
         return {"PKR_VAR_nutanix_password": self._config(plan).hci_password.get_secret_value()}
 
     def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
-        return packer_manifest(self.packer_manifest_path(plan, directory))
+        manifest = packer_manifest(self.packer_manifest_path(plan, directory))
+        config = self._config(plan)
+        if not config.image_export:
+            return manifest
+        # the plugin's image_export writes the image, named as in Prism, into Packer's working folder
+        assert plan.output_path is not None
+        exported = directory / (config.image_name or plan.output_stem)
+        if not exported.is_file():
+            raise ExternalError(
+                f"image_export is set but Packer left no exported image at {exported}",
+                hint="see the build log: the Nutanix plugin's export step failed",
+            )
+        status(f"moving the exported image to {plan.output_path}")
+        placed = place(exported, plan.output_path)
+        return Packaged(placed.artifact, placed.sha256, placed.size, manifest.extra)

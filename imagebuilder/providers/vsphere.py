@@ -16,6 +16,7 @@ from imagebuilder.progress import Say
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
 from imagebuilder.providers.config import (
     BoolStr,
+    BuildExtras,
     ConfigContext,
     Host,
     Os3Fields,
@@ -28,7 +29,7 @@ from imagebuilder.providers.config import (
 from imagebuilder.validation import Problem
 
 
-class VsphereConfig(Os3Fields, SourceImageFields):
+class VsphereConfig(Os3Fields, SourceImageFields, BuildExtras):
     """vSphere (platform) build configuration, ``--vsphere-config`` (spec 2.3)."""
 
     provider = "vsphere"
@@ -47,7 +48,12 @@ class VsphereConfig(Os3Fields, SourceImageFields):
     platform_library_name: Text | None = Field(
         None,
         validation_alias=alias("platform_library_name", "vsphere_library_name"),
-        description="content library name",
+        description="content library the OVA is uploaded to (absent: the OVA is only exported to the output folder)",
+    )
+    template: Text | None = Field(
+        None,
+        description="VM or template to clone instead of installing from the ISO (the reference's vsphere-clone"
+        " builder); a name or an inventory path",
     )
     convert_to_template: BoolStr = Field(False, description='"true" converts the VM to a template')
     create_snapshot: BoolStr = Field(False, description='"true" snapshots the base OVA after the build')
@@ -63,14 +69,17 @@ class VsphereConfig(Os3Fields, SourceImageFields):
         "datastore",
         "network",
         "folder",
-        "platform_library_name",
     )
 
     @classmethod
     def cross_check(cls, data: dict[str, Any], ctx: ConfigContext) -> list[Problem]:
         problems = super().cross_check(data, ctx)
         if "source_image_url" in data and "platform_server" not in data:
+            if "template" in data:
+                problems.append(Problem("template", "clones on vCenter; a local OVA build (source_image_url) has none"))
             return problems  # local OVA: built with QEMU here, nothing on vCenter
+        if "template" in data:  # a clone needs no ISO: the template already has its OS
+            problems = [p for p in problems if not (p.field.startswith("iso_") and p.message.startswith("required"))]
         problems += [
             Problem(f, "required field is missing", cls.model_fields[f].description)
             for f in cls.vcenter_required
@@ -118,8 +127,9 @@ class Vsphere(Provider):
                 f"convert the disk to a streamOptimized VMDK and package {name} (OVF descriptor, SHA256 manifest)",
             ]
         place = f"cluster {config.cluster}" if config.cluster else f"resource pool {config.resource_pool}"
+        how = f"vsphere-clone of {config.template}" if config.template else "vsphere-iso"
         steps = [
-            f"packer: vsphere-iso on {config.platform_server} (datacenter {config.datacenter}, {place},"
+            f"packer: {how} on {config.platform_server} (datacenter {config.datacenter}, {place},"
             f" datastore {config.datastore}, network {config.network}, folder {config.folder},"
             f" linked clone {str(config.linked_clone).lower()},"
             f" TLS {'not verified' if config.insecure_connection else 'verified'})"
@@ -130,8 +140,9 @@ class Vsphere(Provider):
             node,
             SYSPREP,
             f"export OVA {name}",
-            f"upload {name} to content library {config.platform_library_name}",
         ]
+        if config.platform_library_name:
+            steps.append(f"upload {name} to content library {config.platform_library_name}")
         if config.create_snapshot:
             steps.append("snapshot the base VM")
         if config.convert_to_template:
@@ -141,7 +152,8 @@ class Vsphere(Provider):
     def packer_context(self, plan: BuildPlan, ctx: dict[str, Any]) -> None:
         if not self._config(plan).is_local:
             ctx["secrets"] += list(self.secret_variables)
-            ctx["stages"] = ("vsphere-iso.base", "vsphere-clone.node")
+            template = self._config(plan).template
+            ctx["stages"] = ("vsphere-clone.node",) if template else ("vsphere-iso.base", "vsphere-clone.node")
 
     def secret_env(self, plan: BuildPlan) -> dict[str, str]:
         config = self._config(plan)
