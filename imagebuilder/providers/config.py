@@ -528,6 +528,12 @@ def _repo_file_problems(value: str, ctx: ConfigContext) -> list[Problem]:
         text = path.read_text()
     except (OSError, UnicodeDecodeError):
         return []  # the field's own check reports a missing or unreadable file
+    marker = re.search(r"\{[{%#]", text)
+    if marker:  # the text travels as an Ansible variable: a template in it would run on this host
+        line = text.count("\n", 0, marker.start()) + 1
+        return [Problem("extra_repos", f"{path.name}: line {line} holds a template marker ({marker.group()})")]
+    if any(ord(c) < 0x20 and c not in "\t\n" for c in text):
+        return [Problem("extra_repos", f"{path.name} holds control characters")]
     lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if ln.strip() and ln.strip()[0] != "#"]
     if ctx.os == "ubuntu":
         bad = [n for n, ln in lines if not _APT_LINE.fullmatch(ln)]
