@@ -32,6 +32,8 @@ class OsVersion:
     iso_checksum: str | None = None
     guest_os_type: str | None = None
     boot_command: tuple[str, ...] = ()
+    #: the providers it is built for (empty: every provider of the OS)
+    providers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,18 @@ class OperatingSystem:
     @property
     def default_version(self) -> OsVersion | None:
         return next((v for v in self.versions if v.default), self.versions[0] if self.versions else None)
+
+    def version_for(self, value: str | None, provider: str, flag: str = "--os-version") -> OsVersion:
+        """Resolve ``--os-version`` for a build on ``provider`` (the matrix says which versions each supports)."""
+        version = self.version(value, flag)
+        if version.providers and provider not in version.providers:
+            usable = [v.version for v in self.versions if not v.providers or provider in v.providers]
+            raise InputError(
+                f"{self.name} {version.version} is built for {', '.join(version.providers)} only, not {provider}",
+                field=flag,
+                expected=f"one of {', '.join(usable)}",
+            )
+        return version
 
     def version(self, value: str | None, flag: str = "--os-version") -> OsVersion:
         """Resolve ``--os-version``; None gives the default."""
@@ -228,6 +242,7 @@ def load_catalog() -> Catalog:
                         iso_checksum=v.get("iso_checksum"),
                         guest_os_type=v.get("guest_os_type"),
                         boot_command=tuple(v.get("boot_command") or ()),
+                        providers=tuple(v.get("providers") or ()),
                     )
                     for ver, v in (o.get("versions") or {}).items()
                 ),

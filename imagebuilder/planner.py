@@ -127,7 +127,7 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     provider = catalog.provider(request.hypervisor)
     channel = catalog.channel(request.release_channel)
     pair = catalog.build_pair(os_, provider)
-    os_version = os_.version(request.os_version)
+    os_version = os_.version_for(request.os_version, provider.name)
 
     for name, path in request.configs.items():
         if name != provider.name and path:

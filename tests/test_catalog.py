@@ -101,9 +101,31 @@ def test_os_versions() -> None:
     assert redhat.version(None).version == "8"
     with pytest.raises(InputError) as exc:
         ubuntu.version("18.04")
-    assert "20.04, 22.04" in str(exc.value)
+    assert "20.04, 22.04, 24.04" in str(exc.value)
     with pytest.raises(InputError):
-        redhat.version("9")
+        redhat.version("10")
+
+
+@pytest.mark.parametrize(
+    ("os_name", "version", "provider", "ok"),
+    [
+        ("ubuntu", "24.04", "baremetal", True),
+        ("ubuntu", "24.04", "vsphere", True),
+        ("ubuntu", "24.04", "nutanix", False),  # the reference builds 24.04 on bare metal and vSphere only
+        ("ubuntu", "24.04", "ami", False),
+        ("ubuntu", "22.04", "ami", True),
+        ("redhat", "9", "vsphere", True),
+        ("redhat", "9", "baremetal", True),
+        ("redhat", "9", "cloudstack", True),
+    ],
+)
+def test_os_versions_per_provider(os_name: str, version: str, provider: str, ok: bool) -> None:
+    if ok:
+        assert catalog.os(os_name).version_for(version, provider).version == version
+        return
+    with pytest.raises(InputError) as exc:
+        catalog.os(os_name).version_for(version, provider)
+    assert f"not {provider}" in str(exc.value) and "20.04, 22.04" in str(exc.value)
 
 
 def test_config_need_per_pair() -> None:

@@ -353,3 +353,24 @@ def test_a_bad_eksa_release_is_bad_input(value: str) -> None:
     for extra, env in ((["--eksa-release", value], None), ([], {"EKSA_RELEASE_VERSION": value})):
         res = run(*build_args("ubuntu", "baremetal"), *extra, "--dry-run", "--offline", env=env)
         assert res.code == 2 and "release version" in res.err, res.err
+
+
+@pytest.mark.parametrize(
+    ("os_name", "version", "provider", "config"),
+    [
+        ("ubuntu", "24.04", "baremetal", {}),
+        ("ubuntu", "24.04", "vsphere", {k: v for k, v in VSPHERE.items() if k != "template"}),
+        ("redhat", "9", "baremetal", RHEL | {"iso_url": "https://mirror.example.com/rhel/rhel-9.6-x86_64-dvd.iso"}),
+        ("redhat", "9", "vsphere", VSPHERE | RHEL),
+    ],
+)
+def test_newer_os_versions_render_and_validate(
+    os_name: str, version: str, provider: str, config: dict[str, Any], tmp_path: Path
+) -> None:
+    plan = plan_of(os_name, provider, config, tmp_path, os_version=version)
+    assert plan.os_version.version == version
+    _, text = rendered_text(plan, tmp_path)
+    if os_name == "ubuntu" and provider == "baremetal":
+        assert "ubuntu-24.04.1-live-server-amd64.iso" in text
+    if provider == "vsphere" and "template" not in config:
+        assert ("rhel9_64Guest" if os_name == "redhat" else "ubuntu64Guest") in text

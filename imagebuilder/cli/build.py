@@ -13,7 +13,7 @@ HELP = {
     "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
     "hypervisor": "provider: vsphere (platform), cloudstack (orchestrator), nutanix (hci), baremetal or ami",
     "release_channel": "distro release channel: 1-21, 1-22, 1-23 or 1-24 (1.24 works too)",
-    "os_version": "OS version: ubuntu 20.04 (default) or 22.04; redhat 8 (default)",
+    "os_version": "OS version: ubuntu 20.04 (default), 22.04 or 24.04 (bare metal, vSphere); redhat 8 (default) or 9",
     "vsphere_config": "vSphere build config file (JSON, spec 2.3)",
     "platform_config": "alias of --vsphere-config",
     "cloudstack_config": "CloudStack build config file (JSON)",
