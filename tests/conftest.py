@@ -87,8 +87,10 @@ def small_ovas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def base_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """image.base's Debian cloud-style image, made once per session (debootstrap takes minutes)."""
+def base_image(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tuple[Path, str]:
+    """image.base's Debian cloud-style image, made once per run (debootstrap takes minutes): in a parallel run
+    (pytest-xdist) the first worker that needs it makes it, under a lock, and the others use that one."""
+    import fcntl
     import os
 
     from imagebuilder.baseimage import make_base_image
@@ -97,7 +99,16 @@ def base_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     reuse = os.environ.get("IMAGE_BUILDER_TEST_BASE_IMAGE")  # a local shortcut; CI always makes its own
     if reuse:
         return Path(reuse), Path(reuse + ".sha256").read_text().split()[0]
-    image, digest = make_base_image(tmp_path_factory.mktemp("base") / "debian-base.qcow2")
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    folder = shared / "base-image"
+    folder.mkdir(exist_ok=True)
+    with (shared / "base-image.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / "digest"
+        if done.is_file():
+            return folder / "debian-base.qcow2", done.read_text().strip()
+        image, digest = make_base_image(folder / "debian-base.qcow2")
+        done.write_text(digest)
     # what image.base ships: a cleanly unmounted filesystem and a boot sector that points at its loader
     check = check_image(image)
     assert check.ok, check.problems
@@ -106,12 +117,86 @@ def base_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return image, digest
 
 
+# --- the offline namespace of the end-to-end builds (made per module that uses it) ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def offline_ns() -> Iterator[str]:
+    """A network namespace with only loopback: no route to anything else."""
+    from tests.support.offline import NETNS
+
+    subprocess.run(["ip", "netns", "add", NETNS], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", NETNS, "ip", "link", "set", "lo", "up"], check=True)
+        yield NETNS
+    finally:
+        subprocess.run(["ip", "netns", "del", NETNS], check=False)
+
+
+@pytest.fixture(scope="module")
+def upstream_server(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The stand-in release served by a real HTTP server on 127.0.0.1 inside the namespace."""
+    import time
+
+    from imagebuilder.catalog import load_catalog
+    from imagebuilder.standin import make_standin_release
+    from tests.support.common import BIN
+
+    root = tmp_path_factory.mktemp("upstream")
+    make_standin_release(root, load_catalog().channel("1-24"))
+    port = 18080  # the namespace's own loopback: no other test sees it
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", offline_ns, str(BIN / "python"), "-m", "http.server", str(port),
+         "--bind", "127.0.0.1", "--directory", str(root)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        probe = subprocess.run(
+            ["ip", "netns", "exec", offline_ns, "curl", "-sf", "-o", "/dev/null", url + "/"], check=False
+        )
+        if probe.returncode == 0:
+            break
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("home")
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "config").write_text("HostKeyAlgorithms +ssh-rsa\nPubkeyAcceptedKeyTypes +ssh-rsa\n")
+    return home
+
+
+@pytest.fixture(scope="module")
+def mirror(offline_ns: str, upstream_server: str, home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A mirror made by mirror.create inside the namespace from the stand-in upstream; a rerun converges."""
+    from tests.support.common import BIN
+    from tests.support.offline import in_ns
+
+    dest = tmp_path_factory.mktemp("mirror")
+    res = in_ns(offline_ns, str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24",
+                "--dest", str(dest), "--source", upstream_server, home=home)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "12 artifacts (12 downloaded, all sha256-verified)" in res.stdout
+    again = in_ns(offline_ns, str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24",
+                  "--dest", str(dest), "--source", upstream_server, home=home)  # fmt: skip
+    assert "(0 downloaded" in again.stdout  # a rerun converges
+    return dest
+
+
 #: modules whose every test needs these (tests that use the vcsim fixture are marked from it)
 MODULE_MARKS = {
     "test_bootcheck.py": ("root",),
     "test_dhcp.py": ("root", "netns"),
     "test_hostprep.py": ("root", "slow"),
-    "test_e2e_offline.py": ("root", "netns", "qemu", "vcsim", "slow"),
+    "test_e2e_offline.py": ("root", "netns", "qemu", "slow"),
+    "test_e2e_ova.py": ("root", "netns", "qemu", "vcsim", "slow"),
     "test_customize_guest.py": ("root", "qemu", "vcsim", "slow"),
     "test_vsphere.py": ("vcsim",),
 }
