@@ -450,7 +450,8 @@ class BuildExtras(ProviderConfig):
             missing = "rhsm_org_id" if "rhsm_activation_key" in data else "rhsm_activation_key"
             problems.append(Problem(missing, "rhsm_activation_key and rhsm_org_id go together", "both, or neither"))
         release = data.get("rhsm_server_release_version")
-        if isinstance(release, str) and ctx.os == "redhat" and release.split(".")[0] != ctx.os_version.version:
+        well_formed = isinstance(release, str) and re.fullmatch(r"\d{1,2}\.\d{1,2}", release.strip())
+        if well_formed and ctx.os == "redhat" and str(release).split(".")[0] != ctx.os_version.version:
             problems.append(
                 Problem(
                     "rhsm_server_release_version",
