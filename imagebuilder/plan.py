@@ -34,7 +34,7 @@ class BuildRequest:
     disk_gb: int | None = None
     files_config: str | None = None  # the reference tool's --files-config (files.json)
     ansible_verbosity: int = 0  # the reference tool's --ansible-verbosity (0-6)
-    eksa_release: str | None = None  # the reference tool's --eksa-release: the product release to pin
+    eksa_release: str | None = None  # the reference tool's --<product>-release: the product release to pin
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from imagebuilder.catalog import ReleaseChannel, load_catalog
 from imagebuilder.customize import build_extras
-from imagebuilder.eksarelease import distro_manifest_for
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Mirror
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
+from imagebuilder.productrelease import distro_manifest_for, flag
 from imagebuilder.profile import load_profile
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP
@@ -177,14 +177,14 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     if request.eksa_release:
         if request.release_manifest:
             raise InputError(
-                "--eksa-release and --release-manifest both choose the release manifest",
-                field="--eksa-release",
+                f"{flag()} and --release-manifest both choose the release manifest",
+                field=flag(),
                 expected="one of them",
             )
         if request.offline and mirror is None:
             raise InputError(
-                "--eksa-release reads the product's release index: offline, it needs a mirror that holds it",
-                field="--eksa-release",
+                f"{flag()} reads the product's release index: offline, it needs a mirror that holds it",
+                field=flag(),
                 expected="--mirror DIR|URL, or no --offline",
             )
         pinned = distro_manifest_for(request.eksa_release, channel, mirror)

@@ -35,7 +35,8 @@ HELP = {
     "keep_on_error": "keep the build workspace when the build fails (it is removed otherwise)",
     "customize": "customize.yaml (spec 4.8): CA certificates, registry credentials, extra packages baked in",
     "ansible_verbosity": "Ansible's verbosity in the build log, 0 (default) to 6 (the reference tool's flag)",
-    "eksa_release": "build what this product release pins, vX.Y.Z (default: $EKSA_RELEASE_VERSION, else the channel's)",
+    "eksa_release": "build what this product release pins, vX.Y.Z (default: $<PRODUCT>_RELEASE_VERSION, else the"
+    " channel's manifest)",
     "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
 }
 
@@ -77,10 +78,10 @@ def build(
 
     from imagebuilder.catalog import load_catalog
     from imagebuilder.customize import load_customization
-    from imagebuilder.eksarelease import ENV, check_version
     from imagebuilder.plan import BuildRequest
     from imagebuilder.planner import make_plan
     from imagebuilder.preflight import require
+    from imagebuilder.productrelease import check_version, env_name
     from imagebuilder.runner import check_source_image, run_build
 
     flags.choice(output, "--output", ("text", "json"))
@@ -97,9 +98,9 @@ def build(
         "ami": ami_config,
         "baremetal": baremetal_config,
     }
-    env_release = os_env.environ.get(ENV) or None  # the reference tool's variable; the flag wins
+    env_release = os_env.environ.get(env_name()) or None  # the reference tool's variable; the flag wins
     if env_release:
-        check_version(env_release, ENV)
+        check_version(env_release, env_name())
     catalog = load_catalog()
     configs: dict[str, str] = {}
     for key, path in given.items():

@@ -1,4 +1,5 @@
-"""``build --eksa-release vX.Y.Z`` (or ``EKSA_RELEASE_VERSION``): build the image a given product release pins.
+"""``build --<product>-release vX.Y.Z`` (or ``<PRODUCT>_RELEASE_VERSION``; names from the profile, as the reference
+tool spells them): build the image a given product release pins.
 
 The reference tool reads the product's release index (``kind: Release``, ``spec.releases[]`` of ``{version,
 bundleManifestUrl}``), then that release's bundle manifest (``kind: Bundles``), whose versions bundle for the
@@ -19,7 +20,17 @@ from imagebuilder.fetch import Mirror
 from imagebuilder.files import parse_yaml_documents
 from imagebuilder.profile import load_profile
 
-ENV = "EKSA_RELEASE_VERSION"
+
+def flag() -> str:
+    """The reference tool's flag, ``--<product short name>-release``."""
+    return f"--{load_profile().product.short_name}-release"
+
+
+def env_name() -> str:
+    """The reference tool's variable, ``<PRODUCT>_RELEASE_VERSION``."""
+    return f"{load_profile().product.env_prefix}_RELEASE_VERSION"
+
+
 _VERSION = re.compile(r"v\d{1,4}\.\d{1,4}\.\d{1,4}(-[0-9A-Za-z.-]{1,64})?")
 
 
@@ -27,10 +38,12 @@ def release_index_url() -> str:
     return f"https://{load_profile().hosts.assets}/releases/eks-a/manifest.yaml"
 
 
-def check_version(value: str, flag: str = "--eksa-release") -> str:
+def check_version(value: str, where: str | None = None) -> str:
     if not _VERSION.fullmatch(value):
         raise InputError(
-            f"'{value[:40]}' is not a release version", field=flag, expected="vMAJOR.MINOR.PATCH, e.g. v0.21.3"
+            f"'{value[:40]}' is not a release version",
+            field=where or flag(),
+            expected="vMAJOR.MINOR.PATCH, e.g. v0.21.3",
         )
     return value
 
@@ -55,7 +68,7 @@ def distro_manifest_for(
     if version not in urls:
         raise InputError(
             f"release {version} is not in the release index{did_you_mean(version, known)}",
-            field="--eksa-release",
+            field=flag(),
             source=where,
             expected=f"one of {', '.join(known[-5:])}" if known else None,
         )
@@ -84,4 +97,4 @@ def distro_manifest_for(
     )
 
 
-__all__ = ["ENV", "check_version", "distro_manifest_for", "release_index_url"]
+__all__ = ["check_version", "distro_manifest_for", "env_name", "flag", "release_index_url"]
