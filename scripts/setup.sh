@@ -20,8 +20,9 @@ APT_PACKAGES=(
   isc-dhcp-server busybox tcpdump iproute2
   # node customization (spec 4.8) tests: real containerd checks the configs the customize role writes
   containerd
-  # reference-tool parity tests: a local APT repository for extra_debs/extra_repos (dpkg-scanpackages)
-  dpkg-dev
+  # reference-tool parity tests: a local APT repository for extra_debs/extra_repos (dpkg-scanpackages), and a
+  # real HTTP proxy with a password for http_proxy (the tests start their own; the system service is stopped)
+  dpkg-dev tinyproxy
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -31,6 +32,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "==> apt-get install ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [[ " ${missing[*]} " == *" tinyproxy "* ]] && command -v systemctl >/dev/null; then
+    $SUDO systemctl disable --now tinyproxy >/dev/null 2>&1 || true   # only the tests' own proxies run
+  fi
 fi
 
 # Python virtualenv with the project (editable) and its dev tools.

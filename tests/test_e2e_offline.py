@@ -36,12 +36,49 @@ def test_the_namespace_has_no_route_out(offline_ns: str, home: Path) -> None:
 
 APT_PORT = 18081
 PROBE_PACKAGE = "ib-parity-probe"
+PROXY_PORT = 8888
+PROXY_SECRET = "px-Pa55-never-logged-5521"
+#: the address the guest reaches the namespace's loopback at (QEMU user networking); the namespace's lo gets it too,
+#: so one proxy URL serves the build VM and the Ansible controller, as a site proxy does
+GUEST_HOST = "10.0.2.2"
+
+
+@pytest.fixture(scope="module")
+def build_proxy(offline_ns: str, apt_repo: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A real HTTP proxy (tinyproxy) with a password, in the namespace; yields its URL and its log."""
+    import shutil
+    import time
+
+    tinyproxy = shutil.which("tinyproxy") or "/usr/bin/tinyproxy"
+    assert Path(tinyproxy).exists(), "tinyproxy is missing: run ./scripts/setup.sh"
+    root = tmp_path_factory.mktemp("proxy")
+    log = root / "tinyproxy.log"
+    (root / "tinyproxy.conf").write_text(
+        f'Port {PROXY_PORT}\nTimeout 600\nLogFile "{log}"\nLogLevel Info\nMaxClients 50\n'
+        f'BasicAuth proxyuser {PROXY_SECRET}\nPidFile "{root / "tinyproxy.pid"}"\n'
+    )
+    subprocess.run(["ip", "netns", "exec", offline_ns, "ip", "addr", "add", f"{GUEST_HOST}/32", "dev", "lo"],
+                   check=True)  # fmt: skip
+    proc = subprocess.Popen(["ip", "netns", "exec", offline_ns, tinyproxy, "-d", "-c", str(root / "tinyproxy.conf")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://proxyuser:{PROXY_SECRET}@{GUEST_HOST}:{PROXY_PORT}"
+    for _ in range(100):
+        probe = subprocess.run(["ip", "netns", "exec", offline_ns, "curl", "-sf", "-o", "/dev/null", "-x", url,
+                                f"http://127.0.0.1:{APT_PORT}/Packages"], check=False)  # fmt: skip
+        if probe.returncode == 0:
+            break
+        time.sleep(0.1)
+    try:
+        yield url, log
+    finally:
+        proc.terminate()
+        proc.wait()
 
 
 @pytest.fixture(scope="module")
 def apt_repo(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A flat APT repository with one package we build, served on 127.0.0.1 inside the namespace: the guest of a
-    build reaches it at QEMU's host address 10.0.2.2. Returns the sources.list line for it."""
+    build reaches it only through the build proxy (its 127.0.0.1 is its own). Returns the sources.list line."""
     import hashlib
 
     root = tmp_path_factory.mktemp("apt")
@@ -68,7 +105,7 @@ def apt_repo(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        yield f"deb [trusted=yes] http://10.0.2.2:{APT_PORT}/ ./\n"
+        yield f"deb [trusted=yes] http://127.0.0.1:{APT_PORT}/ ./\n"
     finally:
         proc.terminate()
         proc.wait()
@@ -81,6 +118,7 @@ def test_offline_bare_metal_build_is_verified(
     mirror: Path,
     upstream_server: str,
     apt_repo: str,
+    build_proxy: tuple[str, Path],
     tmp_path: Path,
 ) -> None:
     image, digest = base_image
@@ -96,7 +134,7 @@ def test_offline_bare_metal_build_is_verified(
         json.dumps({
             "source_image_url": str(image), "source_image_checksum": f"sha256:{digest}",
             "extra_debs": PROBE_PACKAGE, "extra_repos": "sources.list", "disable_public_repos": "true",
-            "additional_files_list_file": "files.json",
+            "additional_files_list_file": "files.json", "http_proxy": build_proxy[0],
         })
     )  # fmt: skip
     out = tmp_path / "out"
@@ -129,6 +167,12 @@ def test_offline_bare_metal_build_is_verified(
     assert {f.name for f in findings} >= {"kubelet binary", "containerd enabled", "kubelet enabled"}
     assert manifest["customization"]["ca_certificates"] == ["build-ca.pem"]
     assert manifest["customization"]["packages"] == [PROBE_PACKAGE]
+    # the package reached the build VM through the proxy (its repository is on the namespace's loopback, which the
+    # VM sees only through the proxy), and so did the controller's artifact downloads; the password is in no file
+    proxied = build_proxy[1].read_text()
+    assert f"{PROBE_PACKAGE}_1.0_all.deb" in proxied and "127.0.0.1:18080" in proxied, proxied[-2000:]
+    assert PROXY_SECRET not in res.stdout + res.stderr and not scan_for(PROXY_SECRET, out)
+    assert "proxyuser:********@" in json.dumps(manifest["plan"]["config"])
     with raw_view(gz, work_dir=tmp_path / "raw") as raw, mounted_root(raw) as root:
         assert (root / "usr/share" / PROBE_PACKAGE / "marker").is_file(), "the extra package is installed"
         assert (root / "etc/apt/sources.list.d/image-builder-extra.list").read_text() == apt_repo
@@ -136,6 +180,9 @@ def test_offline_bare_metal_build_is_verified(
         placed = root / "etc/systemd/resolved.conf.d/dns.conf"
         assert placed.read_text() == "[Resolve]\nDNS=10.0.0.2\n"
         assert oct(placed.stat().st_mode & 0o777) == "0o640"
+        # the proxy was the build's, not the node's: nothing in the image keeps it
+        kept = subprocess.run(["grep", "-rls", "proxyuser", str(root / "etc")], capture_output=True, text=True)
+        assert not kept.stdout, kept.stdout
         adm = subprocess.run(["chroot", str(root), "getent", "group", "adm"], capture_output=True, text=True)
         assert placed.stat().st_gid == int(adm.stdout.split(":")[2])
     assert REG_SECRET not in res.stdout + res.stderr and not scan_for(REG_SECRET, out)
