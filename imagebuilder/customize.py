@@ -25,7 +25,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from imagebuilder import grammar
 from imagebuilder.errors import InputError, InputErrors
-from imagebuilder.files import load_yaml_mapping, read_text
+from imagebuilder.files import load_json_object, load_yaml_mapping, read_text
 from imagebuilder.validation import StrictModel, validated
 
 #: the environment variable that carries registry credentials to the role (see ansible/roles/customize)
@@ -50,7 +50,7 @@ def _digest(pem: str) -> str:
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
 _KEY_BLOB = re.compile(r"[A-Za-z0-9+/]+={0,3}")
 #: Debian and RPM package names (Debian policy 5.6.1; RPM allows upper case and '_')
-_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}")
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}")
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
@@ -140,7 +140,7 @@ class CustomizeFile(StrictModel):
     @classmethod
     def _packages(cls, value: list[str]) -> list[str]:
         for name in value:
-            if not _PACKAGE.fullmatch(name):
+            if not PACKAGE_NAME.fullmatch(name):
                 raise ValueError(f"{name[:60]!r} is not a package name")
         return list(dict.fromkeys(value))
 
@@ -189,8 +189,6 @@ class AdditionalFilesList(StrictModel):
 
 def load_additional_files(path: str | Path) -> list[dict[str, str]]:
     """The reference tool's ``files.json``: each ``src`` must be a readable file here; every problem at once."""
-    from imagebuilder.files import load_json_object
-
     path = Path(path)
     model = validated(AdditionalFilesList, load_json_object(path, "additional files list"), path)
     problems: list[InputError] = []

@@ -189,22 +189,18 @@ def _context(
         "manifest_output": str(provider.packer_manifest_path(plan, directory)),
         "stages": (),
     }
-    if plan.os == "redhat":
-        assert isinstance(config, Os3Fields)
-        if config.iso_url and config.iso_checksum:  # validation requires them, unless the build clones a template
-            ctx["iso_url"] = config.iso_url
-            ctx["iso_checksum"] = f"{config.iso_checksum_type or 'sha256'}:{config.iso_checksum}"
-        if config.enterprise_username:  # a Satellite activation key replaces them
-            ctx["secrets"] += ["enterprise_username", "enterprise_password"]
-    elif isinstance(config, SourceImageFields) and config.uses_source_image:
+    if isinstance(config, Os3Fields) and plan.os == "redhat" and config.enterprise_username:
+        ctx["secrets"] += ["enterprise_username", "enterprise_password"]  # a Satellite activation key replaces them
+    if isinstance(config, SourceImageFields) and config.uses_source_image:
         # the local, already verified and checked copy when the build fetched it (Packer checks the checksum again)
         url = str(source_image) if source_image else config.source_image_url
         ctx["source_image"] = {"url": url, "checksum": config.source_image_checksum}
         ctx["seed_files"] = [str(directory / "seed" / "meta-data"), str(directory / "seed" / "user-data")]
-    elif isinstance(config, Os3Fields) and config.iso_url and config.iso_checksum:  # the config's own OS-2 ISO
+    elif isinstance(config, Os3Fields) and config.iso_url and config.iso_checksum:
+        # the config's ISO: OS-3's always (validation requires it, unless the build clones a template), OS-2's own
         ctx["iso_url"] = config.iso_url
         ctx["iso_checksum"] = f"{config.iso_checksum_type or 'sha256'}:{config.iso_checksum}"
-    else:
+    elif plan.os != "redhat":
         ctx["iso_url"] = os_version.iso_url
         ctx["iso_checksum"] = os_version.iso_checksum
     provider.packer_context(plan, ctx)

@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 from imagebuilder.catalog import ReleaseChannel, load_catalog
-from imagebuilder.customize import build_extras
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Mirror
 from imagebuilder.paths import workspace_root
@@ -166,14 +165,9 @@ def make_plan(request: BuildRequest) -> BuildPlan:
             field="--files-config",
             expected="one of them",
         )
-    extras = None
-    if extras_config is not None:
-        extras = extras_config.customization(os_.name, Path(config_path or "."), files_config)
-    elif files_config:
-        extras = build_extras(
-            source=files_config, packages=[], files_list=files_config, repo_file=None, repo_suffix="",
-            disable_public_repos=False,
-        )  # fmt: skip
+    # a build without a config file (ubuntu on bare metal) may still bring --files-config
+    source = Path(config_path) if config_path else (files_config or Path("."))
+    extras = (extras_config or BuildExtras()).customization(os_.name, source, files_config)
     if request.eksa_release:
         if request.release_manifest:
             raise InputError(

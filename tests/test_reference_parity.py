@@ -21,6 +21,7 @@ from imagebuilder.packer import ACTIVATION_KEY_ENV, BUILD_PROXY_ENV, PackerInfo,
 from imagebuilder.plan import BuildPlan, BuildRequest
 from imagebuilder.planner import make_plan
 from tests.support.common import build_args, reference, run
+from tests.test_packer import plan_for
 
 PACKER = PackerInfo.detect()
 KVM = KvmStatus(True, "test")
@@ -80,15 +81,6 @@ SATELLITE = {
 }
 
 
-def plan_of(os_name: str, provider: str, config: dict[str, Any], tmp_path: Path, **kw: Any) -> BuildPlan:
-    path = tmp_path / f"{provider}.json"
-    path.write_text(json.dumps(config))
-    request = BuildRequest(
-        os=os_name, hypervisor=provider, release_channel="1-24", configs={provider: str(path)}, offline=True, **kw
-    )
-    return make_plan(request)
-
-
 def rendered_text(plan: BuildPlan, tmp_path: Path) -> tuple[Any, str]:
     rendered = render_build(plan, tmp_path / "build", PACKER, kvm=KVM, require_artifacts=False)
     check = validate(rendered, PACKER)
@@ -105,7 +97,7 @@ def role_vars(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_vsphere_current_example_clones_its_template_and_needs_no_library(tmp_path: Path) -> None:
-    plan = plan_of("ubuntu", "vsphere", VSPHERE, tmp_path)
+    plan = plan_for("ubuntu", "vsphere", tmp_path, VSPHERE)
     assert any("vsphere-clone of ubuntu-2204-base" in s for s in plan.steps)
     assert not any("content library" in s for s in plan.steps)  # no library: the OVA is only exported
     rendered, text = rendered_text(plan, tmp_path)
@@ -116,20 +108,20 @@ def test_vsphere_current_example_clones_its_template_and_needs_no_library(tmp_pa
 
 def test_vsphere_rhel_fields_with_and_without_the_template(tmp_path: Path) -> None:
     iso_build = {k: v for k, v in VSPHERE.items() if k != "template"} | RHEL
-    plan = plan_of("redhat", "vsphere", iso_build, tmp_path)
+    plan = plan_for("redhat", "vsphere", tmp_path, iso_build)
     rendered, text = rendered_text(plan, tmp_path / "iso")
     assert rendered.stages == ("vsphere-iso.base", "vsphere-clone.node")
     assert RHEL["iso_url"] in text
     # a clone has its OS already: no ISO needed, the subscription still is
     clone = VSPHERE | {k: v for k, v in RHEL.items() if k.startswith("rhel_")}
-    plan = plan_of("redhat", "vsphere", clone, tmp_path)
+    plan = plan_for("redhat", "vsphere", tmp_path, clone)
     rendered, text = rendered_text(plan, tmp_path / "clone")
     assert rendered.stages == ("vsphere-clone.node",) and "iso_url" not in text
     assert rendered.env["PKR_VAR_enterprise_password"] == RHEL["rhel_password"]
 
 
 def test_bare_metal_rhel_example_installs_its_extra_rpms_through_the_customize_role(tmp_path: Path) -> None:
-    plan = plan_of("redhat", "baremetal", RHEL | {"extra_rpms": "kmod-megaraid_sas lldpad"}, tmp_path)
+    plan = plan_for("redhat", "baremetal", tmp_path, RHEL | {"extra_rpms": "kmod-megaraid_sas lldpad"})
     rendered_text(plan, tmp_path)
     variables = role_vars(tmp_path)
     assert variables["custom_roles"] == ["customize"]
@@ -137,21 +129,21 @@ def test_bare_metal_rhel_example_installs_its_extra_rpms_through_the_customize_r
 
 
 def test_nutanix_example_downloads_the_source_by_url_and_exports_the_image(tmp_path: Path) -> None:
-    plan = plan_of("ubuntu", "nutanix", NUTANIX, tmp_path)
+    plan = plan_for("ubuntu", "nutanix", tmp_path, NUTANIX)
     assert any("image_export" in s for s in plan.steps)
     _, text = rendered_text(plan, tmp_path)
     assert f'source_image_uri = "{NUTANIX["image_url"]}"' in text
     assert "image_export     = true" in text
     # image_url alone is enough: the source image need not be uploaded first
-    plan_of("ubuntu", "nutanix", {k: v for k, v in NUTANIX.items() if k != "source_image_name"}, tmp_path)
+    plan_for("ubuntu", "nutanix", tmp_path, {k: v for k, v in NUTANIX.items() if k != "source_image_name"})
     with pytest.raises(InputErrors) as info:
-        plan_of("ubuntu", "nutanix", {k: v for k, v in NUTANIX.items() if k not in ("source_image_name", "image_url")},
-                tmp_path)  # fmt: skip
+        plan_for("ubuntu", "nutanix", tmp_path, {k: v for k, v in NUTANIX.items() if k not in ("source_image_name",
+                                                                                             "image_url")})  # fmt: skip
     assert "source_image_name or image_url" in str(info.value)
 
 
 def test_proxies_reach_packer_ansible_and_the_vm_and_their_password_is_never_shown(tmp_path: Path) -> None:
-    plan = plan_of("ubuntu", "baremetal", PROXY | {"extra_debs": "wget"}, tmp_path)
+    plan = plan_for("ubuntu", "baremetal", tmp_path, PROXY | {"extra_debs": "wget"})
     password = "Px-Pa55-parity-4"
     shown = json.dumps(plan.to_json()) + plan.render_text()
     assert password not in shown and "proxyuser:********@proxy.example.com" in shown
@@ -167,7 +159,7 @@ def test_proxies_reach_packer_ansible_and_the_vm_and_their_password_is_never_sho
 
 def test_satellite_activation_key_replaces_the_subscription_user(tmp_path: Path) -> None:
     config = {k: v for k, v in RHEL.items() if not k.startswith("rhel_")} | SATELLITE
-    plan = plan_of("redhat", "baremetal", config, tmp_path)
+    plan = plan_for("redhat", "baremetal", tmp_path, config)
     assert any("Satellite satellite.example.com (org Example_Org" in s for s in plan.steps)
     rendered, text = rendered_text(plan, tmp_path)
     assert rendered.env[ACTIVATION_KEY_ENV] == "ak-Parity-5"
@@ -190,7 +182,7 @@ def test_satellite_activation_key_replaces_the_subscription_user(tmp_path: Path)
 def test_satellite_mistakes_are_named(tmp_path: Path, change: dict[str, Any], field: str, message: str) -> None:
     config = {k: v for k, v in (RHEL | SATELLITE | change).items() if v is not None and not k.startswith("rhel_")}
     with pytest.raises(InputErrors) as info:
-        plan_of("redhat", "baremetal", config, tmp_path)
+        plan_for("redhat", "baremetal", tmp_path, config)
     errors = {e.field: str(e) for e in info.value.errors}
     assert field in errors and message in errors[field], errors
     assert str(tmp_path / "baremetal.json") in errors[field]
@@ -213,7 +205,7 @@ def test_air_gapped_example_uses_the_private_hosts_as_its_mirror(tmp_path: Path)
         "iso_checksum": ISO_SHA,
         "iso_checksum_type": "sha256",
     }
-    plan = plan_of("ubuntu", "baremetal", config, tmp_path)
+    plan = plan_for("ubuntu", "baremetal", tmp_path, config)
     assert plan.mirror is not None and plan.mirror.base == config["private_artifacts_eksd_fqdn"]
     assert any("not cloned" in s for s in plan.steps)
     _, text = rendered_text(plan, tmp_path)
@@ -223,11 +215,11 @@ def test_air_gapped_example_uses_the_private_hosts_as_its_mirror(tmp_path: Path)
     assert variables["customize_disable_public_repos"] is True
     # a --mirror as well is ambiguous
     with pytest.raises(InputError, match="both name where the artifacts come from"):
-        plan_of("ubuntu", "baremetal", config, tmp_path, mirror=str(tmp_path))
+        plan_for("ubuntu", "baremetal", tmp_path, config, mirror=str(tmp_path))
     # a repository file that is not a sources.list is refused before anything boots
     sources.write_text("http://artifacts.internal/debian focal main\n")
     with pytest.raises(InputErrors, match="line 1 is not a repository line"):
-        plan_of("ubuntu", "baremetal", config, tmp_path)
+        plan_for("ubuntu", "baremetal", tmp_path, config)
 
 
 def test_files_json_is_read_and_checked(tmp_path: Path) -> None:
@@ -238,7 +230,7 @@ def test_files_json_is_read_and_checked(tmp_path: Path) -> None:
     files.write_text(json.dumps({"additional_files_list": [entry]}))
     [loaded] = load_additional_files(files)
     assert loaded["src"] == str(tmp_path / "resolved.conf") and loaded["dest"] == entry["dest"]
-    plan = plan_of("ubuntu", "baremetal", {"additional_files_list_file": str(files)}, tmp_path)
+    plan = plan_for("ubuntu", "baremetal", tmp_path, {"additional_files_list_file": str(files)})
     rendered_text(plan, tmp_path)
     assert role_vars(tmp_path)["customize_files"] == [loaded]
     bad = [
@@ -367,7 +359,7 @@ def test_a_bad_eksa_release_is_bad_input(value: str) -> None:
 def test_newer_os_versions_render_and_validate(
     os_name: str, version: str, provider: str, config: dict[str, Any], tmp_path: Path
 ) -> None:
-    plan = plan_of(os_name, provider, config, tmp_path, os_version=version)
+    plan = plan_for(os_name, provider, tmp_path, config, os_version=version)
     assert plan.os_version.version == version
     _, text = rendered_text(plan, tmp_path)
     if os_name == "ubuntu" and provider == "baremetal":

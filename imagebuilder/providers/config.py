@@ -36,7 +36,7 @@ from pydantic import (
 
 from imagebuilder import grammar
 from imagebuilder.catalog import OsVersion
-from imagebuilder.customize import Customization, build_extras
+from imagebuilder.customize import PACKAGE_NAME, Customization, build_extras
 from imagebuilder.errors import InputError, InputErrors, did_you_mean
 from imagebuilder.files import load_json_object
 from imagebuilder.validation import Problem, StrictModel, pydantic_problems
@@ -88,6 +88,14 @@ def _host(value: Any) -> Any:
     return value
 
 
+def _http_url(value: Any) -> Any:
+    """An http(s) URL without credentials, trimmed; a trailing '/' dropped (bases are joined with paths)."""
+    if not isinstance(value, str):
+        return value
+    grammar.url(value.strip(), ("http", "https"))
+    return value.strip().rstrip("/")
+
+
 BoolStr = Annotated[
     bool,
     BeforeValidator(_to_bool),
@@ -96,6 +104,7 @@ BoolStr = Annotated[
 Text = Annotated[str, BeforeValidator(_non_empty), Field(min_length=1)]
 Secret = Annotated[SecretStr, BeforeValidator(_non_empty), WithJsonSchema({"type": "string", "writeOnly": True})]
 Host = Annotated[str, BeforeValidator(_host), WithJsonSchema({"type": "string", "format": "hostname"})]
+HttpUrl = Annotated[str, BeforeValidator(_http_url), WithJsonSchema({"type": "string", "format": "uri"})]
 Port = Annotated[
     int,
     BeforeValidator(_to_int(1, 65535)),
@@ -363,10 +372,10 @@ class BuildExtras(ProviderConfig):
         None, description="Satellite activation key (secret); replaces enterprise_username/password"
     )
     rhsm_org_id: Text | None = Field(None, description="Satellite organization ID (with rhsm_activation_key)")
-    private_artifacts_eksd_fqdn: str | None = Field(
+    private_artifacts_eksd_fqdn: HttpUrl | None = Field(
         None, description="air-gapped: http(s) base URL of the distro artifacts, upstream paths kept (the mirror)"
     )
-    private_artifacts_eksa_fqdn: str | None = Field(
+    private_artifacts_eksa_fqdn: HttpUrl | None = Field(
         None, description="air-gapped: http(s) base URL of the product artifacts, upstream paths kept"
     )
     eksa_build_tooling_repo_url: str | None = Field(
@@ -397,7 +406,7 @@ class BuildExtras(ProviderConfig):
         if value is None:
             return None
         names = value.split()
-        bad = [n for n in names if not _PACKAGE.fullmatch(n)]
+        bad = [n for n in names if not PACKAGE_NAME.fullmatch(n)]
         if not names or bad:
             raise ValueError(f"is not a space-separated list of package names: bad {(bad or [value])[:3]!r}")
         return " ".join(dict.fromkeys(names))
@@ -417,14 +426,6 @@ class BuildExtras(ProviderConfig):
         if value is not None and not re.fullmatch(r"\d{1,2}\.\d{1,2}", value.strip()):
             raise ValueError(f"must be a Red Hat release as MAJOR.MINOR, e.g. 8.10 or 9.4, got {value!r}")
         return None if value is None else value.strip()
-
-    @field_validator("private_artifacts_eksd_fqdn", "private_artifacts_eksa_fqdn")
-    @classmethod
-    def _artifact_host(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        grammar.url(value.strip(), ("http", "https"))
-        return value.strip().rstrip("/")
 
     @field_validator("eksa_build_tooling_repo_url", "image_builder_repo_url")
     @classmethod
@@ -512,8 +513,6 @@ class BuildExtras(ProviderConfig):
 
 #: the Red Hat Satellite fields (redhat builds only)
 RHSM_FIELDS = ("rhsm_server_hostname", "rhsm_server_release_version", "rhsm_activation_key", "rhsm_org_id")
-#: Debian and RPM package names (Debian policy 5.6.1; RPM allows upper case and '_')
-_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}")
 _APT_LINE = re.compile(r"deb(-src)?\s+(\[[A-Za-z0-9=,. _/-]+\]\s+)?(https?|file|ftp)://\S+\s+\S+(\s+[A-Za-z0-9_./-]+)*")
 _REPO_SECTION = re.compile(r"\[[A-Za-z0-9._:-]+\]")
 _REPO_KEY = re.compile(r"[A-Za-z0-9_]+\s*=\s*[^\x00-\x08\x0b-\x1f]*")

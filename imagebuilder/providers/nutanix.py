@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from imagebuilder import grammar
 from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import ExternalError
 from imagebuilder.outputs import Packaged, packer_manifest, place
@@ -20,6 +19,7 @@ from imagebuilder.providers.config import (
     BuildExtras,
     ConfigContext,
     Host,
+    HttpUrl,
     Port,
     Secret,
     Text,
@@ -39,7 +39,7 @@ class NutanixConfig(BuildExtras):
     source_image_name: Text | None = Field(
         None, description="name of the uploaded source cloud image (spec 4.3); this or image_url"
     )
-    image_url: str | None = Field(
+    image_url: HttpUrl | None = Field(
         None,
         description="http(s) URL of the source cloud image: Prism downloads and stores it (this or source_image_name)",
     )
@@ -63,13 +63,6 @@ class NutanixConfig(BuildExtras):
     hci_password: Secret = Field(
         validation_alias=alias("hci_password", "nutanix_password"), description="password (secret)"
     )
-
-    @field_validator("image_url")
-    @classmethod
-    def _image_url(cls, value: str | None) -> str | None:
-        if value is not None:
-            grammar.url(value.strip(), ("http", "https"))
-        return None if value is None else value.strip()
 
     @classmethod
     def fill_defaults(cls, data: dict[str, Any], ctx: ConfigContext) -> None:
