@@ -8,7 +8,9 @@ alone finds this late, after a whole build; these checks find it before a VM sta
 compressed.
 
 What is checked on a raw disk:
-- the MBR: boot signature; boot code present (or a GPT disk with an EFI system partition: UEFI only);
+- the MBR: boot signature; boot code present (or a GPT disk whose EFI system partition has a loader: UEFI only);
+- UEFI: an EFI system partition holds a loader at the removable-media path (``EFI/BOOT/BOOTX64.EFI``), the one
+  firmware boots on a disk that has no NVRAM entry yet (every fresh VM and machine a node image meets);
 - BIOS bootloaders that we can follow: GRUB's MBR must point at a non-empty core image; a partition boot sector that
   the MBR chains to (the active partition) must not be empty; a SYSLINUX/EXTLINUX boot sector must point at the first
   sector of ``ldlinux.sys``, whose checksum, sector list and contents on disk must agree with the file in the
@@ -20,6 +22,7 @@ Boot code we do not recognise is reported as a note, never refused: the real fir
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 from dataclasses import dataclass, field
@@ -49,6 +52,8 @@ class DiskCheck:
 
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: an EFI system partition holds the removable-media loader: UEFI firmware boots this disk
+    uefi: bool = False
 
     @property
     def ok(self) -> bool:
@@ -99,11 +104,36 @@ def check_raw(raw: Path, *, deep: bool = True, boot: bool = True) -> DiskCheck:
     return result
 
 
+#: where UEFI firmware looks for a loader on a disk without an NVRAM boot entry (x86-64)
+EFI_REMOVABLE_LOADER = "EFI/BOOT/BOOTX64.EFI"
+
+
+def _check_esp(disk: _Disk, parts: list[Partition], result: DiskCheck) -> bool:
+    """Whether an EFI system partition holds the removable-media loader (read with mtools: no mount, no root)."""
+    found = False
+    for part in (p for p in parts if p.type in ESP_TYPES):
+        proc = subprocess.run(
+            ["mdir", "-b", "-i", f"{disk.path}@@{part.offset}", f"::/{EFI_REMOVABLE_LOADER}"],
+            capture_output=True, check=False, timeout=60, env={**os.environ, "MTOOLS_SKIP_CHECK": "1"},
+        )  # fmt: skip
+        if proc.returncode == 0 and proc.stdout.strip():
+            result.notes.append(f"UEFI: {EFI_REMOVABLE_LOADER} on partition {part.number} (EFI system partition)")
+            found = result.uefi = True
+        else:
+            result.notes.append(f"partition {part.number} (EFI system partition) has no {EFI_REMOVABLE_LOADER}")
+    return found
+
+
 def _check_bootloader(disk: _Disk, mbr: bytes, label: str, parts: list[Partition], result: DiskCheck) -> None:
+    uefi = _check_esp(disk, parts, result)
     code = mbr[:440]
     if not any(code):
-        if label == "gpt" and any(p.type in ESP_TYPES for p in parts):
-            result.notes.append("UEFI only: no BIOS boot code, an EFI system partition")
+        if uefi:
+            result.notes.append("UEFI only: no BIOS boot code")
+        elif any(p.type in ESP_TYPES for p in parts):
+            result.problems.append(
+                f"no BIOS boot code, and no EFI system partition holds {EFI_REMOVABLE_LOADER}: nothing boots"
+            )
         else:
             result.problems.append("the MBR holds no boot code and there is no EFI system partition: nothing boots")
         return

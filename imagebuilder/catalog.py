@@ -19,6 +19,8 @@ from imagebuilder.paths import config_dir
 from imagebuilder.profile import load_profile
 
 ConfigNeed = Literal["required", "optional"]
+Firmware = Literal["bios", "efi"]
+FIRMWARES: tuple[Firmware, ...] = ("bios", "efi")
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,13 @@ class OsVersion:
     iso_checksum: str | None = None
     guest_os_type: str | None = None
     boot_command: tuple[str, ...] = ()
+    #: the keys Packer types when the ISO boots under UEFI (GRUB's menu, not isolinux's); empty: the same keys
+    boot_command_efi: tuple[str, ...] = ()
     #: the providers it is built for (empty: every provider of the OS)
     providers: tuple[str, ...] = ()
+
+    def boot_command_for(self, firmware: str) -> tuple[str, ...]:
+        return (self.boot_command_efi or self.boot_command) if firmware == "efi" else self.boot_command
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,25 @@ class OperatingSystem:
     download_task: str | None = None
     #: Kubernetes minor ("1.21") or "newer" -> the disk template.import resizes (spec 3)
     template_disks: tuple[tuple[str, TemplateDisk], ...] = ()
+    #: the providers that build UEFI images of it (the reference tool's ``--firmware efi``), and where efi is the
+    #: default; BIOS is built everywhere
+    efi_providers: tuple[str, ...] = ()
+    efi_default: tuple[str, ...] = ()
+
+    def firmware_for(self, value: str | None, provider: str, flag: str = "--firmware") -> Firmware:
+        """Resolve ``--firmware`` for a build on ``provider``: bios or efi, as the matrix allows; None: the default."""
+        if value is None:
+            return "efi" if provider in self.efi_default else "bios"
+        if value not in FIRMWARES:
+            raise InputError(
+                f"{value[:40]!r} is not a firmware{did_you_mean(value, FIRMWARES)}", field=flag, expected="bios or efi"
+            )
+        if value == "efi" and provider not in self.efi_providers:
+            where = f"on {', '.join(self.efi_providers)} only" if self.efi_providers else "on no provider"
+            raise InputError(
+                f"UEFI {self.name} images are built {where}, not on {provider}", field=flag, expected="bios"
+            )
+        return "efi" if value == "efi" else "bios"
 
     def template_disk(self, kubernetes_minor: str) -> TemplateDisk | None:
         """The disk to resize for a template of this OS on ``kubernetes_minor`` (``1.24``), if any."""
@@ -242,11 +268,14 @@ def load_catalog() -> Catalog:
                         iso_checksum=v.get("iso_checksum"),
                         guest_os_type=v.get("guest_os_type"),
                         boot_command=tuple(v.get("boot_command") or ()),
+                        boot_command_efi=tuple(v.get("boot_command_efi") or ()),
                         providers=tuple(v.get("providers") or ()),
                     )
                     for ver, v in (o.get("versions") or {}).items()
                 ),
                 download_task=o.get("download_task"),
+                efi_providers=tuple((o.get("firmware") or {}).get("efi") or ()),
+                efi_default=tuple((o.get("firmware") or {}).get("default_efi") or ()),
                 template_disks=tuple(
                     (str(k), TemplateDisk(str(d["label"]), int(d["size_gb"])))
                     for k, d in (o.get("template_disks") or {}).items()

@@ -127,7 +127,8 @@ def partitions(raw: Path) -> tuple[str, list[Partition]]:
             start=int(p["start"]),
             size=int(p["size"]),
             type=str(p.get("type", "")).upper(),
-            bootable=bool(p.get("bootable", False)),
+            # MBR: the active flag; GPT: the legacy-BIOS-bootable attribute (what gptmbr.bin follows)
+            bootable=bool(p.get("bootable", False)) or "LegacyBIOSBootable" in str(p.get("attrs", "")),
         )
         for i, p in enumerate(table.get("partitions", []))
     ]

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder import customizer, qemu
+from imagebuilder.catalog import Firmware
 from imagebuilder.customize import Customization
 from imagebuilder.disk import image_format, raw_view
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, parse_json, read_text, run_checked, sha256_file
+from imagebuilder.hostinfo import ovmf_firmware
 from imagebuilder.outputs import Packaged, gzip_parallel, place, require_bootable
 from imagebuilder.ova import make_ova
 from imagebuilder.progress import Say, silent
@@ -97,10 +99,21 @@ def _seed_iso(files: dict[str, str], work: Path) -> Path:
     return iso
 
 
-def _write_output(kind: str, disk: Path, dest: Path, work: Path, say: Say) -> Packaged:
+def input_firmware(image: Path) -> Firmware:
+    """What the input boots with: its build manifest's firmware (a ``--firmware efi`` build), else BIOS. The
+    guest is booted with it, and an OVA output keeps it."""
+    source = manifest_beside(image)
+    if not source.is_file():
+        return "bios"
+    data = parse_json(read_text(source, "build manifest"), source)
+    plan = data.get("plan") if isinstance(data, dict) else None
+    return "efi" if isinstance(plan, dict) and plan.get("firmware") == "efi" else "bios"
+
+
+def _write_output(kind: str, disk: Path, dest: Path, work: Path, say: Say, firmware: Firmware) -> Packaged:
     if kind == "ova":
         say("packing the OVA (streamOptimized VMDK, new OVF and manifest)")
-        out = make_ova(disk, work / "out.ova", name=dest.name.removesuffix(".ova"))
+        out = make_ova(disk, work / "out.ova", name=dest.name.removesuffix(".ova"), firmware=firmware)
         return place(out, dest)
     raw = work / "out.raw"
     run_checked("qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(disk), str(raw), timeout=7200)
@@ -129,6 +142,8 @@ def customize_image(
     if dest.exists() and not force:
         return Result(dest, None, None, kept=True)
     warnings = (customizer.KEEP_USER_WARNING,) if keep_user else ()
+    firmware = input_firmware(image)
+    ovmf = ovmf_firmware() if firmware == "efi" else None
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".image-customize-", dir=dest.parent) as tmp:
         work = Path(tmp)
@@ -141,9 +156,9 @@ def customize_image(
             seed = _seed_iso(run.documents.nocloud_files(), work)
             port = _free_port()
             with qemu.running(
-                disk, fmt="qcow2", serial=work / "serial.log", cdrom=seed, ssh_port=port, memory_mb=2048
+                disk, fmt="qcow2", serial=work / "serial.log", cdrom=seed, ssh_port=port, memory_mb=2048, firmware=ovmf
             ) as guest:
-                say(f"booting {image.name} under QEMU ({guest.accelerator})")
+                say(f"booting {image.name} under QEMU ({guest.accelerator}{', UEFI' if ovmf else ''})")
                 try:
                     customizer.apply(run, "127.0.0.1", port, log=log, timeout=timeout, say=say, gone=guest.exited)
                 except ExternalError as exc:
@@ -160,7 +175,7 @@ def customize_image(
                     )
         say("checking the customized disk's boot sectors and filesystems")
         require_bootable(disk, "the customized image", work_dir=work)
-        packaged = _write_output(kind, disk, dest, work, say)
+        packaged = _write_output(kind, disk, dest, work, say, firmware)
     assert packaged.sha256 is not None and packaged.size is not None
     with atomic_write(dest.with_name(dest.name + ".sha256")) as fh:
         fh.write(f"{packaged.sha256}  {dest.name}\n")

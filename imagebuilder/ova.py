@@ -44,9 +44,11 @@ def make_ova(
     cpus: int = 2,
     memory_mb: int = 4096,
     extra_disks: Sequence[Path] = (),
+    firmware: str = "bios",
 ) -> Path:
     """Write ``dest`` (an OVA) from ``disk`` (any format qemu-img reads) and any ``extra_disks`` (Hard disk 2, ...);
-    nothing appears at ``dest`` on failure."""
+    ``firmware="efi"`` marks it for UEFI (VMware's ``firmware`` extra config). Nothing appears at ``dest`` on
+    failure."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
         work = Path(tmp)
@@ -84,6 +86,7 @@ def make_ova(
                 guest_os_type=escape(guest_os_type),
                 cpus=cpus,
                 memory_mb=memory_mb,
+                firmware="efi" if firmware == "efi" else "bios",  # vSphere boots the VM with UEFI when efi
             )
         )
         mf = work / f"{name}.mf"

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from imagebuilder.catalog import load_catalog
 from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write
-from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_search_path
+from imagebuilder.hostinfo import KvmStatus, kvm_status, ovmf_firmware, tool_search_path
 from imagebuilder.plan import BuildPlan
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
@@ -149,6 +150,13 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
     }
 
 
+#: what a Packer builder folder needs from this host to boot the build VM with the plan's firmware (QEMU: OVMF);
+#: the others render the firmware themselves (vsphere-iso's ``firmware``; a cloned template keeps its own)
+BUILDER_FIRMWARE: dict[str, Callable[[BuildPlan], dict[str, Any]]] = {
+    "qemu": lambda plan: {"ovmf": str(ovmf_firmware())} if plan.firmware == "efi" else {},
+}
+
+
 def _context(
     plan: BuildPlan, directory: Path, packer: PackerInfo, kvm: KvmStatus, source_image: Path | None = None
 ) -> dict[str, Any]:
@@ -184,6 +192,9 @@ def _context(
         "ansible_extra_vars": [],
         "ansible_verbosity": plan.ansible_verbosity,
         "accelerator": kvm.accelerator,
+        "firmware": plan.firmware,
+        "boot_command": list(os_version.boot_command_for(plan.firmware)),
+        **(BUILDER_FIRMWARE[builder](plan) if builder in BUILDER_FIRMWARE else {}),
         "required_plugins": plugins if packer.has_plugin_blocks else [],
         "secrets": [],
         "manifest_output": str(provider.packer_manifest_path(plan, directory)),

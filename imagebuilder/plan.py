@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuilder.catalog import BuildPair, OsVersion, ReleaseChannel
+from imagebuilder.catalog import BuildPair, Firmware, OsVersion, ReleaseChannel
 from imagebuilder.customize import Customization
 from imagebuilder.fetch import Mirror
 from imagebuilder.providers.config import ProviderConfig
@@ -35,6 +35,7 @@ class BuildRequest:
     files_config: str | None = None  # the reference tool's --files-config (files.json)
     ansible_verbosity: int = 0  # the reference tool's --ansible-verbosity (0-6)
     eksa_release: str | None = None  # the reference tool's --<product>-release: the product release to pin
+    firmware: str | None = None  # the reference tool's --firmware: bios or efi (None: the matrix's default)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class BuildPlan:
     #: the reference tool's build options (extra packages, repositories, additional files) as a customization
     extras: Customization | None = None
     ansible_verbosity: int = 0
+    #: what the image boots with: BIOS, or UEFI (an EFI system partition; the build VM runs OVMF)
+    firmware: Firmware = "bios"
 
     @property
     def os(self) -> str:
@@ -115,6 +118,7 @@ class BuildPlan:
             "config": self.config.public_dict() if self.config else None,
             "workspace": str(self.workspace),
             "disk_gb": self.disk_gb,
+            "firmware": self.firmware,
             "build_options": self.extras.summary() if self.extras else None,
             "steps": list(self.steps),
         }
@@ -134,6 +138,7 @@ class BuildPlan:
             lines.append(f"  mirror              {self.mirror.base}")
         out = data["output"]
         lines.append(f"  output              {out['kind']}: {out['path'] or out['name']}  ({out['description']})")
+        lines.append(f"  firmware            {'UEFI (efi)' if self.firmware == 'efi' else 'BIOS (bios)'}")
         lines.append(f"  config file         {self.config_path or '(none)'}")
         for key, value in (data["config"] or {}).items():
             if value is not None:

@@ -127,6 +127,7 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     channel = catalog.channel(request.release_channel)
     pair = catalog.build_pair(os_, provider)
     os_version = os_.version_for(request.os_version, provider.name)
+    firmware = os_.firmware_for(request.firmware, provider.name)
 
     for name, path in request.configs.items():
         if name != provider.name and path:
@@ -214,6 +215,7 @@ def make_plan(request: BuildRequest) -> BuildPlan:
         offline=request.offline,
         extras=extras,
         ansible_verbosity=request.ansible_verbosity,
+        firmware=firmware,
     )
     return dataclasses.replace(plan, steps=tuple(_steps(plan)))
 

@@ -20,10 +20,11 @@ from typing import Any
 
 from imagebuilder import qemu
 from imagebuilder.bootcheck import check_raw
+from imagebuilder.catalog import Firmware
 from imagebuilder.disk import mounted_root, raw_view
 from imagebuilder.errors import InputError
 from imagebuilder.files import parse_json, read_text
-from imagebuilder.hostinfo import KvmStatus
+from imagebuilder.hostinfo import KvmStatus, ovmf_firmware
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import BUILD_USER
 
@@ -110,23 +111,28 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
     return findings
 
 
-def boot_test(image: Path, *, timeout: float = 600, kvm: KvmStatus | None = None) -> Finding:
+def boot_test(
+    image: Path, *, timeout: float = 600, kvm: KvmStatus | None = None, firmware: Firmware = "bios"
+) -> Finding:
     """Boot a throwaway copy under QEMU (``-snapshot``) until a login prompt shows on the serial console."""
     with raw_view(image) as raw:
-        return boot_raw(raw, timeout=timeout, kvm=kvm)
+        return boot_raw(raw, timeout=timeout, kvm=kvm, firmware=firmware)
 
 
-def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None) -> Finding:
-    """:func:`boot_test` on a raw disk (QEMU's ``-snapshot`` leaves it untouched)."""
+def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None, firmware: Firmware = "bios") -> Finding:
+    """:func:`boot_test` on a raw disk (QEMU's ``-snapshot`` leaves it untouched), by BIOS (SeaBIOS) or by UEFI
+    (OVMF, as a ``--firmware efi`` image boots on the machines it is built for)."""
+    bios = ovmf_firmware() if firmware == "efi" else None
+    how = "UEFI, OVMF" if bios else "BIOS"
     with (
         tempfile.TemporaryDirectory(prefix="image-boot-") as tmp,
-        qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm) as guest,
+        qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=bios) as guest,
     ):
         start = time.monotonic()
         while time.monotonic() - start < timeout:
             if "login:" in guest.console(0):
                 took = time.monotonic() - start
-                return Finding("boot", True, f"login prompt after {took:.0f} s ({guest.accelerator})")
+                return Finding("boot", True, f"login prompt after {took:.0f} s ({how}, {guest.accelerator})")
             if reason := guest.exited():
                 return Finding("boot", False, f"{reason} before a login prompt")
             time.sleep(1)
@@ -138,12 +144,19 @@ def verify_image(
     image: Path, *, manifest: Path | None = None, boot: bool = True, boot_timeout: float = 600
 ) -> list[Finding]:
     expected = expectations(image, manifest)
+    firmware: Firmware = "efi" if expected["plan"].get("firmware") == "efi" else "bios"
     # one raw view serves every part: a .gz or an OVA is decompressed or converted once, not three times
     with raw_view(image) as raw:
         disk_check = check_raw(raw)
         findings = [Finding("disk", disk_check.ok, disk_check.summary())]
+        if firmware == "efi":
+            findings.append(
+                Finding("UEFI loader", disk_check.uefi, "built for UEFI: "
+                        + ("the EFI system partition holds the removable-media loader" if disk_check.uefi
+                           else "no EFI system partition with EFI/BOOT/BOOTX64.EFI, UEFI firmware boots nothing"))
+            )  # fmt: skip
         with mounted_root(raw) as root:
             findings += offline_checks(root, expected)
         if boot:
-            findings.append(boot_raw(raw, timeout=boot_timeout))
+            findings.append(boot_raw(raw, timeout=boot_timeout, firmware=firmware))
     return findings

@@ -23,6 +23,8 @@ APT_PACKAGES=(
   # reference-tool parity tests: a local APT repository for extra_debs/extra_repos (dpkg-scanpackages), and a
   # real HTTP proxy with a password for http_proxy (the tests start their own; the system service is stopped)
   dpkg-dev tinyproxy
+  # UEFI (--firmware efi): OVMF for QEMU (the builds' and image.verify's firmware); image.base's EFI loader
+  ovmf grub-efi-amd64-bin
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

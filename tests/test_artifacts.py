@@ -79,6 +79,23 @@ def test_ova_layout_capacity_and_manifest(tmp_path: Path) -> None:
     assert sorted(p.name for p in ova.parent.iterdir()) == ["node.ova"]
 
 
+@pytest.mark.parametrize("firmware", ["bios", "efi"])
+def test_an_efi_ova_tells_vsphere_to_boot_it_by_uefi(tmp_path: Path, firmware: str) -> None:
+    import xml.etree.ElementTree as ET
+
+    disk = tmp_path / "disk.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), "16M"], check=True)
+    ova = make_ova(disk, tmp_path / "node.ova", name="node", firmware=firmware)
+    with tarfile.open(ova) as tar:
+        ovf = tar.extractfile("node.ovf").read()  # type: ignore[union-attr]
+    vmw = "{http://www.vmware.com/schema/ovf}"
+    hardware = ET.fromstring(ovf).find(".//{http://schemas.dmtf.org/ovf/envelope/1}VirtualHardwareSection")
+    assert hardware is not None
+    configs = {c.get(f"{vmw}key"): c.get(f"{vmw}value") for c in hardware.iter(f"{vmw}Config")}
+    # VMware's firmware setting, as vSphere itself exports an EFI VM; BIOS is vSphere's default, so nothing is said
+    assert configs == ({"firmware": "efi"} if firmware == "efi" else {})
+
+
 def test_packer_producing_nothing_is_a_clear_error(tmp_path: Path, mirror_dir: Path) -> None:
     plan = make_plan(
         BuildRequest(

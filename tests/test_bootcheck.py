@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from imagebuilder import disk
-from imagebuilder.baseimage import MBR_CANDIDATES, PARTITION_OFFSET, assemble_disk
+from imagebuilder.baseimage import EFI_LOADER, ESP_OFFSET, MBR_CANDIDATES, PARTITION_OFFSET, assemble_disk
 from imagebuilder.bootcheck import check_image, check_raw
 from imagebuilder.errors import ExternalError
 from tests.support.common import run
 
-SIZE = 64 * 1024 * 1024
+SIZE = 160 * 1024 * 1024  # the 64 MiB ESP and a small root
 MBR = next(Path(p) for p in MBR_CANDIDATES if Path(p).is_file())
 
 
@@ -68,7 +68,7 @@ def test_a_zeroed_partition_boot_sector_is_refused(good: Path, tmp_path: Path) -
         fh.write(bytes(512))
     result = check_raw(raw)
     assert not result.ok
-    assert "boot sector (sector 2048) is all zeros" in result.summary()
+    assert f"boot sector (sector {PARTITION_OFFSET // 512}) is all zeros" in result.summary()
 
 
 @contextlib.contextmanager
@@ -97,7 +97,7 @@ def test_a_stale_pointer_to_ldlinux_is_refused(good: Path, tmp_path: Path) -> No
         fh.seek(PARTITION_OFFSET)
         vbr = bytearray(fh.read(512))
         start = next(n for n in check_raw(good).notes if n.startswith("SYSLINUX"))
-        sector = int(start.split(" at sector ")[1].split(",")[0]) - 2048
+        sector = int(start.split(" at sector ")[1].split(",")[0]) - PARTITION_OFFSET // 512
         at = vbr.find(struct.pack("<I", sector))
         assert at > 0
         vbr[at : at + 4] = struct.pack("<I", sector + 8)
@@ -119,38 +119,76 @@ def test_a_damaged_loader_on_disk_is_refused(good: Path, tmp_path: Path) -> None
     assert "its checksum does not match" in check_raw(raw).summary()
 
 
-def test_an_mbr_without_boot_code_is_refused(good: Path, tmp_path: Path) -> None:
+def mtools(*args: str) -> None:
+    subprocess.run(list(args), check=True, capture_output=True, env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})
+
+
+def test_the_assembled_disk_boots_both_ways(good: Path) -> None:
+    label, parts = disk.partitions(good)
+    assert label == "gpt" and [p.offset for p in parts] == [ESP_OFFSET, PARTITION_OFFSET]
+    assert parts[1].bootable, "the root carries the legacy-BIOS-bootable attribute gptmbr.bin follows"
+    summary = check_raw(good).summary()
+    assert f"UEFI: {EFI_LOADER} on partition 1" in summary and "SYSLINUX: boot sector ->" in summary
+    with good.open("rb") as fh:
+        assert fh.read(440) == MBR.read_bytes()[:440]
+
+
+def test_without_bios_code_the_disk_is_uefi_only_and_without_its_efi_loader_nothing_boots(
+    good: Path, tmp_path: Path
+) -> None:
     raw = copy(good, tmp_path / "nombr.raw")
     with raw.open("r+b") as fh:
         fh.write(bytes(440))
-    assert "the MBR holds no boot code" in check_raw(raw).summary()
+    result = check_raw(raw)
+    assert result.ok and "UEFI only: no BIOS boot code" in result.summary()
+    mtools("mdel", "-i", f"{raw}@@{ESP_OFFSET}", f"::/{EFI_LOADER}")
+    result = check_raw(raw)
+    assert not result.ok
+    assert f"no BIOS boot code, and no EFI system partition holds {EFI_LOADER}: nothing boots" in result.summary()
+
+
+def test_an_mbr_disk_without_boot_code_is_refused(tmp_path: Path) -> None:
+    raw = tmp_path / "dos.raw"
+    with raw.open("wb") as fh:
+        fh.truncate(SIZE)
+    subprocess.run(["sfdisk", "--quiet", str(raw)], input="label: dos\nstart=2048, type=83\n", text=True, check=True)
+    with raw.open("r+b") as fh:
+        fh.seek(510)
+        fh.write(b"\x55\xaa")
+    assert "the MBR holds no boot code and there is no EFI system partition" in check_raw(raw).summary()
 
 
 def test_grub_pointing_at_an_empty_sector_is_refused(good: Path, tmp_path: Path) -> None:
     raw = copy(good, tmp_path / "grub.raw")
+    empty = 40  # past the GPT's entries, before the first partition: left empty
     with raw.open("r+b") as fh:
         code = bytearray(440)
         code[0x180:0x184] = b"GRUB"
-        code[0x5C:0x64] = struct.pack("<Q", 1)  # the post-MBR gap, left empty
+        code[0x5C:0x64] = struct.pack("<Q", empty)
         fh.write(code)
-    assert "GRUB's boot code points at sector 1, which is empty" in check_raw(raw).summary()
+    assert f"GRUB's boot code points at sector {empty}, which is empty" in check_raw(raw).summary()
     with raw.open("r+b") as fh:
-        fh.seek(512)
+        fh.seek(empty * 512)
         fh.write(b"\x52" * 512)
     result = check_raw(raw)
-    assert result.ok and "GRUB (BIOS): core image at sector 1" in result.summary()
+    assert result.ok and f"GRUB (BIOS): core image at sector {empty}" in result.summary()
 
 
-def test_a_gpt_disk_with_an_efi_partition_and_no_bios_code_is_accepted(tmp_path: Path) -> None:
+def test_a_gpt_disk_without_bios_code_boots_only_with_an_efi_loader(tmp_path: Path) -> None:
     raw = tmp_path / "uefi.raw"
     with raw.open("wb") as fh:
         fh.truncate(SIZE)
-    table = (
-        "label: gpt\nsize=16MiB, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B\ntype=0FC63DAF-8483-4772-8E79-3D69D8477DE4\n"
-    )
+    table = "label: gpt\nstart=2048, size=16MiB, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B\n"
+    table += "type=0FC63DAF-8483-4772-8E79-3D69D8477DE4\n"
     subprocess.run(["sfdisk", "--quiet", str(raw)], input=table, text=True, check=True)
     part = disk.root_partition(raw)
     subprocess.run(["mkfs.ext4", "-q", "-F", "-E", f"offset={part.offset}", str(raw), f"{part.size // 2}k"], check=True)
+    subprocess.run(["mkfs.fat", "--offset", "2048", str(raw), str(16 * 1024)], check=True, capture_output=True)
+    assert "no EFI system partition holds" in check_raw(raw).summary(), "an ESP without a loader boots nothing"
+    loader = tmp_path / "BOOTX64.EFI"
+    loader.write_bytes(b"MZ" + bytes(1022))
+    mtools("mmd", "-i", f"{raw}@@{2048 * 512}", "::/EFI", "::/EFI/BOOT")
+    mtools("mcopy", "-i", f"{raw}@@{2048 * 512}", str(loader), "::/EFI/BOOT/BOOTX64.EFI")
     result = check_raw(raw)
     assert result.ok, result.problems
     assert "UEFI only" in result.summary()

@@ -154,6 +154,8 @@ def test_offline_bare_metal_build_is_verified(
     manifest = json.loads((out / "ubuntu-v1.24.8-eks-5-amd64.build-manifest.json").read_text())
     assert manifest["artifact"]["name"] == gz.name and manifest["tools"]["packer"]
     assert set(manifest["steps"]) == {"source", "render", "packer", "package"}
+    # the reference's default for Ubuntu raw images: UEFI (the build VM ran OVMF; the image boots by UEFI below)
+    assert manifest["plan"]["firmware"] == "efi"
     log = Path(manifest["log"]).read_text()
     # the guest powered off by itself, cleanly: systemd reached logind over D-Bus, Packer did not have to kill it
     assert "Failed to connect to bus" not in log
@@ -164,6 +166,7 @@ def test_offline_bare_metal_build_is_verified(
     findings = verify_image(gz, boot=False)
     failed = [f for f in findings if not f.ok]
     assert not failed, failed
+    assert "UEFI loader" in {f.name for f in findings}
     assert {f.name for f in findings} >= {"kubelet binary", "containerd enabled", "kubelet enabled"}
     assert manifest["customization"]["ca_certificates"] == ["build-ca.pem"]
     assert manifest["customization"]["packages"] == [PROBE_PACKAGE]
@@ -204,7 +207,8 @@ def test_offline_bare_metal_build_is_verified(
     assert custom_manifest["customized_from"]["image"] == gz.name
     findings = verify_image(custom)
     assert not [f for f in findings if not f.ok], findings
-    assert "boot" in {f.name for f in findings}
+    boot = next(f for f in findings if f.name == "boot")
+    assert "UEFI, OVMF" in boot.detail, "the UEFI image is booted as UEFI machines boot it"
     with raw_view(custom) as raw, mounted_root(raw) as root:
         # customizations add up: the build's CA and registry stay beside the site's
         for stem in ("build-ca", "site-ca"):

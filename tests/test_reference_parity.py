@@ -366,3 +366,75 @@ def test_newer_os_versions_render_and_validate(
         assert "ubuntu-24.04.1-live-server-amd64.iso" in text
     if provider == "vsphere" and "template" not in config:
         assert ("rhel9_64Guest" if os_name == "redhat" else "ubuntu64Guest") in text
+
+
+# --firmware (the reference: UEFI for Ubuntu OVA and raw, where raw defaults to it, and for RHEL raw)
+@pytest.mark.parametrize(
+    ("os_name", "provider", "config", "given", "expected"),
+    [
+        ("ubuntu", "baremetal", None, None, "efi"),
+        ("ubuntu", "baremetal", None, "bios", "bios"),
+        ("ubuntu", "vsphere", {k: v for k, v in VSPHERE.items() if k != "template"}, None, "bios"),
+        ("ubuntu", "vsphere", {k: v for k, v in VSPHERE.items() if k != "template"}, "efi", "efi"),
+        ("redhat", "baremetal", RHEL, None, "bios"),
+        ("redhat", "baremetal", RHEL, "efi", "efi"),
+        ("redhat", "baremetal", RHEL | {"iso_url": "https://mirror.example.com/rhel/rhel-9.6-x86_64-dvd.iso"}, "efi",
+         "efi"),
+    ],
+)  # fmt: skip
+def test_firmware_is_rendered_per_builder_and_validates(
+    os_name: str, provider: str, config: dict[str, Any] | None, given: str | None, expected: str, tmp_path: Path
+) -> None:
+    version = "9" if config and "rhel-9" in str(config.get("iso_url")) else None
+    plan = plan_for(os_name, provider, tmp_path, config, firmware=given, os_version=version)
+    assert plan.firmware == expected and plan.to_json()["firmware"] == expected
+    assert ("UEFI (efi)" if expected == "efi" else "BIOS (bios)") in plan.render_text()
+    _, text = rendered_text(plan, tmp_path)
+    efi_keys = plan.os_version.boot_command_efi
+    if provider == "vsphere":
+        assert f'firmware             = "{expected}"' in text
+    else:
+        # QEMU boots OVMF (Debian's ovmf) only for a UEFI build
+        assert ('"-bios", "/usr/share/ovmf/OVMF.fd"' in text) == (expected == "efi")
+    if efi_keys:  # the installer's menu differs by firmware: isolinux under BIOS, GRUB under UEFI
+        keys = json.dumps(list(efi_keys if expected == "efi" else plan.os_version.boot_command))
+        assert json.loads(keys)[0] in text
+        other = plan.os_version.boot_command if expected == "efi" else efi_keys
+        assert other[0] not in text
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["--os", "redhat", "--hypervisor", "vsphere"],
+            "UEFI redhat images are built on baremetal only, not on vsphere",
+        ),
+        (
+            ["--os", "ubuntu", "--hypervisor", "nutanix"],
+            "UEFI ubuntu images are built on baremetal, vsphere only, not on nutanix",
+        ),
+        (["--os", "ubuntu", "--hypervisor", "ami"], "not on ami"),
+    ],
+)
+def test_efi_where_the_reference_does_not_build_it_is_bad_input(args: list[str], needle: str) -> None:
+    res = run("build", *args, "--release-channel", "1-24", "--firmware", "efi", "--dry-run", "--offline")
+    assert res.code == 2 and needle in res.err and "--firmware" in res.err, res.err
+    assert "Traceback" not in res.err
+
+
+@pytest.mark.parametrize("value", ["uefi", "EFI", "legacy", "efi;id", ""])
+def test_a_bad_firmware_is_bad_input(value: str) -> None:
+    res = run(*build_args("ubuntu", "baremetal"), "--firmware", value, "--dry-run", "--offline")
+    assert res.code == 2 and "--firmware" in res.err and "bios or efi" in res.err, res.err
+    if value == "uefi":
+        assert "did you mean 'efi'" in res.err
+
+
+def test_the_matrix_defaults_to_efi_only_where_efi_is_built() -> None:
+    from imagebuilder.catalog import load_catalog
+
+    catalog = load_catalog()
+    for os_ in catalog.operating_systems.values():
+        assert set(os_.efi_default) <= set(os_.efi_providers), os_.name
+        assert set(os_.efi_providers) <= set(catalog.providers), os_.name

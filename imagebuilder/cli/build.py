@@ -37,6 +37,7 @@ HELP = {
     "ansible_verbosity": "Ansible's verbosity in the build log, 0 (default) to 6 (the reference tool's flag)",
     "eksa_release": "build what this product release pins, vX.Y.Z (default: $<PRODUCT>_RELEASE_VERSION, else the"
     " channel's manifest)",
+    "firmware": "bios or efi (UEFI: ubuntu on baremetal, where it is the default, and vsphere; redhat on baremetal)",
     "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
 }
 
@@ -72,6 +73,7 @@ def build(
     files_config: str | None = None,
     ansible_verbosity: str | None = None,
     eksa_release: str | None = None,
+    firmware: str | None = None,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     import os as os_env
@@ -125,6 +127,7 @@ def build(
             files_config=str(flags.existing_file(files_config, "--files-config")) if files_config else None,
             eksa_release=check_version(eksa_release) if eksa_release else env_release,
             ansible_verbosity=flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0,
+            firmware=firmware,
         )
     )
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts

@@ -50,7 +50,7 @@ def base(
         check_prerequisites()
         print(f"would build {target.resolve()} (+ .sha256): Debian {suite} from {mirror}, {size} GiB disk,")
         print(f"  debootstrap: {' '.join(BOOTSTRAP)}\n  then apt-get install: {' '.join(PACKAGES)}")
-        print("  extlinux (BIOS), serial console, empty machine-id, no SSH host keys")
+        print("  GPT: GRUB on the ESP (UEFI) and extlinux (BIOS), serial console, empty machine-id, no SSH host keys")
         return
     path, digest = make_base_image(target, suite=suite, mirror=mirror, size_gb=size, log=print)
     print(f"base image: {path}\nsha256:     {digest}")

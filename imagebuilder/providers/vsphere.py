@@ -174,5 +174,6 @@ class Vsphere(Provider):
             plan.output_path,
             name=plan.output_stem,
             guest_os_type=plan.os_version.guest_os_type or "otherLinux64Guest",
+            firmware=plan.firmware,
         )
         return Packaged(final, sha256_file(final), final.stat().st_size)

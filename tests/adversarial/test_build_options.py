@@ -98,3 +98,18 @@ def test_a_hostile_files_json_exits_2_and_creates_nothing(tmp_path: Path) -> Non
         assert res.code == 2, (hostile[:80], res.err)
         assert str(files) in res.err and "Traceback" not in res.err
         assert not out.exists()
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.text(max_size=30), provider=st.sampled_from(["baremetal", "vsphere", "cloudstack", "nutanix", "ami"]))
+def test_firmware_is_bios_or_efi_where_the_matrix_allows_it_and_nothing_else(value: str, provider: str) -> None:
+    from imagebuilder.errors import InputError
+
+    for os_ in (o for o in load_catalog().operating_systems.values() if o.buildable):
+        if value == "bios" or (value == "efi" and provider in os_.efi_providers):
+            assert os_.firmware_for(value, provider) == value
+            continue
+        with pytest.raises(InputError) as caught:
+            os_.firmware_for(value, provider)
+        assert caught.value.field == "--firmware" and "bios" in str(caught.value.expected)
+        assert "\n" not in caught.value.detail  # the value is quoted (repr), never laid out raw
