@@ -213,3 +213,56 @@ class Redactor:
         for value in self.values:
             text = text.replace(value, "********")
         return text
+
+
+# AWS names (ami.export, spec 4.4): held to the services' own rules, so a typo fails here and not in a request
+_S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_AWS_REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2}")
+_IAM_ROLE = re.compile(r"[\w+=,.@-]{1,64}", re.ASCII)
+_AMI_ID = re.compile(r"ami-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+
+
+def s3_bucket(text: str) -> str:
+    """An S3 bucket name (general purpose): 3-63 lower-case letters, digits, dots and hyphens, starting and ending
+    with a letter or digit, no '..', not an IP address, none of the reserved prefixes and suffixes."""
+    reserved = text.startswith(("xn--", "sthree-", "amzn-s3-demo-")) or text.endswith(("-s3alias", "--ol-s3", "--x-s3"))
+    ip_like = re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+", text) is not None
+    if not _S3_BUCKET.fullmatch(text) or ".." in text or ip_like or reserved:
+        raise ValueError(f"expected an S3 bucket name (3-63 of a-z 0-9 . -), got {text[:70]!r}")
+    return text
+
+
+def s3_prefix(text: str) -> str:
+    """A key prefix inside a bucket: printable, no leading '/', no empty or '.'/'..' segment; canonical form without
+    a trailing '/' ('' for the bucket's top)."""
+    value = text.rstrip("/")
+    segments = value.split("/") if value else []
+    if (
+        len(text) > 900
+        or text.startswith("/")
+        or any(not s or s in (".", "..") for s in segments)
+        or any(not c.isprintable() for c in text)
+    ):
+        raise ValueError(f"expected a key prefix such as exports/node-images, got {text[:70]!r}")
+    return value
+
+
+def aws_region(text: str) -> str:
+    """An AWS region code (us-west-2, eu-central-1, us-gov-west-1)."""
+    if not _AWS_REGION.fullmatch(text):
+        raise ValueError(f"expected an AWS region such as us-west-2, got {text[:40]!r}")
+    return text
+
+
+def iam_role_name(text: str) -> str:
+    """An IAM role name: 1-64 of letters, digits and + = , . @ _ -."""
+    if not _IAM_ROLE.fullmatch(text):
+        raise ValueError(f"expected an IAM role name (1-64 of A-Z a-z 0-9 + = , . @ _ -), got {text[:70]!r}")
+    return text
+
+
+def ami_id(text: str) -> str:
+    """An AMI ID: ami- and 8 or 17 hex digits."""
+    if not _AMI_ID.fullmatch(text):
+        raise ValueError(f"expected an AMI ID such as ami-0123456789abcdef0, got {text[:40]!r}")
+    return text

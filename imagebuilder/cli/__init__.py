@@ -12,6 +12,7 @@ from types import ModuleType
 from invoke.collection import Collection
 
 from imagebuilder.cli import (
+    ami,
     build,
     cluster,
     config,
@@ -30,7 +31,7 @@ from imagebuilder.cli import (
 )
 
 TOP_LEVEL: tuple[ModuleType, ...] = (build, demo, dev, docs, preflight, serve)
-NAMESPACES: tuple[ModuleType, ...] = (cluster, config, dhcp, download, host, image, mirror, template, vsphere)
+NAMESPACES: tuple[ModuleType, ...] = (ami, cluster, config, dhcp, download, host, image, mirror, template, vsphere)
 
 
 def make_namespace() -> Collection:
