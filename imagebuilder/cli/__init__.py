@@ -14,6 +14,7 @@ from invoke.collection import Collection
 from imagebuilder.cli import (
     ami,
     build,
+    cloudstack,
     cluster,
     config,
     demo,
@@ -24,6 +25,7 @@ from imagebuilder.cli import (
     host,
     image,
     mirror,
+    nutanix,
     preflight,
     serve,
     template,
@@ -31,7 +33,20 @@ from imagebuilder.cli import (
 )
 
 TOP_LEVEL: tuple[ModuleType, ...] = (build, demo, dev, docs, preflight, serve)
-NAMESPACES: tuple[ModuleType, ...] = (ami, cluster, config, dhcp, download, host, image, mirror, template, vsphere)
+NAMESPACES: tuple[ModuleType, ...] = (
+    ami,
+    cloudstack,
+    cluster,
+    config,
+    dhcp,
+    download,
+    host,
+    image,
+    mirror,
+    nutanix,
+    template,
+    vsphere,
+)
 
 
 def make_namespace() -> Collection:

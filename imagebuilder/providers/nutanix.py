@@ -123,3 +123,16 @@ class Nutanix(Provider):
         status(f"moving the exported image to {plan.output_path}")
         placed = place(exported, plan.output_path)
         return Packaged(placed.artifact, placed.sha256, placed.size, manifest.extra)
+
+
+def load_nutanix_config(path: Path) -> NutanixConfig:
+    """The build's nutanix config read outside a build (``nutanix.image-upload``): validated as a build of the
+    default OS would read it, every problem reported the usual way."""
+    from imagebuilder.providers.config import load_provider_config
+
+    os_ = load_catalog().os("ubuntu")
+    config = load_provider_config(
+        NutanixConfig, path, ConfigContext(os=os_.name, os_version=os_.version(None), source=path)
+    )
+    assert isinstance(config, NutanixConfig)
+    return config

@@ -23,19 +23,6 @@ _CA_USAGE = x509.KeyUsage(
 )
 
 
-_CA_USAGE = x509.KeyUsage(
-    digital_signature=True,
-    key_cert_sign=True,
-    crl_sign=True,
-    content_commitment=False,
-    key_encipherment=False,
-    data_encipherment=False,
-    key_agreement=False,
-    encipher_only=False,
-    decipher_only=False,
-)
-
-
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
@@ -74,3 +61,28 @@ def make_ca(path: Path, name: str = "Test CA", *, leaf: Path | None = None) -> N
         .sign(key, hashes.SHA256())
     )
     leaf.write_bytes(server.public_bytes(serialization.Encoding.PEM))
+
+
+def self_signed(folder: Path, ip: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A self-signed server certificate for ``ip`` and its key (PEM files in ``folder``): an appliance's default."""
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(ip))
+        .issuer_name(_name(ip))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "server.pem", folder / "server.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path

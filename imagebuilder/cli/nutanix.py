@@ -1,0 +1,58 @@
+"""``nutanix.*``: before a Nutanix build, the source cloud image it starts from, created in Prism (spec 4.3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli import flags
+from imagebuilder.cli._common import cli_task, status_line, transfer_bars
+from imagebuilder.errors import InputError
+
+
+@task(
+    help={
+        "config": "the nutanix build config (spec 2.3): Prism's endpoint, port, insecure flag, user and password",
+        "url": "http(s) URL Prism pulls the image from (this or --file)",
+        "file": "a local image file to upload (this or --url)",
+        "name": "the image's name in Prism: what the config's source_image_name names (default: that name)",
+        "sha256": "the expected SHA-256 of --url's image (a file's is computed)",
+        "force": "replace an image of that name whose content differs (without it that is an error)",
+        "dry_run": "check the config, the source and what Prism holds under that name; create nothing",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def image_upload(
+    c: Context,
+    config: str = "",
+    url: str = "",
+    file: str = "",
+    name: str = "",
+    sha256: str = "",
+    force: bool = False,
+    dry_run: bool = False,
+) -> None:
+    """Create the build's source image in Prism Central from a URL or a file, idempotent by name (spec 4.3)."""
+    from imagebuilder.grammar import is_hex_digest
+    from imagebuilder.nutaniximage import UploadRequest, prism_from_config, upload_image
+    from imagebuilder.providers.nutanix import load_nutanix_config
+
+    path = flags.existing_file(flags.required(config, "--config", "the nutanix build config"), "--config")
+    if bool(url) == bool(file):
+        raise InputError("give exactly one source", field="--url/--file", expected="--url URL or --file PATH")
+    source = flags.existing_file(file, "--file") if file else None
+    if url:
+        flags.url(url, "--url", ("http", "https"))
+    if sha256 and (source or not is_hex_digest(sha256.lower(), "sha256")):
+        raise InputError("a SHA-256 in hex, with --url only", field="--sha256", expected="64 hex digits, with --url")
+    loaded = load_nutanix_config(path)
+    image_name = name or loaded.source_image_name
+    if not image_name:
+        raise InputError("no image name", field="--name", expected="--name, or source_image_name in the config")
+    request = UploadRequest(image_name, url or None, Path(source) if source else None, sha256 or None, force)
+    with status_line(f"image {image_name}") as say, transfer_bars() as bars:
+        result = upload_image(request, prism_from_config(loaded), dry_run=dry_run, say=say, transfers=bars)
+    print(f"image:    {image_name} ({result.uuid or '-'}): {result.action}")
