@@ -25,6 +25,8 @@ APT_PACKAGES=(
   dpkg-dev tinyproxy
   # UEFI (--firmware efi): OVMF for QEMU (the builds' and image.verify's firmware); image.base's EFI loader
   ovmf grub-efi-amd64-bin
+  # the Satellite activation key over RHSM's D-Bus API: a bus and the system Python's D-Bus bindings for its test
+  dbus-daemon python3-dbus python3-gi
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
