@@ -27,7 +27,7 @@ from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, parse_json, read_text, run_checked, sha256_file
 from imagebuilder.hostinfo import ovmf_firmware
 from imagebuilder.outputs import Packaged, gzip_parallel, place, require_bootable
-from imagebuilder.ova import make_ova
+from imagebuilder.ova import make_ova, ova_firmware
 from imagebuilder.progress import Say, silent
 
 #: the output formats, by how the input is recognised
@@ -100,11 +100,11 @@ def _seed_iso(files: dict[str, str], work: Path) -> Path:
 
 
 def input_firmware(image: Path) -> Firmware:
-    """What the input boots with: its build manifest's firmware (a ``--firmware efi`` build), else BIOS. The
-    guest is booted with it, and an OVA output keeps it."""
+    """What the input boots with: its build manifest's firmware (a ``--firmware efi`` build), else an OVA's own
+    (its descriptor's), else BIOS. The guest is booted with it, and an OVA output keeps it."""
     source = manifest_beside(image)
     if not source.is_file():
-        return "bios"
+        return "efi" if image.name.endswith(".ova") and ova_firmware(image) == "efi" else "bios"
     data = parse_json(read_text(source, "build manifest"), source)
     plan = data.get("plan") if isinstance(data, dict) else None
     return "efi" if isinstance(plan, dict) and plan.get("firmware") == "efi" else "bios"

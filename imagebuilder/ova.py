@@ -178,3 +178,26 @@ def check_ova(path: Path) -> list[str]:
         if digests[name][alg] != want:
             raise bad(f"{name} does not match the OVA's manifest ({alg} {digests[name][alg]}, manifest {want})")
     return names
+
+
+_VMW = "{http://www.vmware.com/schema/ovf}"
+
+
+def ova_firmware(path: Path) -> str:
+    """What an OVA asks vSphere to boot it with: ``efi`` when its descriptor carries VMware's ``firmware=efi``
+    config (as vSphere exports an EFI VM, and :func:`make_ova` writes one), else ``bios``."""
+    from defusedxml import ElementTree
+    from defusedxml.common import DefusedXmlException
+
+    try:
+        with tarfile.open(path, "r:") as tar:
+            first = tar.next()
+            stream = tar.extractfile(first) if first is not None and first.name.endswith(".ovf") else None
+            data = stream.read(16 * 1024 * 1024) if stream is not None else b""
+        root = ElementTree.fromstring(data) if data else None
+    except (tarfile.TarError, OSError, ElementTree.ParseError, DefusedXmlException) as exc:
+        raise InputError(f"cannot read the OVF descriptor ({exc})", source=path) from None
+    for config in root.iter(f"{_VMW}Config") if root is not None else ():
+        if config.get(f"{_VMW}key") == "firmware" and config.get(f"{_VMW}value") == "efi":
+            return "efi"
+    return "bios"

@@ -17,9 +17,10 @@ from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import ExternalError
 from imagebuilder.fetch import Expected, Mirror
 from imagebuilder.grammar import Redactor
+from imagebuilder.imagecustomize import input_firmware
 from imagebuilder.mirror import create_mirror
 from imagebuilder.outputs import gzip_parallel
-from imagebuilder.ova import make_ova
+from imagebuilder.ova import make_ova, ova_firmware
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
 from imagebuilder.providers import registry
@@ -94,6 +95,8 @@ def test_an_efi_ova_tells_vsphere_to_boot_it_by_uefi(tmp_path: Path, firmware: s
     configs = {c.get(f"{vmw}key"): c.get(f"{vmw}value") for c in hardware.iter(f"{vmw}Config")}
     # VMware's firmware setting, as vSphere itself exports an EFI VM; BIOS is vSphere's default, so nothing is said
     assert configs == ({"firmware": "efi"} if firmware == "efi" else {})
+    # read back: image.customize boots an OVA (without a build manifest) with the firmware it asks for
+    assert ova_firmware(ova) == firmware and input_firmware(ova) == firmware
 
 
 def test_packer_producing_nothing_is_a_clear_error(tmp_path: Path, mirror_dir: Path) -> None:
