@@ -438,3 +438,11 @@ def test_the_matrix_defaults_to_efi_only_where_efi_is_built() -> None:
     for os_ in catalog.operating_systems.values():
         assert set(os_.efi_default) <= set(os_.efi_providers), os_.name
         assert set(os_.efi_providers) <= set(catalog.providers), os_.name
+
+
+def test_an_efi_clone_says_that_its_template_decides(tmp_path: Path) -> None:
+    plan = plan_for("ubuntu", "vsphere", tmp_path, VSPHERE, firmware="efi")
+    assert any("the template must be an EFI VM" in step for step in plan.steps)
+    _, text = rendered_text(plan, tmp_path)
+    clone = text.split('source "vsphere-clone" "node"')[1].split("\n}\n")[0]
+    assert "firmware" not in clone and 'source "vsphere-iso"' not in text, "a clone has no firmware of its own"

@@ -128,6 +128,8 @@ class Vsphere(Provider):
             ]
         place = f"cluster {config.cluster}" if config.cluster else f"resource pool {config.resource_pool}"
         how = f"vsphere-clone of {config.template}" if config.template else "vsphere-iso"
+        if config.template and plan.firmware == "efi":
+            how += " (a clone boots as its template does: the template must be an EFI VM)"
         steps = [
             f"packer: {how} on {config.platform_server} (datacenter {config.datacenter}, {place},"
             f" datastore {config.datastore}, network {config.network}, folder {config.folder},"
