@@ -20,7 +20,6 @@ throttled calls itself (its standard retry mode).
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from pydantic import field_validator
 from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import parse_json, read_text
-from imagebuilder.progress import Say, Transfers, silent, start
+from imagebuilder.progress import Say, Transfers, poll, silent, start
 from imagebuilder.validation import StrictModel, validated
 
 if TYPE_CHECKING:
@@ -269,8 +268,9 @@ def wait_for(
     """Poll the export task until it completes (its progress reported in percent); ExternalError otherwise."""
     advance = start(transfers, f"export {task_id}", 100)
     done = 0
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def check() -> tuple[bool, str]:
+        nonlocal done
         tasks = _aws(
             f"reading export task {task_id}",
             lambda: aws.ec2.describe_export_image_tasks(ExportImageTaskIds=[task_id]),
@@ -287,7 +287,7 @@ def wait_for(
         if status == "completed":
             if advance and done < 100:
                 advance(100 - done)
-            return status
+            return True, status
         if status != "active":
             message = task.get("StatusMessage") or "no status message"
             raise ExternalError(
@@ -296,12 +296,11 @@ def wait_for(
                 "Import/Export's limits: no Marketplace or encrypted-by-default-key AMIs)",
             )
         say(f"export {task_id}: {status}{f', {progress}%' if progress else ''}")
-        if time.monotonic() > deadline:
-            raise ExternalError(
-                f"export task {task_id} is still {status} after {timeout:.0f} s",
-                hint="it goes on in AWS; rerun with --wait to follow it",
-            )
-        time.sleep(interval)
+        return False, status
+
+    return poll(
+        check, f"export task {task_id}", timeout, interval=interval, hint="it goes on in AWS; rerun with --wait"
+    )
 
 
 def export_ami(

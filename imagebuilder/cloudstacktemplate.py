@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from imagebuilder.errors import ExternalError, InputError, did_you_mean
 from imagebuilder.grammar import redact_url, redact_urls_in, url
-from imagebuilder.progress import Say, silent
+from imagebuilder.progress import Say, poll, silent
 
 if TYPE_CHECKING:
     from cs import CloudStack
@@ -203,9 +202,10 @@ def register_template(
 
 
 def _wait(api: CloudStack, template_id: str, zone_id: str, interval: float, timeout: float, say: Say) -> str:
-    deadline = time.monotonic() + timeout
     last = ""
-    while True:
+
+    def check() -> tuple[bool, str]:
+        nonlocal last
         found = _api(
             f"reading template {template_id}",
             lambda: api.listTemplates(templatefilter="self", id=template_id, zoneid=zone_id, fetch_list=True),
@@ -214,7 +214,7 @@ def _wait(api: CloudStack, template_id: str, zone_id: str, interval: float, time
             raise ExternalError(f"template {template_id} disappeared while it downloaded")
         status = _status(found[0])
         if found[0].get("isready"):
-            return status
+            return True, status
         if _failed(status):
             raise ExternalError(
                 f"CloudStack could not download template {template_id}: {status}",
@@ -223,9 +223,9 @@ def _wait(api: CloudStack, template_id: str, zone_id: str, interval: float, time
         if status != last:
             say(f"template {template_id}: {status}")
             last = status
-        if time.monotonic() > deadline:
-            raise ExternalError(f"template {template_id} is still not ready after {timeout:.0f} s ({status})")
-        time.sleep(interval)
+        return False, status
+
+    return poll(check, f"downloading template {template_id}", timeout, interval=interval)
 
 
 __all__ = ["FORMATS", "Result", "TemplateRequest", "client_from_env", "name_of", "register_template"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ import urllib3
 
 from imagebuilder.errors import ExternalError
 from imagebuilder.files import sha256_file
-from imagebuilder.progress import Say, Transfers, silent, start
+from imagebuilder.progress import Say, Transfers, poll, silent, start
 from imagebuilder.providers.nutanix import NutanixConfig
 
 API = "/api/nutanix/v3"
@@ -203,13 +202,14 @@ def _same(entity: dict[str, Any], request: UploadRequest, sha256: str | None) ->
 
 
 def wait_task(client: PrismClient, task: str, *, interval: float, timeout: float, say: Say) -> None:
-    deadline = time.monotonic() + timeout
     last = -1
-    while True:
+
+    def check() -> tuple[bool, None]:
+        nonlocal last
         info = client.task(task)
         status = str(info.get("status", "UNKNOWN"))
         if status == "SUCCEEDED":
-            return
+            return True, None
         if status in ("FAILED", "ABORTED", "CANCELLED"):
             detail = info.get("error_detail") or info.get("error_code") or "no detail"
             raise ExternalError(f"Prism task {task} {status}: {detail}", hint="see the task in Prism Central")
@@ -217,9 +217,9 @@ def wait_task(client: PrismClient, task: str, *, interval: float, timeout: float
         if percent != last:
             say(f"task {task}: {status.lower()}, {percent}%")
             last = percent
-        if time.monotonic() > deadline:
-            raise ExternalError(f"Prism task {task} is still {status} after {timeout:.0f} s")
-        time.sleep(interval)
+        return False, None
+
+    poll(check, f"Prism task {task}", timeout, interval=interval, hint="see the task in Prism Central")
 
 
 def upload_image(

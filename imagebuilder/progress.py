@@ -7,13 +7,22 @@ Two shapes, plain callables so a library function needs no UI object and a test 
 - :data:`Transfers`: called once per transfer (a download, an upload, a compression) with its label and total
   bytes (0: unknown); returns the :data:`Advance` the transfer calls with each chunk's byte count.
 
+Work that runs elsewhere (a vCenter task, an EC2 export, a Prism task, a CloudStack download) is waited for with
+:func:`poll`, the one polling loop.
+
 The library never prints or draws; the CLI prints what is said and renders transfers as rich progress bars
 (:func:`imagebuilder.cli._common.transfer_bars`), on a terminal only.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import TypeVar
+
+from imagebuilder.errors import ExternalError
+
+T = TypeVar("T")
 
 #: one line about the step under way
 Say = Callable[[str], None]
@@ -30,3 +39,29 @@ def silent(text: str) -> None:
 def start(transfers: Transfers | None, label: str, total: int = 0) -> Advance | None:
     """The Advance of a new transfer, or None when nobody watches (the transfer then skips the calls)."""
     return transfers(label, total) if transfers else None
+
+
+def poll(
+    check: Callable[[], tuple[bool, T]],
+    what: str,
+    timeout: float = 3600,
+    *,
+    interval: float | None = None,
+    hint: str = "",
+) -> T:
+    """Call ``check`` until it reports done (it raises itself on a failure it sees), for a task that runs elsewhere.
+
+    ``interval`` None: 2 ms, then twice as long each time up to 1 s, so a quick task (most vCenter tasks) costs one
+    or two calls and a long one about one a second; a number: that many seconds between calls (a service's own
+    pace). :class:`ExternalError` naming ``what`` when ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    delay = 0.002 if interval is None else interval
+    while True:
+        finished, value = check()
+        if finished:
+            return value
+        if time.monotonic() > deadline:
+            raise ExternalError(f"{what} did not finish in {timeout:.0f} s", hint=hint)
+        time.sleep(delay)
+        if interval is None:
+            delay = min(delay * 2, 1.0)

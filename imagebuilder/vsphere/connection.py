@@ -1,4 +1,5 @@
-"""The vCenter connection's bottom layer: server, credentials, TLS trust, polling and call counting.
+"""The vCenter connection's bottom layer: server, credentials, TLS trust and call counting (polling is
+:func:`imagebuilder.progress.poll`, shared with every service that runs tasks).
 
 Everything vSphere builds on this: the REST and SSO clients, and the :class:`~imagebuilder.vsphere.session.VSphere`
 facade above them. It imports none of them.
@@ -21,17 +22,14 @@ import re
 import socket
 import ssl
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.profile import load_profile
-
-T = TypeVar("T")
 
 #: a SHA1 thumbprint as vSphere writes it: 20 upper-case hex pairs joined by colons
 THUMBPRINT_RE = re.compile(r"^(?:[0-9A-F]{2}:){19}[0-9A-F]{2}$")
@@ -215,21 +213,6 @@ def fault_text(exc: Any) -> str:
     msg = getattr(exc, "msg", "") or ""
     name = type(exc).__name__.rsplit(".", 1)[-1]
     return f"{name}: {msg}" if msg else name
-
-
-def poll(check: Callable[[], tuple[bool, T]], what: str, timeout: float = 3600) -> T:
-    """Call ``check`` until it reports done, pausing 2 ms, then twice as long each time up to 1 s: a quick vCenter
-    task (most here) costs one or two calls, a long one (a pulled OVA) about one a second."""
-    deadline = time.monotonic() + timeout
-    delay = 0.002
-    while True:
-        finished, value = check()
-        if finished:
-            return value
-        if time.monotonic() > deadline:
-            raise ExternalError(f"{what} did not finish in {timeout:.0f} s")
-        time.sleep(delay)
-        delay = min(delay * 2, 1.0)
 
 
 class CallCounter:

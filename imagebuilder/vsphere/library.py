@@ -20,8 +20,7 @@ from typing import IO, Any
 from imagebuilder import progress
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import sha256_file
-from imagebuilder.progress import Advance, Transfers
-from imagebuilder.vsphere.connection import poll
+from imagebuilder.progress import Advance, Transfers, poll
 from imagebuilder.vsphere.rest import Call, RestClient
 
 FIND_LIBRARY = Call("POST", "/content/library", "/com/vmware/content/library", "spec")

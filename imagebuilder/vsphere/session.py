@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from imagebuilder.errors import ExternalError
+from imagebuilder.progress import poll
 from imagebuilder.vsphere.connection import (
     CallCounter,
     Credentials,
@@ -21,7 +22,6 @@ from imagebuilder.vsphere.connection import (
     credentials_from_env,
     external_errors,
     fault_text,
-    poll,
     ssl_context,
 )
 from imagebuilder.vsphere.library import Library
