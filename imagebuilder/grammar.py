@@ -247,22 +247,22 @@ def s3_prefix(text: str) -> str:
     return value
 
 
+def _matching(pattern: re.Pattern[str], text: str, expected: str) -> str:
+    if not pattern.fullmatch(text):
+        raise ValueError(f"expected {expected}, got {text[:70]!r}")
+    return text
+
+
 def aws_region(text: str) -> str:
     """An AWS region code (us-west-2, eu-central-1, us-gov-west-1)."""
-    if not _AWS_REGION.fullmatch(text):
-        raise ValueError(f"expected an AWS region such as us-west-2, got {text[:40]!r}")
-    return text
+    return _matching(_AWS_REGION, text, "an AWS region such as us-west-2")
 
 
 def iam_role_name(text: str) -> str:
     """An IAM role name: 1-64 of letters, digits and + = , . @ _ -."""
-    if not _IAM_ROLE.fullmatch(text):
-        raise ValueError(f"expected an IAM role name (1-64 of A-Z a-z 0-9 + = , . @ _ -), got {text[:70]!r}")
-    return text
+    return _matching(_IAM_ROLE, text, "an IAM role name (1-64 of A-Z a-z 0-9 + = , . @ _ -)")
 
 
 def ami_id(text: str) -> str:
     """An AMI ID: ami- and 8 or 17 hex digits."""
-    if not _AMI_ID.fullmatch(text):
-        raise ValueError(f"expected an AMI ID such as ami-0123456789abcdef0, got {text[:40]!r}")
-    return text
+    return _matching(_AMI_ID, text, "an AMI ID such as ami-0123456789abcdef0")
