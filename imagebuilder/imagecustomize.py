@@ -143,7 +143,8 @@ def customize_image(
         return Result(dest, None, None, kept=True)
     warnings = (customizer.KEEP_USER_WARNING,) if keep_user else ()
     firmware = input_firmware(image)
-    ovmf = ovmf_firmware() if firmware == "efi" else None
+    if firmware == "efi":
+        ovmf_firmware()  # a missing OVMF fails here, before any copy is made
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".image-customize-", dir=dest.parent) as tmp:
         work = Path(tmp)
@@ -156,9 +157,15 @@ def customize_image(
             seed = _seed_iso(run.documents.nocloud_files(), work)
             port = _free_port()
             with qemu.running(
-                disk, fmt="qcow2", serial=work / "serial.log", cdrom=seed, ssh_port=port, memory_mb=2048, firmware=ovmf
+                disk,
+                fmt="qcow2",
+                serial=work / "serial.log",
+                cdrom=seed,
+                ssh_port=port,
+                memory_mb=2048,
+                firmware=firmware,
             ) as guest:
-                say(f"booting {image.name} under QEMU ({guest.accelerator}{', UEFI' if ovmf else ''})")
+                say(f"booting {image.name} under QEMU ({guest.accelerator}{', UEFI' if firmware == 'efi' else ''})")
                 try:
                     customizer.apply(run, "127.0.0.1", port, log=log, timeout=timeout, say=say, gone=guest.exited)
                 except ExternalError as exc:

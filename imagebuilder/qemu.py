@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder.hostinfo import KvmStatus, kvm_status, require_tools
+from imagebuilder.catalog import Firmware
+from imagebuilder.hostinfo import KvmStatus, kvm_status, ovmf_firmware, require_tools
 
 
 @dataclass
@@ -56,10 +57,10 @@ def running(
     ssh_port: int | None = None,
     memory_mb: int = 1024,
     kvm: KvmStatus | None = None,
-    firmware: Path | None = None,
+    firmware: Firmware = "bios",
 ) -> Iterator[Guest]:
     """Start a guest on ``disk`` (``snapshot``: writes go to a throwaway overlay) and stop it after the block;
-    ``firmware``: a firmware image in place of SeaBIOS (OVMF: the guest boots by UEFI)."""
+    ``firmware="efi"``: OVMF in place of SeaBIOS, the guest boots by UEFI."""
     kvm = kvm or kvm_status()
     qemu = require_tools("qemu-system-x86_64")["qemu-system-x86_64"]
     serial.touch()
@@ -68,8 +69,8 @@ def running(
            "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
            "-drive", f"file={disk},if=virtio,format={fmt}",
            "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"]  # fmt: skip
-    if firmware is not None:
-        cmd += ["-bios", str(firmware)]
+    if firmware == "efi":
+        cmd += ["-bios", str(ovmf_firmware())]
     if snapshot:
         cmd.append("-snapshot")
     if cdrom is not None:

@@ -24,7 +24,7 @@ from imagebuilder.catalog import Firmware
 from imagebuilder.disk import mounted_root, raw_view
 from imagebuilder.errors import InputError
 from imagebuilder.files import parse_json, read_text
-from imagebuilder.hostinfo import KvmStatus, ovmf_firmware
+from imagebuilder.hostinfo import KvmStatus
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import BUILD_USER
 
@@ -122,11 +122,10 @@ def boot_test(
 def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None, firmware: Firmware = "bios") -> Finding:
     """:func:`boot_test` on a raw disk (QEMU's ``-snapshot`` leaves it untouched), by BIOS (SeaBIOS) or by UEFI
     (OVMF, as a ``--firmware efi`` image boots on the machines it is built for)."""
-    bios = ovmf_firmware() if firmware == "efi" else None
-    how = "UEFI, OVMF" if bios else "BIOS"
+    how = "UEFI, OVMF" if firmware == "efi" else "BIOS"
     with (
         tempfile.TemporaryDirectory(prefix="image-boot-") as tmp,
-        qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=bios) as guest,
+        qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=firmware) as guest,
     ):
         start = time.monotonic()
         while time.monotonic() - start < timeout:
