@@ -17,12 +17,11 @@ assembled on loop devices mapped at the partitions' offsets (no partition device
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from imagebuilder import disk
@@ -77,34 +76,6 @@ def _run(*args: str, log: Say | None = None, timeout: int = 3600, env: dict[str,
     return run_checked(*args, timeout=timeout, env=env)
 
 
-@contextlib.contextmanager
-def _chroot_mounts(root: Path, log: Say | None = None) -> Iterator[None]:
-    """/proc, /sys, /dev and /dev/pts for package scripts; services must not start (policy-rc.d).
-
-    On the way out, whatever the package scripts left running in the chroot is stopped before anything is
-    unmounted, and each mount is released for real (:func:`imagebuilder.disk.unmount`)."""
-    mounts = [("proc", "proc", ["-t", "proc"]), ("sys", "sys", ["-t", "sysfs"]), ("/dev", "dev", ["--bind"]),
-              ("devpts", "dev/pts", ["-t", "devpts"])]  # fmt: skip
-    done: list[Path] = []
-    policy = root / "usr" / "sbin" / "policy-rc.d"
-    policy.write_text("#!/bin/sh\nexit 101\n")
-    policy.chmod(0o755)
-    shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
-    try:
-        for source, target, opts in mounts:
-            path = root / target
-            path.mkdir(parents=True, exist_ok=True)
-            _run("mount", *opts, source, str(path))
-            done.append(path)
-        yield
-    finally:
-        disk.stop_holders(root, log=log)
-        for path in reversed(done):
-            disk.unmount(path, log=log)
-        policy.unlink(missing_ok=True)
-        (root / "etc" / "resolv.conf").write_text("")
-
-
 def _configure(root: Path, uuid: str) -> None:
     boot = root / "boot"
     kernels = sorted(boot.glob("vmlinuz-*"))
@@ -113,6 +84,7 @@ def _configure(root: Path, uuid: str) -> None:
         raise ExternalError("debootstrap installed no kernel/initrd (linux-image-amd64)")
     (root / "etc" / "fstab").write_text(f"UUID={uuid} / ext4 defaults,errors=remount-ro 0 1\n")
     (root / "etc" / "hostname").write_text("localhost\n")
+    (root / "etc" / "resolv.conf").write_text("")  # debootstrap copied the host's; cloud-init writes the node's
     # predictable interface names (ens3 under QEMU, ens192 on vSphere), as on Ubuntu cloud images: spec 4.8's
     # network config matches ens*
     (root / "etc" / "network" / "interfaces.d").mkdir(parents=True, exist_ok=True)
@@ -275,7 +247,7 @@ def make_base_image(
             timeout=3600,
             env={"DEBIAN_FRONTEND": "noninteractive"},
         )
-        with _chroot_mounts(root, log):
+        with disk.chroot_mounts(root, log=log):
             _run("chroot", str(root), "apt-get", "update", "-qq", log=log)
             _run(
                 "chroot", str(root), "apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES,

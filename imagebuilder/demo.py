@@ -44,7 +44,9 @@ def ensure_base_image(path: Path, say: Say, **kw: object) -> tuple[Path, str]:
     return make_base_image(path, log=None, **kw)  # type: ignore[arg-type]
 
 
-def demo_steps(dest: Path, *, channel: str = "1-24", disk_gb: int = 4, boot: bool = True) -> list[str]:
+def demo_steps(
+    dest: Path, *, channel: str = "1-24", disk_gb: int = 4, boot: bool = True, engine: str = "auto"
+) -> list[str]:
     """What :func:`run_demo` runs, as the commands a user would type (``demo --dry-run`` prints them)."""
     root = dest.resolve()
     return [
@@ -52,7 +54,7 @@ def demo_steps(dest: Path, *, channel: str = "1-24", disk_gb: int = 4, boot: boo
         f"stand-in release {channel} under {root}/upstream",
         f"mirror.create --release-channel {channel} --dest {root}/mirror --source {root}/upstream",
         f"build --os ubuntu --hypervisor baremetal --release-channel {channel} --mirror {root}/mirror"
-        f" --offline --disk-gb {disk_gb} --output-dir {root}/output",
+        f" --offline --disk-gb {disk_gb} --output-dir {root}/output --engine {engine}",
         "image.verify" + ("" if boot else " --no-boot"),
     ]
 
@@ -67,6 +69,7 @@ def run_demo(
     say: Say = silent,
     status: Say = silent,
     skip_checks: tuple[str, ...] = (),
+    engine: str = "auto",
 ) -> DemoResult:
     """The offline flow end to end; ``say`` reports each step (kept), ``status`` the build's finer progress."""
     dest = dest.resolve()
@@ -94,10 +97,12 @@ def run_demo(
             output_dir=str(dest / "output"),
             offline=True,
             disk_gb=disk_gb,
+            engine=engine,
         )
     )
     require(plan.os, plan.provider, skip_checks, say=say)  # the same gate as 'build'
-    say(f"build: {plan.output_name} (Packer + Ansible, offline)")
+    how = "Packer + QEMU + Ansible" if plan.engine == "packer" else "Ansible in a chroot, no VM"
+    say(f"build: {plan.output_name} ({how}, offline); engine {plan.engine}: {plan.engine_reason}")
     build = run_build(plan, say=status)
     assert build.artifact is not None
     say(f"image: {build.artifact}  sha256 {build.sha256}")

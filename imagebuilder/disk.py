@@ -14,6 +14,7 @@ import contextlib
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tarfile
@@ -283,3 +284,133 @@ def mounted_root(raw: Path) -> Iterator[Path]:
         mounted(dev, Path(mnt), "ro", "noload"),
     ):
         yield Path(mnt)
+
+
+def grow_last_partition(raw: Path, size: int, *, log: Say | None = None) -> bool:
+    """Make ``raw`` ``size`` bytes and grow its last partition to the end, as Packer's ``disk_size`` and
+    cloud-init's growpart do for a VM build. Only a Linux partition that is last on the disk is grown (the
+    filesystem afterwards, by :func:`grow_filesystem`); returns whether it was. A disk already this size or larger
+    is left as it is."""
+    if raw.stat().st_size >= size:
+        return False
+    with raw.open("r+b") as fh:
+        fh.truncate(size)
+    label, parts = partitions(raw)
+    if label == "gpt":
+        # the backup GPT header belongs at the new end of the disk
+        run_checked("sfdisk", "--quiet", "--relocate", "gpt-bak-std", str(raw))
+    if not parts:
+        return False
+    last = max(parts, key=lambda p: p.start)
+    if last.type not in LINUX_TYPES:
+        return False
+    if log:
+        log(f"growing partition {last.number} to the end of the {size / 2**30:.0f} GiB disk")
+    subprocess.run(
+        ["sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", "-N", str(last.number), str(raw)],
+        input=", +\n", text=True, check=True, capture_output=True,
+    )  # fmt: skip
+    return True
+
+
+def grow_filesystem(device: str) -> None:
+    """Grow the ext4 filesystem on ``device`` to the device's size (checked first, as resize2fs requires)."""
+    proc = subprocess.run(["e2fsck", "-f", "-p", device], capture_output=True, text=True, check=False)
+    if proc.returncode >= 4:  # 1 and 2 mean errors were corrected
+        raise ExternalError(f"e2fsck found errors it cannot correct on {device}: {proc.stdout.strip()[-300:]}")
+    run_checked("resize2fs", device)
+
+
+#: what a chroot gets from the host while it is provisioned: a fresh /proc (its /proc/sys read-only, so nothing in
+#: the chroot sets the host's kernel parameters), a read-only /sys, the host's /dev made private (a mount below it
+#: does not propagate back to the host's /dev), a new devpts instance, and empty tmpfs /run and /tmp (what
+#: package scripts and Ansible leave there is gone when the chroot is released)
+CHROOT_MOUNTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("proc", "proc", ("-t", "proc")),
+    ("sysfs", "sys", ("-t", "sysfs", "-o", "ro,nosuid,nodev,noexec")),
+    ("/dev", "dev", ("--bind",)),
+    ("devpts", "dev/pts", ("-t", "devpts", "-o", "newinstance,ptmxmode=0666,mode=0620")),
+    ("tmpfs", "run", ("-t", "tmpfs", "-o", "mode=0755,nosuid,nodev")),
+    ("tmpfs", "tmp", ("-t", "tmpfs", "-o", "mode=1777,nosuid,nodev")),
+)
+#: policy-rc.d answering 101: Debian's maintainer scripts start no service in the chroot
+POLICY_RC_D = "#!/bin/sh\n# image-builder: no service starts while the image is provisioned in a chroot\nexit 101\n"
+
+
+@contextlib.contextmanager
+def _replaced(path: Path, content: str, perm: int) -> Iterator[None]:
+    """``path`` holds ``content`` for the block; afterwards exactly what was there before (a file with its mode, a
+    symbolic link with its target, or nothing) is put back."""
+    saved: tuple[str, bytes | str, int] | None = None
+    if path.is_symlink():
+        saved = ("link", os.readlink(path), 0)
+    elif path.exists():
+        saved = ("file", path.read_bytes(), path.stat().st_mode & 0o7777)
+    if saved is not None:
+        path.unlink()
+    path.write_text(content)
+    path.chmod(perm)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        if saved is not None and saved[0] == "link":
+            os.symlink(saved[1], path)
+        elif saved is not None:
+            assert isinstance(saved[1], bytes)
+            path.write_bytes(saved[1])
+            path.chmod(saved[2])
+
+
+@contextlib.contextmanager
+def chroot_mounts(root: Path, *, log: Say | None = None) -> Iterator[None]:
+    """Make ``root`` a place to run an OS's package tools and Ansible in (:data:`CHROOT_MOUNTS`), with the host's
+    resolv.conf (for a proxy or mirror by name) and policy-rc.d in place.
+
+    On the way out whatever was started in the chroot is stopped before anything is unmounted, each mount is
+    released for real (:func:`unmount`), and resolv.conf and policy-rc.d are exactly what they were."""
+    done: list[Path] = []
+    resolv = root / "etc" / "resolv.conf"
+    host_resolv = Path("/etc/resolv.conf").read_text() if Path("/etc/resolv.conf").is_file() else ""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_replaced(root / "usr" / "sbin" / "policy-rc.d", POLICY_RC_D, 0o755))
+        stack.enter_context(_replaced(resolv, host_resolv, 0o644))
+        try:
+            for source, target, opts in CHROOT_MOUNTS:
+                path = root / target
+                path.mkdir(parents=True, exist_ok=True)
+                run_checked("mount", *opts, source, str(path))
+                done.append(path)
+                if target == "dev":
+                    run_checked("mount", "--make-rprivate", str(path))
+                if target == "proc":
+                    sysctl = path / "sys"
+                    run_checked("mount", "--bind", str(sysctl), str(sysctl))
+                    done.append(sysctl)
+                    run_checked("mount", "-o", "remount,bind,ro", str(sysctl))
+            yield
+        finally:
+            stop_holders(root, log=log)
+            for path in reversed(done):
+                unmount(path, log=log)
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or below ``path`` (from /proc/self/mountinfo)."""
+    base = os.path.realpath(path)
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            target = line.split()[4].encode().decode("unicode_escape")
+            if target == base or target.startswith(base + "/"):
+                found.append(target)
+    return found
+
+
+def remove_tree(path: Path) -> list[str]:
+    """Remove ``path`` unless something is still mounted below it (a bound /dev would be the host's own device
+    nodes); returns what is still mounted, and then removes nothing."""
+    left = mounts_under(path)
+    if not left:
+        shutil.rmtree(path, ignore_errors=True)
+    return left

@@ -277,6 +277,33 @@ def check_buildable(plan: BuildPlan) -> None:
         )
 
 
+def node_vars(
+    plan: BuildPlan, directory: Path, customization: Customization | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The node playbook's variables (no secrets) and what the customize role needs in the controller's
+    environment (its secrets), for either engine. ``directory`` is the build's workspace."""
+    customization = effective_customization(plan, customization)
+    role_vars = {**ansible_vars(plan), "artifact_cache": str(directory / "artifacts")}
+    secret_env: dict[str, str] = {}
+    if customization is not None:  # build --customize: the same role as template.customize, before sysprep
+        role_vars.update(customization.role_vars(user=role_vars["build_user"]))
+        role_vars["custom_roles"] = [*role_vars["custom_roles"], "customize"]
+        secret_env.update(customization.secret_env())
+    return role_vars, secret_env
+
+
+def controller_env(plan: BuildPlan) -> dict[str, str]:
+    """What ansible-playbook needs in its environment when no Packer runs it (the chroot engine): the proxies, the
+    activation key, and the Red Hat user under the names the role reads (Packer passes those as PKR_VAR_*)."""
+    env = {k: v for k, v in _secret_env(plan).items() if not k.startswith("PKR_VAR_")}
+    config = plan.config
+    if isinstance(config, Os3Fields) and plan.os == "redhat" and config.enterprise_username:
+        assert config.enterprise_password
+        env["RHSM_USERNAME"] = config.enterprise_username
+        env["RHSM_PASSWORD"] = config.enterprise_password.get_secret_value()
+    return env
+
+
 def render_build(
     plan: BuildPlan,
     directory: Path,
@@ -318,13 +345,8 @@ def render_build(
             files.append(_write(directory / "http" / "meta-data", f"instance-id: {plan.output_name}\n"))
     if provider.inline_user_data:
         ctx["user_data"] = env.get_template("cloud-init/build-user-data.yaml.j2").render(ctx)
-    customization = effective_customization(plan, customization)
-    role_vars = {**ansible_vars(plan), "artifact_cache": str(directory / "artifacts")}
-    secret_env = _secret_env(plan)
-    if customization is not None:  # build --customize: the same role as template.customize, before sysprep
-        role_vars.update(customization.role_vars(user=role_vars["build_user"]))
-        role_vars["custom_roles"] = [*role_vars["custom_roles"], "customize"]
-        secret_env.update(customization.secret_env())
+    role_vars, secret_env = node_vars(plan, directory, customization)
+    secret_env = {**_secret_env(plan), **secret_env}
     files.append(_write(directory / "ansible-vars.json", json.dumps(role_vars, indent=2) + "\n"))
     template = _write(
         directory / "node.pkr.hcl", env.get_template(f"packer/{ctx['builder']}/node.pkr.hcl.j2").render(ctx)

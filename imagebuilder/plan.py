@@ -36,6 +36,7 @@ class BuildRequest:
     ansible_verbosity: int = 0  # the reference tool's --ansible-verbosity (0-6)
     eksa_release: str | None = None  # the reference tool's --<product>-release: the product release to pin
     firmware: str | None = None  # the reference tool's --firmware: bios or efi (None: the matrix's default)
+    engine: str | None = None  # packer (default), chroot (image-based builds, no VM) or auto
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class BuildPlan:
     ansible_verbosity: int = 0
     #: what the image boots with: BIOS, or UEFI (an EFI system partition; the build VM runs OVMF)
     firmware: Firmware = "bios"
+    #: who provisions the image: ``packer`` (a VM) or ``chroot`` (the image mounted on this host, no VM)
+    engine: str = "packer"
+    #: why that engine (``--engine auto`` says what it found)
+    engine_reason: str = "the default"
 
     @property
     def os(self) -> str:
@@ -119,6 +124,8 @@ class BuildPlan:
             "workspace": str(self.workspace),
             "disk_gb": self.disk_gb,
             "firmware": self.firmware,
+            "engine": self.engine,
+            "engine_reason": self.engine_reason,
             "build_options": self.extras.summary() if self.extras else None,
             "steps": list(self.steps),
         }
@@ -139,6 +146,7 @@ class BuildPlan:
         out = data["output"]
         lines.append(f"  output              {out['kind']}: {out['path'] or out['name']}  ({out['description']})")
         lines.append(f"  firmware            {'UEFI (efi)' if self.firmware == 'efi' else 'BIOS (bios)'}")
+        lines.append(f"  engine              {self.engine} ({self.engine_reason})")
         lines.append(f"  config file         {self.config_path or '(none)'}")
         for key, value in (data["config"] or {}).items():
             if value is not None:

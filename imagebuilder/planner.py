@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from imagebuilder.catalog import ReleaseChannel, load_catalog
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.errors import ExternalError, InputError, did_you_mean
 from imagebuilder.fetch import Mirror
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
@@ -19,7 +19,13 @@ from imagebuilder.productrelease import distro_manifest_for, flag
 from imagebuilder.profile import load_profile
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP
-from imagebuilder.providers.config import BuildExtras, ConfigContext, ProviderConfig, load_provider_config
+from imagebuilder.providers.config import (
+    BuildExtras,
+    ConfigContext,
+    ProviderConfig,
+    SourceImageFields,
+    load_provider_config,
+)
 from imagebuilder.release_manifest import ReleaseManifest, load_manifest
 
 #: how long a dry run waits for the upstream manifest before planning without it
@@ -45,12 +51,63 @@ def _artifact_name(plan_os: str, version: str, release: int, extension: str, ove
     )
 
 
+ENGINES = ("packer", "chroot", "auto")
+
+
+def image_based(provider: str, config: ProviderConfig | None) -> bool:
+    """Whether the build starts from a disk image it can provision without booting (a QEMU build from a
+    ``source_image_url``), rather than an ISO install or a platform's VM."""
+    builder = registry.get(provider).builder_for(config)
+    return builder == "qemu" and isinstance(config, SourceImageFields) and config.uses_source_image
+
+
+def choose_engine(requested: str | None, provider: str, config: ProviderConfig | None) -> tuple[str, str]:
+    """(engine, why) for ``--engine``: packer by default; chroot only for image-based builds; auto picks chroot
+    for those when KVM is unusable here (QEMU would emulate every instruction) and packer otherwise."""
+    from imagebuilder.hostinfo import kvm_status
+
+    engine = requested or "packer"
+    if engine not in ENGINES:
+        raise InputError(
+            f"{engine[:40]!r} is not one of them{did_you_mean(engine, ENGINES)}",
+            field="--engine",
+            expected=" or ".join(ENGINES),
+        )
+    if engine == "packer":
+        return "packer", "--engine packer" if requested else "the default"
+    if not image_based(provider, config):
+        if engine == "auto":
+            return "packer", "auto: this build installs from an ISO or runs on its platform, which needs a VM"
+        raise InputError(
+            f"--engine chroot provisions a disk image without a VM; this {provider} build installs from an ISO or"
+            " runs on its platform, which needs one",
+            field="--engine",
+            expected="packer or auto here; chroot with a source_image_url (bare metal, the local OVA)",
+        )
+    if engine == "chroot":
+        return "chroot", "--engine chroot"
+    kvm = kvm_status()
+    if kvm.usable:
+        return "packer", f"auto: KVM is usable ({kvm.reason})"
+    return "chroot", f"auto: the build starts from a disk image and KVM is unusable ({kvm.reason})"
+
+
 def _steps(plan: BuildPlan) -> list[str]:
     install = "kickstart" if plan.pair.os.install == "kickstart" else "cloud-init seed"
+    provider_steps = registry.get(plan.provider).steps(plan)
+    if plan.engine == "chroot":
+        render = f"render the Ansible variables and inventory into {plan.workspace}/<build-id>"
+        # the provider's first step is its Packer builder's; the chroot engine does that part
+        provider_steps[0] = (
+            f"chroot: the source image as a {plan.disk_gb} GiB raw disk on loop devices, mounted, provisioned by"
+            " Ansible's chroot connection (no VM; services enabled, not started)"
+        )
+    else:
+        render = f"render the Packer template, {install} and Ansible variables into {plan.workspace}/<build-id>"
     steps = [
         "preflight: host OS, architecture, CPUs, memory, disk, tools, /dev/kvm (spec 4.3, 8)",
-        f"render the Packer template, {install} and Ansible variables into {plan.workspace}/<build-id>",
-        *registry.get(plan.provider).steps(plan),
+        render,
+        *provider_steps,
     ]
     config = plan.config if isinstance(plan.config, BuildExtras) else None
     if config is not None and (config.http_proxy or config.https_proxy):
@@ -195,6 +252,7 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     disk_gb = catalog.build_vm["disk_gb"] if request.disk_gb is None else request.disk_gb
     if not 4 <= disk_gb <= 2048:
         raise InputError(f"{disk_gb} GiB is not a usable disk size", field="--disk-gb", expected="4 to 2048")
+    engine, engine_reason = choose_engine(request.engine, provider.name, config)
     plan = BuildPlan(
         pair=pair,
         os_version=os_version,
@@ -216,6 +274,8 @@ def make_plan(request: BuildRequest) -> BuildPlan:
         extras=extras,
         ansible_verbosity=request.ansible_verbosity,
         firmware=firmware,
+        engine=engine,
+        engine_reason=engine_reason,
     )
     return dataclasses.replace(plan, steps=tuple(_steps(plan)))
 

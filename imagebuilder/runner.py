@@ -14,7 +14,6 @@ import contextlib
 import datetime as dt
 import json
 import secrets
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from imagebuilder import __version__, fetch
+from imagebuilder import __version__, disk, fetch
 from imagebuilder.bootcheck import check_image
+from imagebuilder.buildinputs import inputs_digest
+from imagebuilder.chrootbuild import check_engine, run_chroot_build
 from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Expected, is_url
@@ -100,10 +101,10 @@ def _run_packer(rendered: RenderedBuild, packer: PackerInfo, log: IO[str], redac
             )
 
 
-def _tool_versions(packer: PackerInfo) -> dict[str, str | None]:
+def _tool_versions(packer: PackerInfo | None) -> dict[str, str | None]:
     return {
         "image-builder": __version__,
-        "packer": packer.version_text,
+        "packer": packer.version_text if packer else None,
         "ansible": tool_version("ansible-playbook"),
         "qemu": tool_version("qemu-system-x86_64"),
         "pigz": tool_version("pigz"),
@@ -118,12 +119,22 @@ def run_build(
     keep_on_error: bool = False,
     customization: Customization | None = None,
     say: Say = silent,
+    os_layer: Path | None = None,
+    inputs_sha256: str | None = None,
 ) -> BuildResult:
     """Execute ``plan``, saying each step as it starts (the progress protocol). Raises :class:`ExternalError` with
     the log's path when something outside us fails. ``customization`` (``build --customize``) adds the customize
-    role; its secrets reach Ansible through Packer's environment only and are redacted from the log."""
+    role; its secrets reach Ansible through Packer's environment only and are redacted from the log. ``os_layer``
+    (chroot engine, from ``build.matrix``) is a cached OS layer of this plan: the build runs only its Kubernetes
+    part on a copy of it."""
     check_buildable(plan)  # bad input fails here, before anything is written
-    packer = packer or PackerInfo.detect()
+    if os_layer is not None and plan.engine != "chroot":
+        raise InputError("an OS layer is provisioned by the chroot engine only", field="--engine", expected="chroot")
+    if plan.engine == "chroot":
+        check_engine()
+        packer = None
+    else:
+        packer = packer or PackerInfo.detect()
     out_dir = plan.output_path.parent if plan.output_path else Path("output").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
@@ -148,20 +159,30 @@ def run_build(
                 say(f"{plan.output_name}: {text}")
 
             with _step(steps, "source"):
-                source = prepare_source_image(plan, workspace, status)
-            with _step(steps, "render"):
-                if builder == "qemu" and kvm is None:
-                    kvm = kvm_status()
-                    log.write(f"accelerator: {kvm.accelerator} ({kvm.reason})\n")
-                    if not kvm.usable:
-                        say(f"warning: {kvm.reason}; QEMU uses TCG (slow)")
-                rendered = render_build(
-                    plan, workspace, packer, kvm=kvm, source_image=source, customization=customization
-                )
-            with _step(steps, "packer"):
-                _run_packer(rendered, packer, log, redact, status)
+                source = os_layer if os_layer is not None else prepare_source_image(plan, workspace, status)
+            if plan.engine == "chroot":
+                with _step(steps, "chroot"):
+                    assert source is not None  # the planner chose chroot for an image-based build only
+                    directory = workspace / "chroot"
+                    layers = ("kubernetes",) if os_layer is not None else ("os", "kubernetes")
+                    run_chroot_build(plan, source, directory, customization=customization, log=log, redact=redact,
+                                     status=status, layers=layers)  # fmt: skip
+            else:
+                assert packer is not None
+                with _step(steps, "render"):
+                    if builder == "qemu" and kvm is None:
+                        kvm = kvm_status()
+                        log.write(f"accelerator: {kvm.accelerator} ({kvm.reason})\n")
+                        if not kvm.usable:
+                            say(f"warning: {kvm.reason}; QEMU uses TCG (slow)")
+                    rendered = render_build(
+                        plan, workspace, packer, kvm=kvm, source_image=source, customization=customization
+                    )
+                    directory = rendered.directory
+                with _step(steps, "packer"):
+                    _run_packer(rendered, packer, log, redact, status)
             with _step(steps, "package"):
-                packaged = registry.get(plan.provider).package(plan, rendered.directory, status)
+                packaged = registry.get(plan.provider).package(plan, directory, status)
                 artifact, sha, size = packaged.artifact, packaged.sha256, packaged.size
                 result_extra.update(packaged.extra)
         with (
@@ -172,7 +193,9 @@ def run_build(
         succeeded = True
     finally:
         if succeeded or not keep_on_error:
-            shutil.rmtree(workspace, ignore_errors=True)
+            left = disk.remove_tree(workspace)
+            if left:
+                say(f"warning: still mounted, so the workspace {workspace} was kept: {', '.join(left)}")
         elif workspace.exists():
             say(f"warning: build failed; workspace kept: {workspace}")
     finished = dt.datetime.now(dt.UTC)
@@ -182,6 +205,9 @@ def run_build(
         "finished": finished.isoformat(),
         "plan": plan.to_json(),
         "tools": _tool_versions(packer),
+        "engine": plan.engine,
+        "os_layer": os_layer.name if os_layer else None,
+        "inputs_sha256": inputs_sha256 or inputs_digest(plan, customization),
         "accelerator": kvm.accelerator if kvm else None,
         "artifact": {"name": artifact.name, "sha256": sha, "size": size} if artifact else None,
         "steps": steps,

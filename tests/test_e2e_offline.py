@@ -16,6 +16,7 @@ import pytest
 
 from imagebuilder.catalog import load_catalog
 from imagebuilder.disk import mounted_root, raw_view
+from imagebuilder.imagediff import diff_images
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import verify_image
 from tests.support.common import BIN
@@ -189,6 +190,30 @@ def test_offline_bare_metal_build_is_verified(
         adm = subprocess.run(["chroot", str(root), "getent", "group", "adm"], capture_output=True, text=True)
         assert placed.stat().st_gid == int(adm.stdout.split(":")[2])
     assert REG_SECRET not in res.stdout + res.stderr and not scan_for(REG_SECRET, out)
+
+    # the same inputs through the chroot engine (no VM, issue 18): the same image, proven the same way
+    chroot_out = tmp_path / "chroot-out"
+    res = build(offline_ns, home, "baremetal", config, upstream_server, chroot_out,
+                "--customize", str(tmp_path / "build.yaml"), "--engine", "chroot")  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    chroot_gz = chroot_out / gz.name
+    chroot_manifest = json.loads((chroot_out / "ubuntu-v1.24.8-eks-5-amd64.build-manifest.json").read_text())
+    assert chroot_manifest["engine"] == "chroot" and chroot_manifest["tools"]["packer"] is None
+    assert set(chroot_manifest["steps"]) == {"source", "chroot", "package"}
+    assert chroot_manifest["inputs_sha256"] != manifest["inputs_sha256"], "the engine is one of the inputs"
+    for secret in (PROXY_SECRET, REG_SECRET):
+        assert secret not in res.stdout + res.stderr and not scan_for(secret, chroot_out)
+    assert not list((home / "work").iterdir()), "the chroot workspace is removed"
+    report = diff_images(gz, chroot_gz, work_dir=tmp_path / "diff")
+    assert not report.unexpected, "\n".join(map(str, report.unexpected))
+    findings = verify_image(chroot_gz)  # testinfra, then a boot to a login prompt under OVMF
+    assert not [f for f in findings if not f.ok], findings
+    with raw_view(chroot_gz, work_dir=tmp_path / "raw") as raw, mounted_root(raw) as root:
+        assert (root / "usr/share" / PROBE_PACKAGE / "marker").is_file(), "the extra package is installed"
+        # nothing the chroot run needed stays: policy-rc.d, Ansible's files, the host's resolv.conf
+        assert not (root / "usr/sbin/policy-rc.d").exists() and not (root / "root/.ansible").exists()
+        kept = subprocess.run(["grep", "-rls", "proxyuser", str(root / "etc")], capture_output=True, text=True)
+        assert not kept.stdout, kept.stdout
 
     # image.customize on the built .gz (offline, in the namespace): a second CA and registry; image.verify passes
     make_ca(tmp_path / "site-ca.pem", "Site CA", leaf=tmp_path / "site-leaf.pem")

@@ -32,9 +32,10 @@ from imagebuilder.cli import (
     vsphere,
 )
 
-TOP_LEVEL: tuple[ModuleType, ...] = (build, demo, dev, docs, preflight, serve)
+TOP_LEVEL: tuple[ModuleType, ...] = (demo, dev, docs, preflight, serve)
 NAMESPACES: tuple[ModuleType, ...] = (
     ami,
+    build,  # build (its default task) and build.matrix
     cloudstack,
     cluster,
     config,

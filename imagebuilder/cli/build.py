@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json, status_line
 from imagebuilder.errors import InputError
+from imagebuilder.plan import BuildRequest
 
 HELP = {
     "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
@@ -38,11 +41,49 @@ HELP = {
     "eksa_release": "build what this product release pins, vX.Y.Z (default: $<PRODUCT>_RELEASE_VERSION, else the"
     " channel's manifest)",
     "firmware": "bios or efi (UEFI: ubuntu on baremetal, where it is the default, and vsphere; redhat on baremetal)",
+    "engine": "packer (default: a VM), chroot (a build from a source image, provisioned without a VM) or auto"
+    " (chroot for such a build when KVM is unusable here)",
     "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
 }
 
 
-@task(help=HELP, iterable=["skip_check"], auto_shortflags=False)
+def _request(
+    given: dict[str, str | None],
+    *,
+    disk_gb: str | None,
+    files_config: str | None,
+    eksa_release: str | None,
+    ansible_verbosity: str | None,
+    **fields: Any,
+) -> BuildRequest:
+    """The build request of ``build``'s and ``build.matrix``'s shared flags (config files by provider or alias)."""
+    import os as os_env
+
+    from imagebuilder.catalog import load_catalog
+    from imagebuilder.productrelease import check_version, env_name
+
+    env_release = os_env.environ.get(env_name()) or None  # the reference tool's variable; the flag wins
+    if env_release:
+        check_version(env_release, env_name())
+    catalog = load_catalog()
+    configs: dict[str, str] = {}
+    for key, path in given.items():
+        if path:
+            real = catalog.provider(key).name  # config/matrix.yaml owns the aliases
+            if real in configs:
+                raise InputError(f"--{real}-config given twice (once as --{key}-config)", field=f"--{key}-config")
+            configs[real] = path
+    return BuildRequest(
+        configs=configs,
+        disk_gb=flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None,
+        files_config=str(flags.existing_file(files_config, "--files-config")) if files_config else None,
+        eksa_release=check_version(eksa_release) if eksa_release else env_release,
+        ansible_verbosity=flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0,
+        **fields,
+    )
+
+
+@task(help=HELP, iterable=["skip_check"], auto_shortflags=False, default=True)
 @cli_task
 def build(
     c: Context,
@@ -74,16 +115,12 @@ def build(
     ansible_verbosity: str | None = None,
     eksa_release: str | None = None,
     firmware: str | None = None,
+    engine: str | None = None,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
-    import os as os_env
-
-    from imagebuilder.catalog import load_catalog
     from imagebuilder.customize import load_customization
-    from imagebuilder.plan import BuildRequest
     from imagebuilder.planner import make_plan
     from imagebuilder.preflight import require
-    from imagebuilder.productrelease import check_version, env_name
     from imagebuilder.runner import check_source_image, run_build
 
     flags.choice(output, "--output", ("text", "json"))
@@ -100,38 +137,32 @@ def build(
         "ami": ami_config,
         "baremetal": baremetal_config,
     }
-    env_release = os_env.environ.get(env_name()) or None  # the reference tool's variable; the flag wins
-    if env_release:
-        check_version(env_release, env_name())
-    catalog = load_catalog()
-    configs: dict[str, str] = {}
-    for key, path in given.items():
-        if path:
-            real = catalog.provider(key).name  # config/matrix.yaml owns the aliases
-            if real in configs:
-                raise InputError(f"--{real}-config given twice (once as --{key}-config)", field=f"--{key}-config")
-            configs[real] = path
     plan = make_plan(
-        BuildRequest(
+        _request(
+            given,
             os=os,
             hypervisor=hypervisor,
             release_channel=release_channel,
             os_version=os_version,
-            configs=configs,
             release_manifest=release_manifest,
             mirror=mirror,
             name=name,
             output_dir=output_dir,
             offline=offline,
-            disk_gb=flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None,
-            files_config=str(flags.existing_file(files_config, "--files-config")) if files_config else None,
-            eksa_release=check_version(eksa_release) if eksa_release else env_release,
-            ansible_verbosity=flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0,
+            disk_gb=disk_gb,
+            files_config=files_config,
+            eksa_release=eksa_release,
+            ansible_verbosity=ansible_verbosity,
             firmware=firmware,
+            engine=engine,
         )
     )
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
     checked = check_source_image(plan) if dry_run else None
+    if dry_run and plan.engine == "chroot":
+        from imagebuilder.chrootbuild import check_engine
+
+        check_engine()  # root, the tools, Ansible's chroot connection: what the real run checks first
     if output == "json":
         summary = customization.summary() if customization else None
         print_json({"dry_run": dry_run, **plan.to_json(), "source_image_check": checked, "customization": summary})
@@ -151,3 +182,158 @@ def build(
     if result.artifact:
         print(f"image:    {result.artifact}\nsha256:   {result.sha256}")
     print(f"manifest: {result.manifest}\nlog:      {result.log}")
+
+
+MATRIX_HELP = {
+    **{
+        k: v
+        for k, v in HELP.items()
+        if k not in ("name", "output", "release_manifest", "eksa_release", "skip_check", "min_disk_gb")
+    },
+    "os": "OSes, comma-separated (each with each --hypervisor); or use --pairs",
+    "hypervisor": "providers, comma-separated",
+    "pairs": "os:provider pairs, comma-separated (ubuntu:baremetal,ubuntu:vsphere), instead of --os/--hypervisor",
+    "release_channel": "release channels, comma-separated (1-21,1-22,1-23,1-24)",
+    "jobs": "builds at once (default: what this host's cores and memory hold)",
+    "force": "rebuild outputs whose build manifest records the same inputs (default: skipped)",
+    "layer_cache": "where OS layers are kept (default ~/.cache/image-builder/layers; $IMAGE_BUILDER_LAYER_CACHE)",
+    "layer_only": "build (or find) the OS layers only: a CI job that the per-image jobs share",
+    "emit": "github-actions or gitlab-ci: write the CI definition that runs this matrix, one build per job",
+    "emit_file": "where --emit writes (default: stdout)",
+    "runs_on": "runner labels of the emitted jobs, comma-separated (default self-hosted,linux,x64)",
+    "dry_run": "validate every entry and print the matrix; build nothing",
+}
+
+
+@task(help=MATRIX_HELP, auto_shortflags=False)
+@cli_task
+def matrix(
+    c: Context,
+    os: str | None = None,
+    hypervisor: str | None = None,
+    pairs: str | None = None,
+    release_channel: str | None = None,
+    os_version: str | None = None,
+    vsphere_config: str | None = None,
+    platform_config: str | None = None,
+    cloudstack_config: str | None = None,
+    orchestrator_config: str | None = None,
+    nutanix_config: str | None = None,
+    hci_config: str | None = None,
+    ami_config: str | None = None,
+    baremetal_config: str | None = None,
+    mirror: str | None = None,
+    output_dir: str = "output",
+    offline: bool = False,
+    disk_gb: str | None = None,
+    customize: str | None = None,
+    files_config: str | None = None,
+    ansible_verbosity: str | None = None,
+    firmware: str | None = None,
+    engine: str | None = None,
+    keep_on_error: bool = False,
+    jobs: str | None = None,
+    force: bool = False,
+    layer_cache: str | None = None,
+    layer_only: bool = False,
+    emit: str | None = None,
+    emit_file: str | None = None,
+    runs_on: str | None = None,
+    dry_run: bool = False,
+) -> None:
+    """Build many images at once: every pair and channel, one OS layer per OS shared by its channels."""
+    from pathlib import Path
+
+    from imagebuilder.customize import load_customization
+    from imagebuilder.matrix import expand, parallelism, parse_list, run_matrix
+
+    if pairs and (os or hypervisor):
+        raise InputError("--pairs and --os/--hypervisor both list what to build", field="--pairs", expected="one")
+    if pairs:
+        pair_list = []
+        for item in parse_list(pairs, "--pairs"):
+            os_name, sep, provider = item.partition(":")
+            if not sep or not os_name or not provider:
+                raise InputError(f"{item!r} is not os:provider", field="--pairs", expected="e.g. ubuntu:baremetal")
+            pair_list.append((os_name, provider))
+    else:
+        pair_list = [(o, h) for o in parse_list(os, "--os") for h in parse_list(hypervisor, "--hypervisor")]
+    channels = parse_list(release_channel, "--release-channel")
+    customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
+    flags.dest_dir(output_dir, "--output-dir")
+    given = {
+        "vsphere": vsphere_config,
+        "platform": platform_config,
+        "cloudstack": cloudstack_config,
+        "orchestrator": orchestrator_config,
+        "nutanix": nutanix_config,
+        "hci": hci_config,
+        "ami": ami_config,
+        "baremetal": baremetal_config,
+    }
+    request = _request(
+        given,
+        os=None,
+        hypervisor=None,
+        release_channel=None,
+        os_version=os_version,
+        mirror=mirror,
+        output_dir=output_dir,
+        offline=offline,
+        disk_gb=disk_gb,
+        files_config=files_config,
+        eksa_release=None,
+        ansible_verbosity=ansible_verbosity,
+        firmware=firmware,
+        engine=engine,
+    )
+    plans = expand(request, pair_list, channels)
+    n_jobs = flags.integer(jobs, "--jobs", 1, 64) if jobs else None
+    if emit:
+        from imagebuilder.ciemit import emit_ci
+
+        flags.choice(emit, "--emit", ("github-actions", "gitlab-ci"))
+        labels = parse_list(runs_on, "--runs-on") if runs_on else ["self-hosted", "linux", "x64"]
+        text = emit_ci(emit, plans, request=request, customize=customize, runs_on=labels)
+        if emit_file:
+            from imagebuilder.files import atomic_write
+
+            with atomic_write(flags.dest_file(emit_file, "--emit-file")) as fh:
+                fh.write(text)
+            print(f"wrote {emit_file}")
+        else:
+            print(text, end="")
+        return
+    if dry_run:
+        if any(p.engine == "chroot" for p in plans):
+            from imagebuilder.chrootbuild import check_engine
+
+            check_engine()
+        for p in plans:
+            print(f"would build {p.output_name}  ({p.os} {p.os_version.version} on {p.provider}, {p.channel.name},"
+                  f" engine {p.engine})")  # fmt: skip
+        print(f"in parallel: up to {parallelism(plans, n_jobs)} at once")
+        return
+    cache = Path(layer_cache).resolve() if layer_cache else None
+    with status_line("matrix") as say:
+        rows = run_matrix(plans, customization=customization, jobs=n_jobs, force=force, layer_cache=cache,
+                          layer_only=layer_only, say=say, keep_on_error=keep_on_error)  # fmt: skip
+    print_matrix(rows)
+    failed = [r.plan.output_name for r in rows if r.status == "failed"]
+    if failed:
+        from imagebuilder.errors import ExternalError
+
+        raise ExternalError(f"{len(failed)} of {len(rows)} builds failed: {', '.join(failed)}")
+
+
+def print_matrix(rows: list[Any]) -> None:
+    """One summary table of a matrix run."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="build.matrix")
+    for column in ("image", "engine", "OS layer", "result", "seconds", "output / why"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.plan.output_name, r.plan.engine, r.layer, r.status, f"{r.seconds:.0f}", r.detail)
+    Console(width=200).print(table)

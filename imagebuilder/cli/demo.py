@@ -19,6 +19,7 @@ from imagebuilder.errors import ExternalError
         "no_boot": "skip the boot test of the built image",
         "skip_check": "preflight check to skip (repeatable)",
         "dry_run": "print the steps; do nothing",
+        "engine": "auto (default: the fastest this host supports), chroot or packer",
     },
     iterable=["skip_check"],
     auto_shortflags=False,
@@ -32,6 +33,7 @@ def demo(
     no_boot: bool = False,
     skip_check: list[str] | None = None,
     dry_run: bool = False,
+    engine: str = "auto",
 ) -> None:
     """Run the offline flow end to end: base image, mirror, bare-metal build, image.verify."""
     from imagebuilder.catalog import load_catalog
@@ -40,8 +42,9 @@ def demo(
     out = flags.dest_dir(dest, "--dest")
     size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
     load_catalog().channel(release_channel)
+    flags.choice(engine, "--engine", ("auto", "chroot", "packer"))
     if dry_run:
-        for step in demo_steps(out, channel=release_channel, disk_gb=size, boot=not no_boot):
+        for step in demo_steps(out, channel=release_channel, disk_gb=size, boot=not no_boot, engine=engine):
             print(f"would run: {step}")
         return
     with status_line("demo") as status:
@@ -51,6 +54,7 @@ def demo(
             disk_gb=size,
             boot=not no_boot,
             skip_checks=tuple(skip_check or ()),
+            engine=engine,
             say=print,
             status=status,
         )

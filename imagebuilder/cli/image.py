@@ -92,6 +92,35 @@ def verify(c: Context, image: str = "", manifest: str = "", no_boot: bool = Fals
 
 @task(
     help={
+        "image": "an image (.gz, raw, qcow2 or OVA; never modified)",
+        "against": "the image to compare it with",
+        "output": "text (default) or json",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def diff(c: Context, image: str = "", against: str = "", output: str = "text") -> None:
+    """Compare two images: packages, files under /etc, enabled units, Kubernetes binaries (exit 1 on a difference
+    that two builds of the same inputs should not show)."""
+    from imagebuilder.cli._common import print_json
+    from imagebuilder.imagediff import diff_images
+
+    first = flags.existing_file(flags.required(image, "--image", "an image"), "--image")
+    second = flags.existing_file(flags.required(against, "--against", "an image"), "--against")
+    flags.choice(output, "--output", ("text", "json"))
+    report = diff_images(first, second)
+    if output == "json":
+        print_json({"a": report.a, "b": report.b, "differences": [vars(d) for d in report.differences]})
+    else:
+        for difference in report.differences:
+            print(difference)
+        print(f"{len(report.differences)} differences, {len(report.unexpected)} unexpected")
+    if report.unexpected:
+        raise ExternalError(f"the images differ in {len(report.unexpected)} places (see above)")
+
+
+@task(
+    help={
         "image": "the image to customize: a bare-metal .gz or raw disk, a qcow2, or a local OVA (never modified)",
         "file": "customize.yaml (spec 4.8): user, CA certificates, registry credentials, extra packages",
         "dest": "the customized image, in the input's format (a .gz stays .gz, an OVA is repacked)",

@@ -1,0 +1,67 @@
+"""The digests that name what a build is made of: the build's inputs (recorded in its build manifest, so that
+``build.matrix`` can skip an output already built from them) and an OS layer's inputs (its cache key).
+
+Both are SHA-256 over canonical JSON, and both include the bundle files that act on the image, so a changed role
+or template is a changed input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from imagebuilder import __version__
+from imagebuilder.customize import Customization
+from imagebuilder.paths import BUNDLE
+from imagebuilder.plan import BuildPlan
+from imagebuilder.providers.config import SourceImageFields
+
+#: the roles (and playbook) whose files make the OS layer; a change to any of them makes a new layer
+LAYER_ROLES = ("setup", "containerd", "node", "redhat_subscription")
+
+
+def digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _files_digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        for f in sorted(p for p in (path.rglob("*") if path.is_dir() else [path]) if p.is_file()):
+            if "__pycache__" in f.parts:
+                continue
+            h.update(str(f.relative_to(BUNDLE)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def layer_inputs(plan: BuildPlan) -> dict[str, Any]:
+    """Everything the OS layer of ``plan`` is made of (its cache key is their digest)."""
+    config = plan.config
+    assert isinstance(config, SourceImageFields) and config.source_image_checksum
+    roles = BUNDLE / "ansible" / "roles"
+    return {
+        "image-builder": __version__,
+        "source_image_checksum": config.source_image_checksum,
+        "os": plan.os,
+        "os_version": plan.os_version.version,
+        "firmware": plan.firmware,
+        "disk_gb": plan.disk_gb,
+        "roles": _files_digest([BUNDLE / "ansible" / "node.yml", *(roles / r for r in LAYER_ROLES)]),
+    }
+
+
+def inputs_digest(plan: BuildPlan, customization: Customization | None) -> str:
+    """What decides a build's output, as one digest the build manifest records: the plan (without where it runs),
+    the bundle's templates and roles, the customization (without its secrets: a changed password alone is not
+    seen, rebuild with ``--force``), and this tool's version."""
+    data = plan.to_json()
+    for volatile in ("workspace", "steps", "engine_reason"):
+        data.pop(volatile, None)
+    return digest({
+        "plan": data,
+        "bundle": _files_digest([BUNDLE / "ansible", BUNDLE / "packer", BUNDLE / "cloud-init", BUNDLE / "templates"]),
+        "customization": customization.summary() if customization else None,
+        "image-builder": __version__,
+    })  # fmt: skip

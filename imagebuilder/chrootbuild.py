@@ -1,0 +1,302 @@
+"""``build --engine chroot``: an image-based build without a VM.
+
+Why: a build from a cloud-style disk image spends most of its time booting that image under QEMU so that Ansible
+can reach it over SSH, and without usable KVM (most CI runners and containers) QEMU emulates every instruction.
+The image does not need to run to be provisioned: like diskimage-builder and mkosi, this engine mounts it on the
+build host and runs the same playbook and roles through Ansible's chroot connection. ``image.verify`` then proves
+the result by booting it once.
+
+What it does, in order, in the build's workspace:
+
+1. the source image (already fetched, verified and checked by the runner) is converted to a sparse raw disk and
+   grown to the plan's disk size (Packer's ``disk_size`` and cloud-init's growpart do the same in a VM build);
+2. its root partition is attached on a loop device at the partition's offset (no nbd, no partition nodes, no
+   udev), its filesystem grown, and mounted; the other partitions its fstab mounts are mounted below it;
+3. /proc, /sys, /dev, /run and /tmp are provided for the run (:func:`imagebuilder.disk.chroot_mounts`: /proc/sys
+   and /sys read-only, a private /dev, tmpfs /run and /tmp, policy-rc.d, the host's resolv.conf for the run only);
+4. ansible-playbook runs ``ansible/node.yml`` with ``community.general.chroot``; every command it starts in the
+   chroot goes through a wrapper that clears the environment, so nothing of the build host's environment (its
+   PATH, the build's secrets) reaches a process in the image; secrets reach the controller only, as with Packer;
+5. the image is sealed (the seal script Packer runs as its shutdown command, with ``--offline``), everything is
+   stopped and unmounted for real, the filesystem checked, and the disk converted to the provider's format where
+   the provider's packaging step expects Packer's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from imagebuilder import disk
+from imagebuilder.customize import Customization
+from imagebuilder.errors import ExternalError
+from imagebuilder.files import atomic_write, run_checked
+from imagebuilder.grammar import Redactor
+from imagebuilder.hostinfo import require_tools, tool_search_path
+from imagebuilder.packer import controller_env, node_vars
+from imagebuilder.plan import BuildPlan
+from imagebuilder.progress import Say
+from imagebuilder.providers import registry
+from imagebuilder.render import ROOT
+from imagebuilder.safepath import safe_join
+
+#: what the engine runs on the build host
+TOOLS = ("losetup", "mount", "umount", "chroot", "qemu-img", "sfdisk", "e2fsck", "resize2fs", "blkid", "env")
+#: Ansible's chroot connection (the collection ships with the ``ansible`` package)
+CONNECTION = "community.general.chroot"
+#: the environment every process in the chroot starts with: nothing of the build host's
+CLEAN_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
+             "TERM=dumb", "DEBIAN_FRONTEND=noninteractive")  # fmt: skip
+SEAL = "/usr/local/sbin/image-builder-seal"
+
+
+def check_engine() -> None:
+    """What the chroot engine needs of this host (the dry run checks the same): root, the tools, the connection."""
+    if os.geteuid() != 0:
+        raise ExternalError("--engine chroot needs root (loop devices, mount, chroot)", hint="run it as root")
+    require_tools(*TOOLS, "ansible-playbook")
+    if importlib.util.find_spec("ansible_collections.community.general.plugins.connection.chroot") is None:
+        raise ExternalError(
+            f"Ansible's {CONNECTION} connection is not installed",
+            hint="run ./scripts/setup.sh (installs the ansible package, which carries community.general)",
+        )
+
+
+def _chroot_wrapper(directory: Path) -> Path:
+    """The ``chroot`` Ansible runs: the real one, with an environment that holds nothing of the build host's."""
+    chroot = shutil.which("chroot", path=tool_search_path()) or "/usr/sbin/chroot"
+    path = directory / "chroot-clean-env"
+    with atomic_write(path, perm=0o755) as fh:
+        fh.write(f'#!/bin/sh\nexec /usr/bin/env -i {" ".join(CLEAN_ENV)} {chroot} "$@"\n')
+    return path
+
+
+def _fstab_mounts(root: Path) -> list[tuple[str, str, str]]:
+    """(source, mount point, type) of the image's fstab entries below / that name a filesystem by UUID or LABEL."""
+    fstab = root / "etc" / "fstab"
+    if not fstab.is_file():
+        return []
+    out = []
+    for line in fstab.read_text(errors="replace").splitlines():
+        fields = line.split()
+        if len(fields) < 3 or fields[0].startswith("#") or fields[1] in ("/", "none") or fields[2] == "swap":
+            continue
+        if fields[0].startswith(("UUID=", "LABEL=")):
+            out.append((fields[0], fields[1], fields[2]))
+    return out
+
+
+@contextlib.contextmanager
+def attached(raw: Path, mountpoint: Path, *, log: Say) -> Iterator[Path]:
+    """The image's root filesystem mounted read-write at ``mountpoint`` (grown to its partition first), with the
+    image's other partitions that its fstab mounts below it. Everything is released for real on the way out."""
+    _, parts = disk.partitions(raw)
+    root_part = disk.root_partition(raw)
+    with contextlib.ExitStack() as stack:
+        devices = {p.number: stack.enter_context(disk.loop_device(raw, p.offset, p.length)) for p in parts}
+        disk.grow_filesystem(devices[root_part.number])
+        root = stack.enter_context(disk.mounted(devices[root_part.number], mountpoint, log=log))
+        ids: dict[str, str] = {}
+        for dev in devices.values():
+            for key in ("UUID", "LABEL"):
+                value = subprocess.run(["blkid", "-s", key, "-o", "value", dev], capture_output=True, text=True)
+                if value.stdout.strip():
+                    ids[f"{key}={value.stdout.strip()}"] = dev
+        for source, where, fstype in _fstab_mounts(root):
+            part_dev = ids.get(source)
+            if part_dev is None or part_dev == devices[root_part.number]:
+                continue
+            # the image's fstab is the image's text: its mount point must stay inside the image
+            target = safe_join(root, where.lstrip("/"), what="fstab mount point")
+            try:
+                stack.enter_context(disk.mounted(part_dev, target, log=log))
+            except ExternalError:
+                if fstype != "vfat":
+                    raise
+                # an EFI system partition the host kernel cannot mount (no vfat): nothing the roles write goes there
+                log(f"not mounted: {where} (this kernel cannot mount vfat; the roles do not write to it)")
+        yield root
+
+
+def _playbook(plan: BuildPlan, root: Path, directory: Path, customization: Customization | None,
+              layers: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+    """The ansible-playbook command that provisions the image mounted at ``root``, and its environment (the
+    controller's: secrets live only there). Its files (variables, inventory, the clean-environment chroot) are
+    written into ``directory``; none holds a secret."""
+    role_vars, secret_env = node_vars(plan, directory, customization)
+    role_vars["node_layers"] = list(layers)
+    with atomic_write(directory / "ansible-vars.json") as fh:
+        fh.write(json.dumps(role_vars, indent=2) + "\n")
+    inventory = {
+        "all": {
+            "hosts": {
+                "image": {
+                    "ansible_connection": CONNECTION,
+                    "ansible_host": str(root),
+                    "ansible_chroot_exe": str(_chroot_wrapper(directory)),
+                    "ansible_python_interpreter": "auto_silent",
+                    # Ansible's own files go to the chroot's tmpfs /tmp, never into the image
+                    "ansible_remote_tmp": "/tmp/.ansible-tmp",  # noqa: S108 (the chroot's own tmpfs)
+                    # root already: no sudo in the image for each task
+                    "ansible_become": False,
+                }
+            }
+        }
+    }
+    with atomic_write(directory / "inventory.json") as fh:
+        fh.write(json.dumps(inventory, indent=2) + "\n")
+    args = [
+        shutil.which("ansible-playbook", path=tool_search_path()) or "ansible-playbook",
+        "-i", str(directory / "inventory.json"),
+        "--extra-vars", f"@{directory / 'ansible-vars.json'}",
+        *(["-" + "v" * plan.ansible_verbosity] if plan.ansible_verbosity else []),
+        str(ROOT / "ansible" / "node.yml"),
+    ]  # fmt: skip
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")},
+        "PATH": tool_search_path(),
+        "ANSIBLE_ROLES_PATH": str(ROOT / "ansible" / "roles"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_LOCAL_TEMP": str(directory / "ansible-local"),
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        **controller_env(plan),
+        **secret_env,
+    }
+    return args, env
+
+
+#: how the inner process's own progress lines start (the rest of its output is the commands')
+STATUS = "::image-builder:: "
+
+
+def provision(
+    plan: BuildPlan,
+    raw: Path,
+    directory: Path,
+    *,
+    customization: Customization | None,
+    log: IO[str],
+    redact: Redactor,
+    status: Say,
+    layers: tuple[str, ...] = ("os", "kubernetes"),
+) -> None:
+    """Mount ``raw``, run the node playbook in it (and the seal script when the build ends here), unmount.
+
+    All of it runs in a child process in a mount namespace of its own (``unshare --mount``, private
+    propagation): the image's mounts exist nowhere else, so a mount namespace that another program creates on this
+    host meanwhile (a container, a service with PrivateTmp, ``ip netns exec``) cannot take a copy that keeps the
+    filesystem mounted, and unclean, after the build unmounted it; and if the child dies, the kernel releases every
+    mount with its namespace."""
+    root = directory / "root"
+    args, env = _playbook(plan, root, directory, customization, layers)
+    commands = [args]
+    if "kubernetes" in layers:
+        commands.append([str(_chroot_wrapper(directory)), str(root), SEAL, "--offline"])
+    spec = directory / "chroot-run.json"
+    with atomic_write(spec) as fh:
+        json.dump({"raw": str(raw), "root": str(root), "commands": commands}, fh)
+    unshare = shutil.which("unshare", path=tool_search_path()) or "unshare"
+    inner = [
+        unshare,
+        "--mount",
+        "--propagation",
+        "private",
+        sys.executable,
+        "-m",
+        "imagebuilder.chrootbuild",
+        str(spec),
+    ]
+    log.write(f"$ {' '.join(inner)}\n")
+    log.flush()
+    proc = subprocess.Popen(inner, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", bufsize=1)  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        clean = redact(line)
+        log.write(clean)
+        log.flush()
+        text = clean.strip()
+        if text.startswith(STATUS.strip()):
+            status(text.removeprefix(STATUS.strip()).strip())
+        elif "TASK [" in text or "PLAY [" in text:
+            status(text)
+    if proc.wait() != 0:
+        raise ExternalError(
+            f"the chroot build failed (exit {proc.returncode}); see {log.name}",
+            hint="read the log's last lines; rerun with --keep-on-error to keep the workspace for inspection",
+        )
+
+
+def _inner(spec_path: Path) -> int:
+    """The child of :func:`provision`, in its own mount namespace: attach and mount, run each command, release."""
+    spec = json.loads(spec_path.read_text())
+
+    def say(text: str) -> None:
+        print(STATUS + text, flush=True)
+
+    with attached(Path(spec["raw"]), Path(spec["root"]), log=say) as root, disk.chroot_mounts(root, log=say):
+        for command in spec["commands"]:
+            say("sealing the image" if command[-1] == "--offline" else "running the node playbook in the chroot")
+            if subprocess.run(command, check=False).returncode != 0:
+                return 1
+    say("unmounted; the filesystem is released")
+    return 0
+
+
+def prepare_disk(source: Path, raw: Path, size_gb: int, status: Say) -> None:
+    """``source`` (any format qemu-img reads) as a sparse raw disk of ``size_gb`` GiB at ``raw``."""
+    status(f"converting the source image to a raw disk of {size_gb} GiB")
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    run_checked("qemu-img", "convert", "-O", "raw", str(source), str(raw))
+    disk.grow_last_partition(raw, size_gb * 1024**3, log=status)
+
+
+def finish_disk(raw: Path, dest: Path, disk_format: str, status: Say) -> Path:
+    """The sealed raw disk as ``dest`` in ``disk_format`` (raw: moved; others converted)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if disk_format == "raw":
+        os.replace(raw, dest)
+    else:
+        status(f"converting the disk to {disk_format}")
+        run_checked("qemu-img", "convert", "-O", disk_format, str(raw), str(dest))
+        raw.unlink()
+    return dest
+
+
+def run_chroot_build(
+    plan: BuildPlan,
+    source: Path,
+    directory: Path,
+    *,
+    customization: Customization | None,
+    log: IO[str],
+    redact: Redactor,
+    status: Say,
+    layers: tuple[str, ...] = ("os", "kubernetes"),
+    output: Path | None = None,
+    output_format: str | None = None,
+) -> Path:
+    """Build ``plan`` from ``source`` in ``directory`` without a VM; returns the disk, written where the provider's
+    packaging step finds Packer's (``directory/output/<vm name>``) unless ``output`` says otherwise."""
+    check_engine()
+    raw = directory / "disk.raw"
+    prepare_disk(source, raw, plan.disk_gb, status)
+    status("attaching the image (loop devices) and mounting it")
+    provision(plan, raw, directory, customization=customization, log=log, redact=redact, status=status,
+              layers=layers)  # fmt: skip
+    provider = registry.get(plan.provider)
+    dest = output or directory / "output" / plan.output_stem
+    return finish_disk(raw, dest, output_format or provider.disk_format, status)
+
+
+if __name__ == "__main__":
+    sys.exit(_inner(Path(sys.argv[1])))

@@ -1,0 +1,222 @@
+"""``build.matrix``: many images at once, sharing what they have in common.
+
+A release is many images (OS x provider x channel), and each of them rebuilt the same OS part: base image,
+packages, containerd, node settings. Here that part is the **OS layer**: built once by the chroot engine
+(``node.yml`` with ``node_layers: [os]``), kept as a qcow2 under a name that is the SHA-256 of everything it is
+made of (the base image's checksum, the OS, its version, the firmware, the disk size, the files of the roles that
+make it, this tool's version), and every channel then runs only its own part (``[kubernetes]``: binaries, images,
+provider, custom roles, sysprep) on a copy of it. Changing a role or the base image changes the name, so a stale
+layer is never used; a layer is written atomically, so a crash never leaves a half one to be reused.
+
+Builds run in parallel up to what this host has room for (cores and memory, or ``--jobs``); an output whose build
+manifest records the same inputs (:func:`inputs_digest`) and whose artifact is still there is skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagebuilder import disk
+from imagebuilder.bootcheck import check_image
+from imagebuilder.buildinputs import digest, inputs_digest, layer_inputs
+from imagebuilder.catalog import load_catalog
+from imagebuilder.chrootbuild import run_chroot_build
+from imagebuilder.customize import Customization
+from imagebuilder.errors import ExternalError, ImageBuilderError, InputError
+from imagebuilder.files import atomic_write, parse_json, read_text
+from imagebuilder.grammar import Redactor
+from imagebuilder.paths import workspace_root
+from imagebuilder.plan import BuildPlan, BuildRequest
+from imagebuilder.planner import make_plan
+from imagebuilder.progress import Say, silent
+
+#: what one build needs, to bound the parallelism: a chroot build (Ansible, then pigz) and a Packer build (a VM)
+CHROOT_BUILD = {"cpus": 1, "memory_mb": 1536}
+
+
+def layer_cache_root() -> Path:
+    """Where OS layers are kept: ``$IMAGE_BUILDER_LAYER_CACHE``, else beside the build workspace."""
+    env = os.environ.get("IMAGE_BUILDER_LAYER_CACHE")
+    return Path(env).expanduser() if env else workspace_root().parent / "layers"
+
+
+def layer_path(plan: BuildPlan, cache: Path) -> Path:
+    return cache / f"os-{plan.os}-{plan.os_version.version}-{digest(layer_inputs(plan))[:32]}.qcow2"
+
+
+_LAYER_LOCK = threading.Lock()
+
+
+def ensure_layer(plan: BuildPlan, cache: Path, *, say: Say = silent) -> tuple[Path, bool]:
+    """The OS layer of ``plan`` in ``cache``: reused when there (returns False), built otherwise (True)."""
+    from imagebuilder.runner import prepare_source_image
+
+    target = layer_path(plan, cache)
+    with _LAYER_LOCK:  # two channels of one OS wait for one layer, never build it twice
+        if target.is_file():
+            say(f"OS layer: {target.name} (cached)")
+            return target, False
+        cache.mkdir(parents=True, exist_ok=True)
+        work = plan.workspace / f"layer-{target.stem}-{os.getpid()}"
+        log_path = cache / f"{target.stem}.log"
+        say(f"OS layer: building {target.name} (chroot: packages, containerd, node settings)")
+        try:
+            with log_path.open("w") as log:
+                source = prepare_source_image(plan, work, say)
+                assert source is not None
+                tmp = cache / f".{target.name}.{os.getpid()}.tmp"
+                try:
+                    run_chroot_build(plan, source, work / "chroot", customization=None, log=log,
+                                     redact=Redactor(plan.config.secret_values() if plan.config else []),
+                                     status=say, layers=("os",), output=tmp, output_format="qcow2")  # fmt: skip
+                    check = check_image(tmp, work_dir=work)
+                    if not check.ok:
+                        raise ExternalError("the OS layer would not boot: " + "; ".join(check.problems),
+                                            hint=f"read {log_path}")  # fmt: skip
+                    with atomic_write(cache / f"{target.stem}.json") as fh:
+                        fh.write(json.dumps(layer_inputs(plan), indent=2) + "\n")
+                    os.replace(tmp, target)
+                finally:
+                    tmp.unlink(missing_ok=True)
+        finally:
+            disk.remove_tree(work)
+        return target, True
+
+
+@dataclass
+class MatrixRow:
+    plan: BuildPlan
+    status: str = "pending"  #: built, skipped, failed
+    seconds: float = 0.0
+    layer: str = "-"
+    detail: str = ""
+
+
+def parse_list(value: str | None, flag: str) -> list[str]:
+    items = [v.strip() for v in (value or "").split(",") if v.strip()]
+    if not items:
+        raise InputError("is empty", field=flag, expected="a comma-separated list")
+    if len(set(items)) != len(items):
+        raise InputError(f"lists a value twice: {value}", field=flag, expected="each value once")
+    return items
+
+
+def expand(request: BuildRequest, pairs: list[tuple[str, str]], channels: list[str]) -> list[BuildPlan]:
+    """One plan per (os, provider) pair and channel, each validated as ``build`` validates it."""
+    catalog = load_catalog()
+    plans: list[BuildPlan] = []
+    seen: set[str] = set()
+    for os_name, provider in pairs:
+        for channel in channels:
+            real_provider = catalog.provider(provider).name
+            configs = {k: v for k, v in request.configs.items() if k == real_provider}
+            plan = make_plan(dataclasses.replace(request, os=os_name, hypervisor=provider, release_channel=channel,
+                                                 configs=configs))  # fmt: skip
+            key = plan.output_name
+            if key in seen:
+                raise InputError(f"two entries make the same image {key}", field="--release-channel")
+            seen.add(key)
+            plans.append(plan)
+    return plans
+
+
+def recorded_inputs(plan: BuildPlan) -> str | None:
+    """The inputs digest of the build manifest beside ``plan``'s output, when its artifact is still there."""
+    if plan.output_path is None:
+        return None
+    manifest = plan.output_path.parent / f"{plan.output_stem}.build-manifest.json"
+    if not manifest.is_file() or not plan.output_path.is_file():
+        return None
+    try:
+        data = parse_json(read_text(manifest, "build manifest"), manifest)
+    except ImageBuilderError:
+        return None
+    artifact = data.get("artifact") if isinstance(data, dict) else None
+    if not isinstance(artifact, dict) or artifact.get("size") != plan.output_path.stat().st_size:
+        return None
+    digest = data.get("inputs_sha256")
+    return digest if isinstance(digest, str) else None
+
+
+def parallelism(plans: list[BuildPlan], jobs: int | None) -> int:
+    """How many builds run at once: ``jobs``, else what the cores and memory hold for the biggest build."""
+    if jobs:
+        return max(1, min(jobs, len(plans)))
+    vm = load_catalog().build_vm
+    needs = [CHROOT_BUILD if p.engine == "chroot" else {"cpus": vm["cpus"], "memory_mb": vm["memory_mb"] + 1024}
+             for p in plans] or [CHROOT_BUILD]  # fmt: skip
+    need = {"cpus": max(n["cpus"] for n in needs), "memory_mb": max(n["memory_mb"] for n in needs)}
+    cores = os.cpu_count() or 1
+    try:
+        available_mb = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+    except (ValueError, OSError):
+        available_mb = need["memory_mb"]
+    return max(1, min(len(plans), cores // need["cpus"], available_mb // need["memory_mb"]))
+
+
+def run_matrix(
+    plans: list[BuildPlan],
+    *,
+    customization: Customization | None = None,
+    jobs: int | None = None,
+    force: bool = False,
+    layer_cache: Path | None = None,
+    layer_only: bool = False,
+    say: Say = silent,
+    keep_on_error: bool = False,
+    build: Callable[..., Any] | None = None,
+) -> list[MatrixRow]:
+    """Build every plan (OS layers first, once each), skipping outputs already built from the same inputs."""
+    from imagebuilder.runner import run_build
+
+    build = build or run_build
+    cache = layer_cache or layer_cache_root()
+    rows = [MatrixRow(p) for p in plans]
+    todo: list[MatrixRow] = []
+    for row in rows:
+        digest = inputs_digest(row.plan, customization)
+        if not force and not layer_only and recorded_inputs(row.plan) == digest:
+            row.status, row.detail = "skipped", "its build manifest records the same inputs"
+        else:
+            todo.append(row)
+    layers: dict[str, Path] = {}
+    for row in todo:
+        if row.plan.engine != "chroot":
+            continue
+        key = str(layer_path(row.plan, cache))
+        if key not in layers:
+            start = time.monotonic()
+            layers[key], built = ensure_layer(row.plan, cache, say=say)
+            row.seconds += time.monotonic() - start
+            row.layer = "built" if built else "cached"
+        else:
+            row.layer = "shared"
+    if layer_only:
+        for row in todo:
+            row.status = "layer" if row.plan.engine == "chroot" else "no layer (packer)"
+        return rows
+
+    def one(row: MatrixRow) -> None:
+        start = time.monotonic()
+        layer = layers.get(str(layer_path(row.plan, cache))) if row.plan.engine == "chroot" else None
+        try:
+            result = build(row.plan, customization=customization, os_layer=layer, say=say,
+                           inputs_sha256=inputs_digest(row.plan, customization),
+                           keep_on_error=keep_on_error)  # fmt: skip
+            row.status, row.detail = "built", str(result.artifact or result.manifest)
+        except ImageBuilderError as exc:
+            row.status, row.detail = "failed", str(exc).splitlines()[0]
+        row.seconds += time.monotonic() - start
+
+    with ThreadPoolExecutor(max_workers=parallelism([r.plan for r in todo], jobs)) as pool:
+        list(pool.map(one, todo))
+    return rows

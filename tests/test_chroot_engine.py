@@ -1,0 +1,250 @@
+"""build --engine chroot, the shared OS layer and build.matrix (issue 18), for real.
+
+The fast part: the engine choice and its errors, the emitted CI definitions checked against the official schemas
+with check-jsonschema (its vendored GitHub workflow and GitLab CI schemas), hostile values in them, the chroot
+mounts' promises (host kernel settings read-only, resolv.conf and policy-rc.d put back, a workspace with a mount
+left never removed). The slow part, as root in a network namespace with only loopback: a 2-channel build.matrix
+from the debootstrapped base image with a directory mirror: one OS layer built once and shared, both images pass
+image.verify (testinfra; one boots), a rerun skips both. The Packer-vs-chroot parity test of the same inputs is in
+tests/test_e2e_offline.py, where the Packer build already runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.common import BIN, run
+
+BASE = ["--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--offline"]
+
+
+def write_config(tmp_path: Path, source: str = "http://images.example/base.qcow2") -> Path:
+    config = tmp_path / "bm.json"
+    config.write_text(json.dumps({"source_image_url": source, "source_image_checksum": "sha256:" + "a" * 64}))
+    return config
+
+
+def test_engine_flag_is_checked_and_explained(tmp_path: Path) -> None:
+    res = run("build", *BASE, "--engine", "chrot", "--dry-run")
+    assert res.code == 2 and "did you mean 'chroot'" in res.err and "--engine" in res.err
+    # an ISO install needs a VM: chroot is refused, auto falls back to packer and says why
+    res = run("build", *BASE, "--engine", "chroot", "--dry-run")
+    assert res.code == 2 and "needs one" in res.err and "source_image_url" in res.err
+    res = run("build", *BASE, "--engine", "auto", "--dry-run", "--output", "json")
+    assert res.code == 0, res.err
+    plan = json.loads(res.out)
+    assert plan["engine"] == "packer" and "needs a VM" in plan["engine_reason"]
+
+
+@pytest.mark.parametrize(("accel", "engine"), [("tcg", "chroot"), ("kvm", "packer")])
+def test_auto_picks_chroot_for_an_image_based_build_only_without_kvm(
+    tmp_path: Path, accel: str, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagebuilder.plan import BuildRequest
+    from imagebuilder.planner import make_plan
+
+    monkeypatch.setenv("IMAGE_BUILDER_ACCEL", accel)  # what kvm_status reports, as a host without/with KVM
+    config = write_config(tmp_path)
+    plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
+                                  configs={"baremetal": str(config)}, engine="auto"))  # fmt: skip
+    assert plan.engine == engine and accel in plan.engine_reason
+    if engine == "chroot":
+        assert any(s.startswith("chroot: ") for s in plan.steps)
+        assert not any(s.startswith("packer: ") for s in plan.steps)
+
+
+def emitted(tmp_path: Path, kind: str, *extra: str) -> Path:
+    out = tmp_path / f"{kind}.yml"
+    res = run("build.matrix", "--pairs", "ubuntu:baremetal,ubuntu:vsphere", "--release-channel", "1-23,1-24",
+              "--offline", "--engine", "auto", "--emit", kind, "--emit-file", str(out), *extra)  # fmt: skip
+    assert res.code == 0, res.err
+    return out
+
+
+@pytest.mark.parametrize(("kind", "schema"), [("github-actions", "vendor.github-workflows"),
+                                              ("gitlab-ci", "vendor.gitlab-ci")])  # fmt: skip
+def test_emitted_ci_definitions_follow_the_official_schemas(
+    tmp_path: Path, kind: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IMAGE_BUILDER_ACCEL", "tcg")
+    # a hostile path: spaces, quotes, a command substitution; it must reach each job as one argument, inert
+    hostile = tmp_path / "we ird'$(touch pwned)\"" / "bm.json"
+    hostile.parent.mkdir()
+    hostile.write_text(json.dumps({"source_image_url": "http://images.example/base.qcow2", "source_image_checksum": "sha256:" + "a" * 64}))
+    vsphere = Path(__file__).resolve().parent.parent / "config" / "examples" / "vsphere-ubuntu.json"
+    out = emitted(tmp_path, kind, "--baremetal-config", str(hostile), "--vsphere-config", str(vsphere))
+    check = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", schema, str(out)],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    doc = yaml.safe_load(out.read_text())
+    if kind == "github-actions":
+        jobs = doc["jobs"]
+        commands = [s["run"] for j in jobs.values() for s in j["steps"] if "run" in s]
+        layer_jobs = [k for k in jobs if k.startswith("os-layer")]
+        builds = {k: j for k, j in jobs.items() if k.startswith("build-")}
+        # the bare-metal builds (chroot: an image-based build without KVM) share one OS layer job
+        assert layer_jobs == ["os-layer-ubuntu-20-04"]
+        assert builds["build-ubuntu-baremetal-1-24"]["needs"] == layer_jobs
+        assert "needs" not in builds["build-ubuntu-vsphere-1-24"], "a vSphere build has no layer"
+    else:
+        jobs = {k: v for k, v in doc.items() if isinstance(v, dict)}
+        commands = [c for j in jobs.values() for c in j["script"]]
+        assert jobs["build-ubuntu-baremetal-1-23"]["needs"] == [{"job": "os-layer-ubuntu-20-04", "artifacts": True}]
+    assert len([c for c in commands if "--layer-only" not in c]) == 4  # 2 pairs x 2 channels, one job each
+    for command in commands:
+        argv = shlex.split(command)
+        assert argv[:2] == ["image-builder", "build.matrix"]
+        if "--baremetal-config" in argv:
+            assert argv[argv.index("--baremetal-config") + 1] == str(hostile)
+            assert argv[argv.index("--engine") + 1] == "chroot"
+    # the quoted command runs nothing: its substitution stays text
+    subprocess.run(["sh", "-c", "printf '%s\\n' " + shlex.quote(str(hostile))], cwd=tmp_path, check=True,
+                   capture_output=True)  # fmt: skip
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_matrix_flags_are_checked(tmp_path: Path) -> None:
+    res = run("build.matrix", "--pairs", "ubuntu", "--release-channel", "1-24", "--dry-run")
+    assert res.code == 2 and "os:provider" in res.err
+    res = run("build.matrix", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24,1-24")
+    assert res.code == 2 and "twice" in res.err
+    res = run("build.matrix", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24,1-99")
+    assert res.code == 2 and "--release-channel" in res.err
+    res = run("build.matrix", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24",
+              "--emit", "jenkins")  # fmt: skip
+    assert res.code == 2 and "github-actions" in res.err
+
+
+def test_inputs_digest_follows_the_inputs(tmp_path: Path) -> None:
+    import dataclasses
+
+    from imagebuilder.buildinputs import inputs_digest, layer_inputs
+    from imagebuilder.plan import BuildRequest
+    from imagebuilder.planner import make_plan
+
+    config = write_config(tmp_path)
+    request = BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
+                           configs={"baremetal": str(config)}, engine="chroot")  # fmt: skip
+    a, b = make_plan(request), make_plan(request)
+    assert inputs_digest(a, None) == inputs_digest(b, None)
+    other = make_plan(dataclasses.replace(request, release_channel="1-23"))
+    assert inputs_digest(other, None) != inputs_digest(a, None)
+    # the OS layer does not depend on the channel, but on the base image
+    assert layer_inputs(other) == layer_inputs(a)
+    config.write_text(json.dumps({"source_image_url": "http://images.example/base.qcow2", "source_image_checksum": "sha256:" + "b" * 64}))
+    assert layer_inputs(make_plan(request)) != layer_inputs(a)
+
+
+@pytest.mark.root
+def test_chroot_mounts_keep_the_host_out_and_put_everything_back(tmp_path: Path) -> None:
+    from imagebuilder import disk
+
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "usr" / "sbin").mkdir(parents=True)
+    os.symlink("../run/systemd/resolve/stub-resolv.conf", root / "etc" / "resolv.conf")
+    before = os.readlink(root / "etc" / "resolv.conf")
+    host_hostname = Path("/proc/sys/kernel/hostname").read_text()
+    with disk.chroot_mounts(root):
+        assert (root / "usr/sbin/policy-rc.d").read_text().endswith("exit 101\n")
+        assert not (root / "etc/resolv.conf").is_symlink()
+        # the host's kernel settings cannot be changed from inside
+        with pytest.raises(OSError):
+            (root / "proc/sys/kernel/hostname").write_text("changed-from-the-chroot")
+        with pytest.raises(OSError):
+            (root / "sys/kernel/uevent_helper").write_text("/bin/evil")
+        assert disk.mounts_under(tmp_path), "mounted"
+        # a workspace with something still mounted is never removed (a bound /dev is the host's)
+        assert disk.remove_tree(tmp_path) and (root / "dev" / "null").exists()
+    assert Path("/proc/sys/kernel/hostname").read_text() == host_hostname
+    assert os.readlink(root / "etc" / "resolv.conf") == before
+    assert not (root / "usr/sbin/policy-rc.d").exists()
+    assert not disk.mounts_under(tmp_path)
+    assert not list((root / "run").iterdir()) and not list((root / "tmp").iterdir())
+    assert not disk.remove_tree(tmp_path) and not tmp_path.exists()
+
+
+# --- the slow part: a real matrix, offline --------------------------------------------------------------------------
+
+
+@pytest.mark.root
+@pytest.mark.netns
+@pytest.mark.qemu
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_matrix_shares_one_os_layer_and_skips_what_is_built(
+    offline_ns: str, home: Path, base_image: tuple[Path, str], tmp_path: Path
+) -> None:
+    from imagebuilder.catalog import load_catalog
+    from imagebuilder.fetch import Mirror
+    from imagebuilder.mirror import create_mirror
+    from imagebuilder.standin import make_standin_release
+    from imagebuilder.verify import verify_image
+    from tests.support.offline import in_ns
+
+    upstream, mirror = tmp_path / "upstream", tmp_path / "mirror"
+    for channel in ("1-23", "1-24"):
+        release = make_standin_release(upstream, load_catalog().channel(channel))
+        create_mirror(release.manifest_url, mirror, source=Mirror(str(upstream)))
+    image, digest = base_image
+    config = tmp_path / "bm.json"
+    config.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}"}))
+    out, layers = tmp_path / "out", tmp_path / "layers"
+    args = [str(BIN / "image-builder"), "build.matrix", "--os", "ubuntu", "--hypervisor", "baremetal",
+            "--release-channel", "1-23,1-24", "--baremetal-config", str(config), "--mirror", str(mirror),
+            "--offline", "--engine", "chroot", "--disk-gb", "4", "--output-dir", str(out),
+            "--layer-cache", str(layers)]  # fmt: skip
+    first = in_ns(offline_ns, *args, home=home)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert len(list(layers.glob("os-ubuntu-20.04-*.qcow2"))) == 1, "one OS layer for both channels"
+    manifests = {p.name: json.loads(p.read_text()) for p in out.glob("*.build-manifest.json")}
+    assert len(manifests) == 2
+    for m in manifests.values():
+        assert m["engine"] == "chroot" and m["os_layer"].startswith("os-ubuntu-20.04-")
+        assert m["tools"]["packer"] is None and "chroot" in m["steps"]
+    assert "built" in first.stdout and "shared" in first.stdout
+    assert not list((home / "work").iterdir()), "the workspaces are removed"
+    # both images are what a build promises; one of them boots (the other shares its OS layer)
+    for name, boot in (("ubuntu-v1.23.14-eks-10-amd64.gz", False), ("ubuntu-v1.24.8-eks-5-amd64.gz", True)):
+        findings = verify_image(out / name, boot=boot)
+        assert not [f for f in findings if not f.ok], (name, findings)
+    # a rerun builds nothing: the manifests record the same inputs
+    again = in_ns(offline_ns, *args, home=home)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.stdout.count("skipped") >= 2 and "built" not in again.stdout
+
+
+def test_image_diff_reads_packages_etc_units_and_binaries(tmp_path: Path) -> None:
+    from imagebuilder.imagediff import compare, inventory
+
+    def image(name: str, version: str, extra: dict[str, str]) -> Path:
+        root = tmp_path / name
+        (root / "var/lib/dpkg").mkdir(parents=True)
+        (root / "var/lib/dpkg/status").write_text(
+            f"Package: containerd\nStatus: install ok installed\nArchitecture: amd64\nVersion: {version}\n"
+            "Description: x\n multi-line: not a field\n\n"
+            "Package: removed-one\nStatus: deinstall ok config-files\nVersion: 1\n"
+        )
+        (root / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True)
+        os.symlink("/lib/systemd/system/kubelet.service",
+                   root / "etc/systemd/system/multi-user.target.wants/kubelet.service")  # fmt: skip
+        (root / "usr/bin").mkdir(parents=True)
+        (root / "usr/bin/kubelet").write_bytes(b"kubelet")
+        for rel, text in extra.items():
+            (root / rel).write_text(text)
+        return root
+
+    a = inventory(image("a", "1.6.20", {"etc/passwd-": "with builder\n", "etc/hostname": ""}))
+    b = inventory(image("b", "1.6.21", {"etc/hostname": "leaked-build-vm\n"}))
+    assert a.packages == {"containerd": "1.6.20"} and "multi-user.target.wants/kubelet.service" in a.enabled_units
+    found = {(d.kind, d.name): d for d in compare(a, b)}
+    assert set(found) == {("package", "containerd"), ("etc", "etc/passwd-"), ("etc", "etc/hostname")}
+    assert found[("etc", "etc/passwd-")].expected and "shadow-utils" in str(found[("etc", "etc/passwd-")])
+    assert found[("etc", "etc/hostname")].expected is None and found[("package", "containerd")].expected is None
+    assert compare(a, a) == []
