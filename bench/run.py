@@ -9,7 +9,9 @@ vsphere: 8 templates prepared on vcsim, ours against the spec 4.6 govc commands 
 
 os1: lz4 -> gzip, the whole TUF download, and the image server, against their peers (see bench/os1.py).
 
-``--only e2e|vsphere|os1`` runs one and keeps the others' last results.
+engines: the chroot engine against Packer, and build.matrix against single builds (see bench/engines.py).
+
+``--only e2e|vsphere|os1|engines`` runs one and keeps the others' last results.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.engines import bench_engines  # noqa: E402
 from bench.os1 import bench_os1  # noqa: E402
 from bench.vsphere import bench_vsphere  # noqa: E402
 from imagebuilder.demo import run_demo  # noqa: E402
@@ -92,11 +95,26 @@ def _os1_rows(o: dict[str, object]) -> list[str]:
     ]
 
 
+def _engine_rows(e: dict[str, object]) -> list[str]:
+    singles = e["single_chroot_s"]
+    assert isinstance(singles, dict)
+    return [
+        f"| bare-metal build from the base image, `--engine packer` (QEMU {e['accelerator']}) | {e['packer_s']} s |",
+        f"| the same inputs, `--engine chroot` (no VM) | {e['chroot_s']} s: **{e['chroot_speedup']}x faster** |",
+        f"| 4 single chroot builds, channels 1-21..1-24, one after the other | {e['four_singles_s']} s "
+        f"({', '.join(f'{v} s' for v in singles.values())}) |",
+        f"| `build.matrix` of the same 4 (one OS layer, empty cache) | {e['matrix_s']} s: "
+        f"**{e['matrix_vs_one_single']}x** one single chroot build, {e['matrix_vs_four_singles']}x the four, "
+        f"{e['matrix_vs_one_packer_build']}x one Packer build |",
+    ]
+
+
 def write_readme(results: dict[str, object]) -> None:
     e2e = results["e2e"]
     assert isinstance(e2e, dict)
     vsphere = results.get("vsphere")
     os1 = results.get("os1")
+    engines = results.get("engines")
     table = "\n".join(
         [
             START,
@@ -114,6 +132,7 @@ def write_readme(results: dict[str, object]) -> None:
             f"({100 * float(e2e['outside_packer_share'] or 0):.1f} %) |",
             *(_vsphere_rows(vsphere) if isinstance(vsphere, dict) else []),
             *(_os1_rows(os1) if isinstance(os1, dict) else []),
+            *(_engine_rows(engines) if isinstance(engines, dict) else []),
             "",
             END,
         ]
@@ -128,7 +147,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
     parser.add_argument("--readme-only", action="store_true", help="rewrite the README table from bench/results.json")
-    parser.add_argument("--only", choices=("e2e", "vsphere", "os1"), help="run one benchmark, keep the others' results")
+    only = ("e2e", "vsphere", "os1", "engines")
+    parser.add_argument("--only", choices=only, help="run one benchmark, keep the others' results")
     args = parser.parse_args()
     saved = ROOT / "bench" / "results.json"
     if args.readme_only:
@@ -144,6 +164,8 @@ def main() -> None:
         results["vsphere"] = bench_vsphere(Path(args.work))
     if args.only in (None, "os1"):
         results["os1"] = bench_os1(Path(args.work))
+    if args.only in (None, "engines"):
+        results["engines"] = bench_engines(Path(args.work))
     saved.write_text(json.dumps(results, indent=2) + "\n")
     write_readme(results)
     print(json.dumps(results, indent=2))

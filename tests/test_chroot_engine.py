@@ -76,7 +76,11 @@ def test_emitted_ci_definitions_follow_the_official_schemas(
     # a hostile path: spaces, quotes, a command substitution; it must reach each job as one argument, inert
     hostile = tmp_path / "we ird'$(touch pwned)\"" / "bm.json"
     hostile.parent.mkdir()
-    hostile.write_text(json.dumps({"source_image_url": "http://images.example/base.qcow2", "source_image_checksum": "sha256:" + "a" * 64}))
+    hostile.write_text(
+        json.dumps(
+            {"source_image_url": "http://images.example/base.qcow2", "source_image_checksum": "sha256:" + "a" * 64}
+        )
+    )
     vsphere = Path(__file__).resolve().parent.parent / "config" / "examples" / "vsphere-ubuntu.json"
     out = emitted(tmp_path, kind, "--baremetal-config", str(hostile), "--vsphere-config", str(vsphere))
     check = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", schema, str(out)],
@@ -137,7 +141,11 @@ def test_inputs_digest_follows_the_inputs(tmp_path: Path) -> None:
     assert inputs_digest(other, None) != inputs_digest(a, None)
     # the OS layer does not depend on the channel, but on the base image
     assert layer_inputs(other) == layer_inputs(a)
-    config.write_text(json.dumps({"source_image_url": "http://images.example/base.qcow2", "source_image_checksum": "sha256:" + "b" * 64}))
+    config.write_text(
+        json.dumps(
+            {"source_image_url": "http://images.example/base.qcow2", "source_image_checksum": "sha256:" + "b" * 64}
+        )
+    )
     assert layer_inputs(make_plan(request)) != layer_inputs(a)
 
 

@@ -32,7 +32,8 @@ def _parse_tasks_exit_2(self: Program, original: Any) -> None:
     try:
         original(self)
     except ParseError as exc:
-        names = list(self.collection.task_names) if self.collection is not None else []
+        # every name a task answers to: build.build is also plain 'build' (its namespace's default)
+        names = [n for k, v in self.collection.task_names.items() for n in (k, *v)] if self.collection else []
         raise Exit(redact_urls_in(friendly_parse_error(exc, names)), code=2) from None
     except ValueError as exc:  # a flag's value Invoke itself could not convert
         raise Exit(redact_urls_in(f"error: a flag has a value of the wrong type: {exc}"), code=2) from None
