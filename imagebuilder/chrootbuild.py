@@ -37,13 +37,13 @@ from typing import IO
 
 from imagebuilder import disk
 from imagebuilder.customize import Customization
-from imagebuilder.errors import ExternalError
+from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, run_checked
 from imagebuilder.grammar import Redactor
 from imagebuilder.hostinfo import require_tools, tool_search_path
 from imagebuilder.packer import controller_env, node_vars
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say
+from imagebuilder.progress import Say, follow
 from imagebuilder.providers import registry
 from imagebuilder.render import ROOT
 from imagebuilder.safepath import safe_join
@@ -176,6 +176,8 @@ def _playbook(plan: BuildPlan, root: Path, directory: Path, customization: Custo
 
 #: how the inner process's own progress lines start (the rest of its output is the commands')
 STATUS = "::image-builder:: "
+#: how the inner process says the image was refused as input (it then exits 2)
+REFUSED = "refused: "
 
 
 def provision(
@@ -215,23 +217,26 @@ def provision(
         "imagebuilder.chrootbuild",
         str(spec),
     ]
-    log.write(f"$ {' '.join(inner)}\n")
-    log.flush()
-    proc = subprocess.Popen(inner, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1)  # fmt: skip
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        clean = redact(line)
-        log.write(clean)
-        log.flush()
-        text = clean.strip()
-        if text.startswith(STATUS.strip()):
-            status(text.removeprefix(STATUS.strip()).strip())
-        elif "TASK [" in text or "PLAY [" in text:
-            status(text)
-    if proc.wait() != 0:
+    mark = STATUS.strip()
+    refused: list[str] = []
+
+    def pick(text: str) -> str | None:
+        if text.startswith(mark + " " + REFUSED):
+            refused.append(text.removeprefix(mark + " " + REFUSED))
+        if text.startswith(mark):
+            return text.removeprefix(mark).strip()
+        return text if "TASK [" in text or "PLAY [" in text else None
+
+    code = follow(inner, env=env, log=log, redact=redact, say=status, pick=pick)
+    if code == 2 and refused:  # the image itself is the bad input (e.g. its fstab)
+        raise InputError(
+            f"the source image cannot be provisioned: {refused[-1]}",
+            field="source_image_url",
+            expected="an image whose fstab mount points stay inside it",
+        )
+    if code != 0:
         raise ExternalError(
-            f"the chroot build failed (exit {proc.returncode}); see {log.name}",
+            f"the chroot build failed (exit {code}); see {log.name}",
             hint="read the log's last lines; rerun with --keep-on-error to keep the workspace for inspection",
         )
 
@@ -298,5 +303,13 @@ def run_chroot_build(
     return finish_disk(raw, dest, output_format or provider.disk_format, status)
 
 
+def _inner_main(spec: Path) -> int:
+    try:
+        return _inner(spec)
+    except InputError as exc:
+        print(STATUS + REFUSED + str(exc).replace("\n", " "), flush=True)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(_inner(Path(sys.argv[1])))
+    sys.exit(_inner_main(Path(sys.argv[1])))

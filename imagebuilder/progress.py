@@ -16,9 +16,11 @@ The library never prints or draws; the CLI prints what is said and renders trans
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import IO, TypeVar
 
 from imagebuilder.errors import ExternalError
 
@@ -65,3 +67,30 @@ def poll(
         time.sleep(delay)
         if interval is None:
             delay = min(delay * 2, 1.0)
+
+
+def follow(
+    args: list[str],
+    *,
+    env: dict[str, str],
+    log: IO[str],
+    redact: Callable[[str], str],
+    say: Say,
+    pick: Callable[[str], str | None],
+    cwd: Path | None = None,
+) -> int:
+    """Run a long child (Packer, the chroot build), its output written to ``log`` line by line with secrets
+    redacted, and each line that ``pick`` turns into text said as progress; returns the child's exit status."""
+    log.write(f"$ {' '.join(args)}\n")
+    log.flush()
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", bufsize=1)  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        clean = redact(line)
+        log.write(clean)
+        log.flush()
+        said = pick(clean.strip())
+        if said is not None:
+            say(said)
+    return proc.wait()

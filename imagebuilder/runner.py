@@ -14,7 +14,6 @@ import contextlib
 import datetime as dt
 import json
 import secrets
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from imagebuilder.packer import (
     render_build,
 )
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say, silent
+from imagebuilder.progress import Say, follow, silent
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import SourceImageFields
 
@@ -69,34 +68,20 @@ def _step(steps: dict[str, float], name: str) -> Iterator[None]:
 
 def _run_packer(rendered: RenderedBuild, packer: PackerInfo, log: IO[str], redact: Redactor, status: Say) -> None:
     env = packer_env(rendered)
+
+    def pick(text: str) -> str | None:  # Packer's steps and Ansible's tasks
+        hit = text.startswith("==>") or "TASK [" in text or "PLAY [" in text
+        return text.removeprefix("==> ") if hit else None
+
     for stage in rendered.stages or (None,):
         args = [packer.path, "build", "-color=false", "-on-error=cleanup"]
         if stage:
             args.append(f"-only={stage}")
         args.append(rendered.template.name)
-        log.write(f"$ {' '.join(args)}\n")
-        log.flush()
-        proc = subprocess.Popen(
-            args,
-            cwd=rendered.directory,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            bufsize=1,
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            clean = redact(line)
-            log.write(clean)
-            log.flush()
-            text = clean.strip()
-            if text.startswith("==>") or "TASK [" in text or "PLAY [" in text:
-                status(text.removeprefix("==> "))
-        if proc.wait() != 0:
+        code = follow(args, env=env, log=log, redact=redact, say=status, pick=pick, cwd=rendered.directory)
+        if code != 0:
             raise ExternalError(
-                f"packer build failed (exit {proc.returncode}) in stage {stage or 'build'}; see {log.name}",
+                f"packer build failed (exit {code}) in stage {stage or 'build'}; see {log.name}",
                 hint="read the log's last lines; rerun with --keep-on-error to keep the workspace for inspection",
             )
 

@@ -256,3 +256,41 @@ def test_image_diff_reads_packages_etc_units_and_binaries(tmp_path: Path) -> Non
     assert found[("etc", "etc/passwd-")].expected and "shadow-utils" in str(found[("etc", "etc/passwd-")])
     assert found[("etc", "etc/hostname")].expected is None and found[("package", "containerd")].expected is None
     assert compare(a, a) == []
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_image_whose_fstab_leads_out_is_refused_and_nothing_is_left(
+    base_image: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A bootable image whose fstab mounts its ESP at '/../../..' : the build exits 2 naming the source image, the
+    host's directories are untouched, nothing stays mounted, no output or workspace is left."""
+    import hashlib
+
+    from imagebuilder import disk
+
+    raw = tmp_path / "hostile.raw"
+    subprocess.run(["qemu-img", "convert", "-O", "raw", str(base_image[0]), str(raw)], check=True)
+    part = disk.root_partition(raw)
+    with disk.loop_device(raw, part.offset, part.length) as dev, disk.mounted(dev, tmp_path / "mnt") as root:
+        fstab = (root / "etc/fstab").read_text().replace(" /boot/efi ", " /../../../../tmp/ib-hostile-esp ")
+        assert "ib-hostile-esp" in fstab
+        (root / "etc/fstab").write_text(fstab)
+    digest = hashlib.sha256(raw.read_bytes()).hexdigest()
+    config = write_config(tmp_path, str(raw))
+    config.write_text(json.dumps({"source_image_url": str(raw), "source_image_checksum": f"sha256:{digest}"}))
+    out, work = tmp_path / "out", tmp_path / "work"
+    mirror = tmp_path / "mirror"
+    from imagebuilder.catalog import load_catalog
+    from imagebuilder.standin import make_standin_release
+
+    make_standin_release(mirror, load_catalog().channel("1-24"))
+    res = run("build", *BASE, "--baremetal-config", str(config), "--mirror", str(mirror), "--engine", "chroot",
+              "--disk-gb", "4", "--output-dir", str(out), "--skip-check", "disk", "--skip-check", "kvm",
+              env={"IMAGE_BUILDER_WORKSPACE": str(work)})  # fmt: skip
+    assert res.code == 2, (res.out[-2000:], res.err)
+    assert "fstab mount point" in res.err and "source_image_url" in res.err
+    assert not Path("/tmp/ib-hostile-esp").exists()
+    assert not disk.mounts_under(tmp_path)
+    assert not list(out.glob("*.gz")) and not list(work.iterdir())

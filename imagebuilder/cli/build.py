@@ -47,6 +47,15 @@ HELP = {
 }
 
 
+#: the config flags, by provider name or alias (``--<name>-config``)
+CONFIG_FLAGS = ("vsphere", "platform", "cloudstack", "orchestrator", "nutanix", "hci", "ami", "baremetal")
+
+
+def _config_flags(values: dict[str, Any]) -> dict[str, str | None]:
+    """The config files a task was given, by the provider name or alias of their flag."""
+    return {name: values[f"{name}_config"] for name in CONFIG_FLAGS}
+
+
 def _request(
     given: dict[str, str | None],
     *,
@@ -127,16 +136,7 @@ def build(
     customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     flags.dest_dir(output_dir, "--output-dir")
-    given = {
-        "vsphere": vsphere_config,
-        "platform": platform_config,
-        "cloudstack": cloudstack_config,
-        "orchestrator": orchestrator_config,
-        "nutanix": nutanix_config,
-        "hci": hci_config,
-        "ami": ami_config,
-        "baremetal": baremetal_config,
-    }
+    given = _config_flags(locals())
     plan = make_plan(
         _request(
             given,
@@ -261,16 +261,7 @@ def matrix(
     channels = parse_list(release_channel, "--release-channel")
     customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
     flags.dest_dir(output_dir, "--output-dir")
-    given = {
-        "vsphere": vsphere_config,
-        "platform": platform_config,
-        "cloudstack": cloudstack_config,
-        "orchestrator": orchestrator_config,
-        "nutanix": nutanix_config,
-        "hci": hci_config,
-        "ami": ami_config,
-        "baremetal": baremetal_config,
-    }
+    given = _config_flags(locals())
     request = _request(
         given,
         os=None,

@@ -1,0 +1,67 @@
+"""Hostile images for the chroot engine: an image's /etc/fstab is the image's text, and the engine mounts what it
+names as root on the build host. A mount point that climbs out with '..' or leads out through a symbolic link in the
+image (an absolute link resolves against the host) is refused (exit 2) and nothing stays mounted or attached."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import disk
+from imagebuilder.chrootbuild import attached
+from imagebuilder.errors import InputError
+
+pytestmark = pytest.mark.root
+
+LAYOUT = "label: gpt\nstart=2048, size=16384, type=linux, name=data\nstart=18432, type=linux, name=root\n"
+
+
+def make_disk(tmp_path: Path, fstab_point: str, link: tuple[str, str] | None = None) -> Path:
+    """A GPT disk: a small ext4 'data' partition and an ext4 root whose fstab mounts 'data' at ``fstab_point``."""
+    raw = tmp_path / "disk.raw"
+    with raw.open("wb") as fh:
+        fh.truncate(64 * 1024 * 1024)
+    subprocess.run(["sfdisk", "--quiet", str(raw)], input=LAYOUT, text=True, check=True)
+    _, (data, root) = disk.partitions(raw)
+    with disk.loop_device(raw, data.offset, data.length) as dev:
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "data", dev], check=True)
+    with disk.loop_device(raw, root.offset, root.length) as dev:
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "root", dev], check=True)
+        with disk.mounted(dev, tmp_path / "build") as mnt:
+            (mnt / "etc").mkdir()
+            (mnt / "etc" / "fstab").write_text(
+                f"LABEL=root / ext4 defaults 0 1\nLABEL=data {fstab_point} ext4 defaults 0 2\n"
+            )
+            if link:
+                os.symlink(link[1], mnt / link[0])
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("point", "link"),
+    [
+        ("/../../../../tmp/ib-escape", None),  # climbs out
+        ("/mnt/data", ("mnt", "/tmp")),  # an absolute link in the image resolves against the host
+        ("/srv", ("srv", "../../../../../tmp")),  # a relative link that climbs out
+    ],
+)
+def test_fstab_mount_points_cannot_leave_the_image(tmp_path: Path, point: str, link: tuple[str, str] | None) -> None:
+    raw = make_disk(tmp_path, point, link)
+    loops_before = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    with pytest.raises(InputError) as err, attached(raw, tmp_path / "root", log=lambda _t: None):
+        pass
+    assert "fstab mount point" in str(err.value)
+    assert not disk.mounts_under(tmp_path), "nothing stays mounted"
+    assert subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout == loops_before
+    assert not Path("/tmp/ib-escape").exists()
+
+
+def test_a_mount_point_inside_the_image_is_mounted_and_released(tmp_path: Path) -> None:
+    raw = make_disk(tmp_path, "/var/lib/data")
+    with attached(raw, tmp_path / "root", log=lambda _t: None) as root:
+        assert (root / "var/lib/data/lost+found").is_dir(), "the data partition is mounted where fstab says"
+        assert len(disk.mounts_under(tmp_path)) == 2
+    assert not disk.mounts_under(tmp_path)
