@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -40,6 +41,7 @@ from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, run_checked
 from imagebuilder.grammar import Redactor
+from imagebuilder.gzipdisk import MemberStore
 from imagebuilder.hostinfo import require_tools, tool_search_path
 from imagebuilder.packer import controller_env, node_vars
 from imagebuilder.plan import BuildPlan
@@ -56,6 +58,22 @@ CONNECTION = "community.general.chroot"
 CLEAN_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
              "TERM=dumb", "DEBIAN_FRONTEND=noninteractive")  # fmt: skip
 SEAL = "/usr/local/sbin/image-builder-seal"
+
+
+@dataclass(frozen=True)
+class OsLayer:
+    """A cached OS layer (:mod:`imagebuilder.matrix`) a chroot build starts from instead of its source image.
+
+    ``image`` is the qcow2 in the layer cache that names it; ``disk`` is the file a build copies: the layer's raw
+    twin while the run that made it still has one (no conversion on the way), else ``image`` itself. The images
+    built on one layer share its :class:`~imagebuilder.gzipdisk.MemberStore` when they are compressed."""
+
+    image: Path
+    disk: Path
+
+    @property
+    def members(self) -> MemberStore:
+        return MemberStore.beside(self.image)
 
 
 def check_engine() -> None:
@@ -258,10 +276,11 @@ def _inner(spec_path: Path) -> int:
 
 
 def prepare_disk(source: Path, raw: Path, size_gb: int, status: Say) -> None:
-    """``source`` (any format qemu-img reads) as a sparse raw disk of ``size_gb`` GiB at ``raw``."""
+    """``source`` (any format qemu-img reads) as a sparse raw disk of ``size_gb`` GiB at ``raw``: a scratch file
+    of the workspace, so qemu-img does not flush it to the device (``-t unsafe``); what is made of it is."""
     status(f"converting the source image to a raw disk of {size_gb} GiB")
     raw.parent.mkdir(parents=True, exist_ok=True)
-    run_checked("qemu-img", "convert", "-O", "raw", str(source), str(raw))
+    run_checked("qemu-img", "convert", "-t", "unsafe", "-O", "raw", str(source), str(raw))
     disk.grow_last_partition(raw, size_gb * 1024**3, log=status)
 
 

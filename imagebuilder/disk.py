@@ -11,6 +11,7 @@ cannot be unmounted the operation fails, naming the holders, instead of carrying
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import os
@@ -48,6 +49,26 @@ def gunzip_sparse(src: Path, dest: Path) -> None:
         raise InputError(
             f"not a complete gzip file ({exc})", source=src, expected="a gzip-compressed raw disk"
         ) from None
+
+
+def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """(start, end) of the parts of an open file that hold data: a sparse disk's holes are never read. A
+    filesystem that cannot say (no SEEK_DATA) gets the whole file as one extent."""
+    extents: list[tuple[int, int]] = []
+    offset = 0
+    try:
+        while offset < size:
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole is left
+                    break
+                raise
+            offset = os.lseek(fd, start, os.SEEK_HOLE)
+            extents.append((start, offset))
+    except (OSError, AttributeError):
+        return [(0, size)] if size else []
+    return extents
 
 
 @contextlib.contextmanager

@@ -187,8 +187,10 @@ def load_yaml_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
 
 
 @contextmanager
-def atomic_write(path: str | Path, mode: str = "w", perm: int = 0o644) -> Iterator[IO[Any]]:
-    """Write to a temp file beside ``path`` and rename it into place only if the block succeeds."""
+def atomic_write(path: str | Path, mode: str = "w", perm: int = 0o644, *, sync: bool = True) -> Iterator[IO[Any]]:
+    """Write to a temp file beside ``path`` and rename it into place only if the block succeeds. The file reaches
+    the device before the rename (``sync``) unless its reader checks it anyway and it is cheaper to remake than to
+    sync (a cache's entries, by the thousand)."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
@@ -197,7 +199,8 @@ def atomic_write(path: str | Path, mode: str = "w", perm: int = 0o644) -> Iterat
         with os.fdopen(fd, mode) as fh:
             yield fh
             fh.flush()
-            os.fsync(fh.fileno())
+            if sync:
+                os.fsync(fh.fileno())
         os.replace(tmp, final)
     except BaseException:
         with suppress(FileNotFoundError):

@@ -26,7 +26,7 @@ from imagebuilder.disk import image_format, raw_view
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, parse_json, read_text, run_checked, sha256_file
 from imagebuilder.hostinfo import ovmf_firmware
-from imagebuilder.outputs import Packaged, gzip_parallel, place, require_bootable
+from imagebuilder.outputs import Packaged, compress, place, require_bootable
 from imagebuilder.ova import make_ova, ova_firmware
 from imagebuilder.progress import Say, silent
 
@@ -118,9 +118,7 @@ def _write_output(kind: str, disk: Path, dest: Path, work: Path, say: Say, firmw
     raw = work / "out.raw"
     run_checked("qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(disk), str(raw), timeout=7200)
     if kind == "gz":
-        say("compressing with pigz")
-        sha, size = gzip_parallel(raw, dest)
-        return Packaged(dest, sha, size)
+        return compress(raw, dest, say)
     if kind == "raw":
         return place(raw, dest)
     out = work / "out.qcow2"

@@ -6,7 +6,9 @@ packages, containerd, node settings. Here that part is the **OS layer**: built o
 made of (the base image's checksum, the OS, its version, the firmware, the disk size, the files of the roles that
 make it, this tool's version), and every channel then runs only its own part (``[kubernetes]``: binaries, images,
 provider, custom roles, sysprep) on a copy of it. Changing a role or the base image changes the name, so a stale
-layer is never used; a layer is written atomically, so a crash never leaves a half one to be reused.
+layer is never used; a layer is written atomically, so a crash never leaves a half one to be reused. The layer's
+bytes are also compressed once for all its images: they share its gzip members (:mod:`imagebuilder.gzipdisk`),
+which a background thread starts making while the images are still provisioned.
 
 Builds run in parallel up to what this host has room for (cores and memory, or ``--jobs``); an output whose build
 manifest records the same inputs (:func:`inputs_digest`) and whose artifact is still there is skipped.
@@ -20,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,17 +31,18 @@ from imagebuilder import disk
 from imagebuilder.bootcheck import check_image
 from imagebuilder.buildinputs import digest, inputs_digest, layer_inputs
 from imagebuilder.catalog import load_catalog
-from imagebuilder.chrootbuild import run_chroot_build
+from imagebuilder.chrootbuild import OsLayer, run_chroot_build
 from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, ImageBuilderError, InputError
-from imagebuilder.files import atomic_write, parse_json, read_text
+from imagebuilder.files import atomic_write, parse_json, read_text, run_checked
 from imagebuilder.grammar import Redactor
+from imagebuilder.gzipdisk import prime
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest
 from imagebuilder.planner import make_plan
 from imagebuilder.progress import Say, silent
 
-#: what one build needs, to bound the parallelism: a chroot build (Ansible, then pigz) and a Packer build (a VM)
+#: what one build needs, to bound the parallelism: a chroot build (Ansible, then its compression) and a Packer build (a VM)
 CHROOT_BUILD = {"cpus": 1, "memory_mb": 1536}
 
 
@@ -53,43 +56,90 @@ def layer_path(plan: BuildPlan, cache: Path) -> Path:
     return cache / f"os-{plan.os}-{plan.os_version.version}-{digest(layer_inputs(plan))[:32]}.qcow2"
 
 
-_LAYER_LOCK = threading.Lock()
+class LayerBuilds:
+    """The OS layers of one matrix run, each built once, and written to the cache without holding up the builds.
 
+    A layer is provisioned as a raw disk in the run's workspace. The builds of the run copy that raw disk (no
+    conversion), while one background thread writes the durable qcow2 into the cache (converted, flushed, renamed
+    into place, so a crash never leaves a half layer to be reused) and another compresses the layer's MiBs into
+    its member store at a low priority (:func:`~imagebuilder.gzipdisk.prime`), which its images then only copy
+    when they are packaged. :meth:`close` waits for both and removes the workspaces; a later run finds the qcow2
+    and its members and copies them."""
 
-def ensure_layer(plan: BuildPlan, cache: Path, *, say: Say = silent) -> tuple[Path, bool]:
-    """The OS layer of ``plan`` in ``cache``: reused when there (returns False), built otherwise (True)."""
-    from imagebuilder.runner import prepare_source_image
+    def __init__(self, cache: Path, *, say: Say = silent, prime_workers: int = 1) -> None:
+        self.cache = cache
+        self.say = say
+        self.prime_workers = prime_workers
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # two channels of one OS wait for one layer, never build it twice
+        self._layers: dict[Path, OsLayer] = {}
+        self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer-save")
+        self._primer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer-members")
+        self._saves: list[Future[None]] = []
+        self._work: list[Path] = []
 
-    target = layer_path(plan, cache)
-    with _LAYER_LOCK:  # two channels of one OS wait for one layer, never build it twice
-        if target.is_file():
-            say(f"OS layer: {target.name} (cached)")
-            return target, False
-        cache.mkdir(parents=True, exist_ok=True)
+    def get(self, plan: BuildPlan) -> tuple[OsLayer, bool]:
+        """The OS layer of ``plan``: this run's or the cache's (False), or built now (True)."""
+        target = layer_path(plan, self.cache)
+        with self._lock:
+            if target in self._layers:
+                return self._layers[target], False
+            if target.is_file():
+                self.say(f"OS layer: {target.name} (cached)")
+                layer, built = OsLayer(target, target), False
+            else:
+                layer, built = self._build(plan, target), True
+            self._layers[target] = layer
+            return layer, built
+
+    def _build(self, plan: BuildPlan, target: Path) -> OsLayer:
+        from imagebuilder.runner import prepare_source_image
+
+        self.cache.mkdir(parents=True, exist_ok=True)
         work = plan.workspace / f"layer-{target.stem}-{os.getpid()}"
-        log_path = cache / f"{target.stem}.log"
-        say(f"OS layer: building {target.name} (chroot: packages, containerd, node settings)")
+        self._work.append(work)
+        log_path = self.cache / f"{target.stem}.log"
+        self.say(f"OS layer: building {target.name} (chroot: packages, containerd, node settings)")
+        with log_path.open("w") as log:
+            source = prepare_source_image(plan, work, self.say)
+            assert source is not None
+            raw = run_chroot_build(plan, source, work / "chroot", customization=None, log=log,
+                                   redact=Redactor(plan.config.secret_values() if plan.config else []),
+                                   status=self.say, layers=("os",), output=work / "layer.raw",
+                                   output_format="raw")  # fmt: skip
+        check = check_image(raw, work_dir=work)
+        if not check.ok:
+            raise ExternalError("the OS layer would not boot: " + "; ".join(check.problems), hint=f"read {log_path}")
+        layer = OsLayer(target, raw)
+        self._saves.append(self._saver.submit(self._save, plan, raw, target))
+        # the layer's bytes are in every image built on it: compress them once, meanwhile, with the idle CPU
+        self._saves.append(self._primer.submit(prime, raw, layer.members, workers=self.prime_workers, stop=self._stop))
+        return layer
+
+    def _save(self, plan: BuildPlan, raw: Path, target: Path) -> None:
+        tmp = self.cache / f".{target.name}.{os.getpid()}.tmp"
         try:
-            with log_path.open("w") as log:
-                source = prepare_source_image(plan, work, say)
-                assert source is not None
-                tmp = cache / f".{target.name}.{os.getpid()}.tmp"
-                try:
-                    run_chroot_build(plan, source, work / "chroot", customization=None, log=log,
-                                     redact=Redactor(plan.config.secret_values() if plan.config else []),
-                                     status=say, layers=("os",), output=tmp, output_format="qcow2")  # fmt: skip
-                    check = check_image(tmp, work_dir=work)
-                    if not check.ok:
-                        raise ExternalError("the OS layer would not boot: " + "; ".join(check.problems),
-                                            hint=f"read {log_path}")  # fmt: skip
-                    with atomic_write(cache / f"{target.stem}.json") as fh:
-                        fh.write(json.dumps(layer_inputs(plan), indent=2) + "\n")
-                    os.replace(tmp, target)
-                finally:
-                    tmp.unlink(missing_ok=True)
+            run_checked("qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(tmp))
+            with atomic_write(self.cache / f"{target.stem}.json") as fh:
+                fh.write(json.dumps(layer_inputs(plan), indent=2) + "\n")
+            os.replace(tmp, target)
+            self.say(f"OS layer: {target.name} saved to the cache")
         finally:
-            disk.remove_tree(work)
-        return target, True
+            tmp.unlink(missing_ok=True)
+
+    def close(self, *, interrupted: bool = False) -> None:
+        """Wait for the layers and their members to reach the cache (raising the first failure), then remove the
+        workspaces. ``interrupted`` (Ctrl-C, a failure): the members not yet compressed are left for later."""
+        if interrupted:
+            self._stop.set()
+        self._saver.shutdown(wait=True)
+        self._primer.shutdown(wait=True)
+        try:
+            for save in self._saves:
+                save.result()
+        finally:
+            for work in self._work:
+                disk.remove_tree(work)
 
 
 @dataclass
@@ -188,28 +238,13 @@ def run_matrix(
             row.status, row.detail = "skipped", "its build manifest records the same inputs"
         else:
             todo.append(row)
-    layers: dict[str, Path] = {}
-    for row in todo:
-        if row.plan.engine != "chroot":
-            continue
-        key = str(layer_path(row.plan, cache))
-        if key not in layers:
-            start = time.monotonic()
-            layers[key], built = ensure_layer(row.plan, cache, say=say)
-            row.seconds += time.monotonic() - start
-            row.layer = "built" if built else "cached"
-        else:
-            row.layer = "shared"
-    if layer_only:
-        for row in todo:
-            row.status = "layer" if row.plan.engine == "chroot" else "no layer (packer)"
-        return rows
+    chosen: dict[int, OsLayer] = {}
 
-    def one(row: MatrixRow) -> None:
+    def one(i: int) -> None:
+        row = todo[i]
         start = time.monotonic()
-        layer = layers.get(str(layer_path(row.plan, cache))) if row.plan.engine == "chroot" else None
         try:
-            result = build(row.plan, customization=customization, os_layer=layer, say=say,
+            result = build(row.plan, customization=customization, os_layer=chosen.get(i), say=say,
                            inputs_sha256=inputs_digest(row.plan, customization),
                            keep_on_error=keep_on_error)  # fmt: skip
             row.status, row.detail = "built", str(result.artifact or result.manifest)
@@ -217,6 +252,25 @@ def run_matrix(
             row.status, row.detail = "failed", str(exc).splitlines()[0]
         row.seconds += time.monotonic() - start
 
-    with ThreadPoolExecutor(max_workers=parallelism([r.plan for r in todo], jobs)) as pool:
-        list(pool.map(one, todo))
+    # a layer-only run (a CI job that makes the layer for the image jobs) compresses its members on every core
+    layers = LayerBuilds(cache, say=say, prime_workers=(os.cpu_count() or 1) if layer_only else 1)
+    try:
+        for i, row in enumerate(todo):
+            if row.plan.engine != "chroot":
+                continue
+            start = time.monotonic()
+            seen = set(chosen.values())
+            chosen[i], built = layers.get(row.plan)
+            row.seconds += time.monotonic() - start
+            row.layer = "built" if built else "shared" if chosen[i] in seen else "cached"
+        if layer_only:
+            for row in todo:
+                row.status = "layer" if row.plan.engine == "chroot" else "no layer (packer)"
+        else:
+            with ThreadPoolExecutor(max_workers=parallelism([r.plan for r in todo], jobs)) as pool:
+                list(pool.map(one, range(len(todo))))
+    except BaseException:
+        layers.close(interrupted=True)  # Ctrl-C or a failure: what is not compressed yet stays so
+        raise
+    layers.close()
     return rows

@@ -8,23 +8,21 @@ final path, the digest computed while writing, and a disk that would not boot re
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import secrets
 import shutil
-import subprocess
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from imagebuilder.bootcheck import check_image
 from imagebuilder.errors import ExternalError
-from imagebuilder.files import atomic_write, sha256_file
-from imagebuilder.hostinfo import require_tools
-from imagebuilder.progress import Advance, Say
-
-CHUNK = 4 * 1024 * 1024
+from imagebuilder.files import sha256_file
+from imagebuilder.gzipdisk import MemberStore, gzip_disk
+from imagebuilder.progress import Say
 
 
 @dataclass
@@ -36,50 +34,6 @@ class Packaged:
     size: int | None = None
     #: facts for the build manifest (e.g. Packer's own manifest of a platform image)
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def gzip_parallel(src: Path, dest: Path, *, on_bytes: Advance | None = None) -> tuple[str, int]:
-    """Compress ``src`` to ``dest`` with pigz on every core; returns (sha256, size) of the .gz.
-
-    The compressed stream is hashed as it is written, so the result is read once; it lands at ``dest`` only
-    when complete.
-    """
-    pigz = require_tools("pigz")["pigz"]
-    digest, size = hashlib.sha256(), 0
-    with atomic_write(dest, "wb") as out:
-        proc = subprocess.Popen(
-            [pigz, "-c", "-p", str(os.cpu_count() or 1), str(src)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        assert proc.stdout is not None
-        read_so_far = 0
-        while block := proc.stdout.read(CHUNK):
-            out.write(block)
-            digest.update(block)
-            size += len(block)
-            if on_bytes is not None:
-                done = _bytes_read(proc.pid, src)
-                if done is not None and done > read_so_far:
-                    on_bytes(done - read_so_far)
-                    read_so_far = done
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        if proc.wait() != 0:
-            raise ExternalError(f"pigz failed compressing {src}: {err.strip()}")
-        if on_bytes is not None:
-            on_bytes(max(0, src.stat().st_size - read_so_far))
-    return digest.hexdigest(), size
-
-
-def _bytes_read(pid: int, path: Path) -> int | None:
-    """How far a process has read ``path`` (from /proc/PID/fdinfo), for the progress bar."""
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
-                for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines():
-                    if line.startswith("pos:"):
-                        return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def place(src: Path, dest: Path) -> Packaged:
@@ -99,18 +53,39 @@ def place(src: Path, dest: Path) -> Packaged:
     return Packaged(dest, digest, dest.stat().st_size)
 
 
+#: the member store the compression in this thread shares: the one of the OS layer an image was built on, while
+#: the runner packages that image (:func:`sharing`); None elsewhere
+_STORE: ContextVar[MemberStore | None] = ContextVar("member_store", default=None)
+
+
+@contextlib.contextmanager
+def sharing(store: MemberStore | None) -> Iterator[None]:
+    """Within this block, :func:`compress` in this thread takes members from ``store`` and adds its own to it."""
+    token = _STORE.set(store)
+    try:
+        yield
+    finally:
+        _STORE.reset(token)
+
+
 def compress(disk: Path, dest: Path, status: Say) -> Packaged:
-    """A raw disk compressed with pigz, with the percentage done reported as it goes."""
-    total, done = disk.stat().st_size, 0
+    """A raw disk compressed to gzip on every core (:mod:`imagebuilder.gzipdisk`), with the percentage done
+    reported as it goes; within :func:`sharing`, members are shared with the other images of the same OS layer.
+    The build manifest gets the member counts."""
+    total, done, shown = disk.stat().st_size, 0, -1
 
     def progress(n: int) -> None:
-        nonlocal done
+        nonlocal done, shown
         done += n
-        status(f"compressing {total / 2**30:.1f} GiB with pigz: {100 * done // max(total, 1)} %")
+        percent = 100 * done // max(total, 1)
+        if percent != shown:
+            shown = percent
+            status(f"compressing {total / 2**30:.1f} GiB (gzip, one member per MiB): {percent} %")
 
     progress(0)
-    sha, size = gzip_parallel(disk, dest, on_bytes=progress)
-    return Packaged(dest, sha, size)
+    result = gzip_disk(disk, dest, store=_STORE.get(), on_bytes=progress)
+    members = {"data": result.data_members, "reused": result.reused}
+    return Packaged(dest, result.sha256, result.size, extra={"gzip_members": members})
 
 
 def require_bootable(disk: Path, what: str, *, work_dir: Path) -> None:

@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import secrets
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +24,14 @@ from typing import IO, Any
 from imagebuilder import __version__, disk, fetch
 from imagebuilder.bootcheck import check_image
 from imagebuilder.buildinputs import inputs_digest
-from imagebuilder.chrootbuild import check_engine, run_chroot_build
+from imagebuilder.chrootbuild import OsLayer, check_engine, run_chroot_build
 from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.fetch import Expected, is_url
 from imagebuilder.files import atomic_write
 from imagebuilder.grammar import Redactor
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_version
+from imagebuilder.outputs import sharing
 from imagebuilder.packer import (
     PackerInfo,
     RenderedBuild,
@@ -92,7 +94,7 @@ def _tool_versions(packer: PackerInfo | None) -> dict[str, str | None]:
         "packer": packer.version_text if packer else None,
         "ansible": tool_version("ansible-playbook"),
         "qemu": tool_version("qemu-system-x86_64"),
-        "pigz": tool_version("pigz"),
+        "zlib": zlib.ZLIB_RUNTIME_VERSION,
     }
 
 
@@ -104,7 +106,7 @@ def run_build(
     keep_on_error: bool = False,
     customization: Customization | None = None,
     say: Say = silent,
-    os_layer: Path | None = None,
+    os_layer: OsLayer | None = None,
     inputs_sha256: str | None = None,
 ) -> BuildResult:
     """Execute ``plan``, saying each step as it starts (the progress protocol). Raises :class:`ExternalError` with
@@ -144,7 +146,7 @@ def run_build(
                 say(f"{plan.output_name}: {text}")
 
             with _step(steps, "source"):
-                source = os_layer if os_layer is not None else prepare_source_image(plan, workspace, status)
+                source = os_layer.disk if os_layer is not None else prepare_source_image(plan, workspace, status)
             if plan.engine == "chroot":
                 with _step(steps, "chroot"):
                     assert source is not None  # the planner chose chroot for an image-based build only
@@ -166,7 +168,9 @@ def run_build(
                     directory = rendered.directory
                 with _step(steps, "packer"):
                     _run_packer(rendered, packer, log, redact, status)
-            with _step(steps, "package"):
+            # an image built on a cached OS layer shares the layer's compressed members with its sibling images
+            store = os_layer.members if os_layer is not None else None
+            with _step(steps, "package"), sharing(store):
                 packaged = registry.get(plan.provider).package(plan, directory, status)
                 artifact, sha, size = packaged.artifact, packaged.sha256, packaged.size
                 result_extra.update(packaged.extra)
@@ -191,7 +195,7 @@ def run_build(
         "plan": plan.to_json(),
         "tools": _tool_versions(packer),
         "engine": plan.engine,
-        "os_layer": os_layer.name if os_layer else None,
+        "os_layer": os_layer.image.name if os_layer else None,
         "inputs_sha256": inputs_sha256 or inputs_digest(plan, customization),
         "accelerator": kvm.accelerator if kvm else None,
         "artifact": {"name": artifact.name, "sha256": sha, "size": size} if artifact else None,

@@ -1,11 +1,9 @@
-"""Artifact handling with the real tools: pigz, qemu-img, a mirror served over HTTP on 127.0.0.1."""
+"""Artifact handling with the real tools: qemu-img, a mirror served over HTTP on 127.0.0.1."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
-import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -19,7 +17,6 @@ from imagebuilder.fetch import Expected, Mirror
 from imagebuilder.grammar import Redactor
 from imagebuilder.imagecustomize import input_firmware
 from imagebuilder.mirror import create_mirror
-from imagebuilder.outputs import gzip_parallel
 from imagebuilder.ova import make_ova, ova_firmware
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
@@ -33,27 +30,6 @@ CHANNEL = load_catalog().channel("1-24")
 def test_redactor_masks_every_secret() -> None:
     redact = Redactor(["s3cret", "longer-s3cret-value", ""])
     assert redact("pw=longer-s3cret-value and s3cret") == "pw=******** and ********"
-
-
-def test_gzip_parallel_round_trip(tmp_path: Path) -> None:
-    src = tmp_path / "disk.raw"
-    with src.open("wb") as fh:
-        fh.write(os.urandom(8 * 1024 * 1024))
-        fh.truncate(64 * 1024 * 1024)  # a sparse tail, like a disk image
-    seen = []
-    digest, size = gzip_parallel(src, tmp_path / "out" / "disk.gz", on_bytes=seen.append)
-    gz = tmp_path / "out" / "disk.gz"
-    assert hashlib.sha256(gz.read_bytes()).hexdigest() == digest and gz.stat().st_size == size
-    with gzip.open(gz) as fh:
-        assert hashlib.sha256(fh.read()).digest() == hashlib.sha256(src.read_bytes()).digest()
-    assert sum(seen) == src.stat().st_size
-    assert sorted(p.name for p in gz.parent.iterdir()) == ["disk.gz"]
-
-
-def test_gzip_failure_leaves_nothing(tmp_path: Path) -> None:
-    with pytest.raises(ExternalError, match="pigz failed"):
-        gzip_parallel(tmp_path / "missing.raw", tmp_path / "out.gz")
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_ova_layout_capacity_and_manifest(tmp_path: Path) -> None:

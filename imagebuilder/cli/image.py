@@ -154,7 +154,7 @@ def customize(
     customization = load_customization(flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f"))
     seconds = flags.duration(timeout, "--timeout", 30, 86400)
     kind = check_request(source, target)
-    require_tools("qemu-system-x86_64", "qemu-img", "xorriso", "ssh", "ssh-keygen", "ansible-playbook", "pigz")
+    require_tools("qemu-system-x86_64", "qemu-img", "xorriso", "ssh", "ssh-keygen", "ansible-playbook")
     if dry_run:
         action = "replace" if target.exists() else "write"
         if target.exists() and not force:

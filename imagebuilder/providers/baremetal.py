@@ -1,5 +1,5 @@
-"""Bare metal: a raw disk built with QEMU from the OS-2 ISO (or a source image) or the OS-3 ISO, compressed
-with pigz (spec 1.6, 2.3)."""
+"""Bare metal: a raw disk built with QEMU from the OS-2 ISO (or a source image) or the OS-3 ISO, compressed to
+gzip in members of one MiB (spec 1.6, 2.3)."""
 
 from __future__ import annotations
 

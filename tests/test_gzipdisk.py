@@ -1,0 +1,171 @@
+"""The bare-metal image's gzip (imagebuilder/gzipdisk.py): one member per MiB, zero MiBs never compressed, and a
+member store that images of one OS layer share. Decoded by the real gzip and zcat as well as Python's reader."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from imagebuilder import gzipdisk
+from imagebuilder.errors import ExternalError
+from imagebuilder.gzipdisk import MEMBER, MemberStore, gzip_disk
+
+MiB = MEMBER
+
+
+def disk_like(path: Path, size: int, data: dict[int, bytes]) -> Path:
+    """A sparse file of ``size`` bytes with ``data`` written at the given offsets (the rest holes)."""
+    with path.open("wb") as fh:
+        fh.truncate(size)
+        for offset, chunk in data.items():
+            fh.seek(offset)
+            fh.write(chunk)
+    return path
+
+
+def gunzipped_sha(gz: Path) -> str:
+    out = subprocess.run(["sh", "-c", f"zcat -- '{gz}' | sha256sum"], capture_output=True, text=True, check=True)
+    return out.stdout.split()[0]
+
+
+def test_round_trip_through_the_real_gzip_with_holes_zeros_and_a_short_tail(tmp_path: Path) -> None:
+    size = 9 * MiB + 4321  # a short last member
+    src = disk_like(
+        tmp_path / "disk.raw",
+        size,
+        {0: os.urandom(MiB + 17), 3 * MiB: bytes(MiB), 5 * MiB + 100: b"x" * 5000, 9 * MiB: os.urandom(4321)},
+    )
+    seen: list[int] = []
+    result = gzip_disk(src, tmp_path / "out" / "disk.gz", on_bytes=seen.append)
+    gz = tmp_path / "out" / "disk.gz"
+    assert hashlib.sha256(gz.read_bytes()).hexdigest() == result.sha256 and gz.stat().st_size == result.size
+    assert subprocess.run(["gzip", "-t", str(gz)]).returncode == 0
+    assert gunzipped_sha(gz) == hashlib.sha256(src.read_bytes()).hexdigest()
+    with gzip.open(gz) as fh:  # Python's reader reads every member too
+        assert fh.read() == src.read_bytes()
+    assert sum(seen) == size
+    # the MiBs with data: 0, 1 (the 17 bytes), 5, 9; the written zeros at 3 and the holes are zero members
+    assert result.data_members == 4 and result.reused == 0
+    assert sorted(p.name for p in gz.parent.iterdir()) == ["disk.gz"]
+
+
+def test_the_same_disk_gives_the_same_bytes_with_or_without_a_store(tmp_path: Path) -> None:
+    src = disk_like(tmp_path / "disk.raw", 6 * MiB, {0: os.urandom(2 * MiB), 4 * MiB: os.urandom(10)})
+    plain = gzip_disk(src, tmp_path / "a.gz")
+    store = MemberStore.at(tmp_path / "store")
+    first = gzip_disk(src, tmp_path / "b.gz", store=store)
+    again = gzip_disk(src, tmp_path / "c.gz", store=store)
+    assert plain.sha256 == first.sha256 == again.sha256
+    assert (first.data_members, first.reused) == (3, 0)
+    assert (again.data_members, again.reused) == (3, 3)
+
+
+def test_a_sibling_image_reuses_what_it_shares_with_the_first(tmp_path: Path) -> None:
+    layer = {0: os.urandom(MiB), MiB: os.urandom(MiB), 2 * MiB: os.urandom(MiB), 3 * MiB: os.urandom(MiB)}
+    one = disk_like(tmp_path / "one.raw", 8 * MiB, {**layer, 6 * MiB: b"kubernetes 1.23"})
+    two = disk_like(tmp_path / "two.raw", 8 * MiB, {**layer, 6 * MiB: b"kubernetes 1.24"})
+    store = MemberStore.beside(tmp_path / "os-layer.qcow2")
+    assert store.directory == (tmp_path / "os-layer.members").resolve()
+    gzip_disk(one, tmp_path / "one.gz", store=store)
+    second = gzip_disk(two, tmp_path / "two.gz", store=store)
+    assert (second.data_members, second.reused) == (5, 4)  # only its own MiB is compressed
+    assert gunzipped_sha(tmp_path / "two.gz") == hashlib.sha256(two.read_bytes()).hexdigest()
+
+
+def test_a_wrong_or_damaged_member_in_the_store_is_never_used(tmp_path: Path) -> None:
+    data = os.urandom(MiB)
+    src = disk_like(tmp_path / "disk.raw", 2 * MiB, {0: data})
+    store = MemberStore.at(tmp_path / "store")
+    key = hashlib.sha256(data).hexdigest()
+    planted = store.directory / key[:2] / key
+    planted.parent.mkdir(parents=True)
+    good = gzipdisk.deflate(data)
+    sealed = hashlib.sha256(good).digest() + good
+    damaged = bytearray(sealed)
+    damaged[1000:5000] = bytes(4000)  # a block the device never wrote
+    short = gzipdisk.deflate(data[:1000])
+    for bad in (
+        good,  # no digest in front
+        sealed[:-9],  # cut
+        bytes(damaged),
+        hashlib.sha256(short).digest() + short,  # whole, but of other bytes
+        b"",
+        b"not gzip at all",
+    ):
+        planted.write_bytes(bad)
+        result = gzip_disk(src, tmp_path / "out.gz", store=store)
+        assert result.reused == 0
+        assert gunzipped_sha(tmp_path / "out.gz") == hashlib.sha256(src.read_bytes()).hexdigest()
+        assert planted.read_bytes() == sealed  # replaced by the right one
+    assert gzip_disk(src, tmp_path / "out.gz", store=store).reused == 1
+
+
+def test_images_packaged_at_once_compress_each_shared_member_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = {i * MiB: os.urandom(MiB) for i in range(6)}
+    disks = [disk_like(tmp_path / f"{n}.raw", 8 * MiB, {**shared, 7 * MiB: f"image {n}".encode()}) for n in range(3)]
+    calls: list[int] = []
+    real = gzipdisk.deflate
+    lock = threading.Lock()
+
+    def counting(data: bytes) -> bytes:
+        with lock:
+            calls.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(gzipdisk, "deflate", counting)
+    store = MemberStore.at(tmp_path / "store")
+    threads = [threading.Thread(target=gzip_disk, args=(d, d.with_suffix(".gz")), kwargs={"store": store})
+               for d in disks]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 6 + 3  # each shared MiB once, each image's own MiB once
+    for d in disks:
+        assert gunzipped_sha(d.with_suffix(".gz")) == hashlib.sha256(d.read_bytes()).hexdigest()
+
+
+def test_an_empty_disk_is_an_empty_gzip_file(tmp_path: Path) -> None:
+    src = tmp_path / "empty.raw"
+    src.write_bytes(b"")
+    gzip_disk(src, tmp_path / "empty.gz")
+    assert subprocess.run(["gzip", "-t", str(tmp_path / "empty.gz")]).returncode == 0
+    assert gzip.decompress((tmp_path / "empty.gz").read_bytes()) == b""
+
+
+def test_a_missing_disk_fails_cleanly_and_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ExternalError, match="cannot compress"):
+        gzip_disk(tmp_path / "missing.raw", tmp_path / "out" / "disk.gz")
+    assert not (tmp_path / "out" / "disk.gz").exists()
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    size=st.integers(min_value=0, max_value=5 * MiB + 7),
+    writes=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=5 * MiB), st.binary(min_size=1, max_size=3000)), max_size=6
+    ),
+)
+def test_any_sparse_layout_round_trips(tmp_path: Path, size: int, writes: list[tuple[int, bytes]]) -> None:
+    """Holes, data and zeros anywhere, member boundaries crossed or not: the .gz holds exactly the disk."""
+    src = tmp_path / "p.raw"
+    with src.open("wb") as fh:
+        fh.truncate(size)
+        for offset, chunk in writes:
+            if offset < size:
+                fh.seek(offset)
+                fh.write(chunk[: size - offset])
+    result = gzip_disk(src, tmp_path / "p.gz", store=MemberStore.at(tmp_path / "store"))
+    assert gzip.decompress((tmp_path / "p.gz").read_bytes()) == src.read_bytes()
+    assert result.size == (tmp_path / "p.gz").stat().st_size
