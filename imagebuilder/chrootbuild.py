@@ -75,6 +75,11 @@ class OsLayer:
     def members(self) -> MemberStore:
         return MemberStore.beside(self.image)
 
+    @property
+    def disk_format(self) -> str:
+        """What ``disk`` is, told to qemu-img rather than guessed from the bytes (a raw disk can look like anything)."""
+        return "qcow2" if self.disk == self.image else "raw"
+
 
 def check_engine() -> None:
     """What the chroot engine needs of this host (the dry run checks the same): root, the tools, the connection."""
@@ -275,12 +280,14 @@ def _inner(spec_path: Path) -> int:
     return 0
 
 
-def prepare_disk(source: Path, raw: Path, size_gb: int, status: Say) -> None:
-    """``source`` (any format qemu-img reads) as a sparse raw disk of ``size_gb`` GiB at ``raw``: a scratch file
-    of the workspace, so qemu-img does not flush it to the device (``-t unsafe``); what is made of it is."""
+def prepare_disk(source: Path, raw: Path, size_gb: int, status: Say, *, source_format: str | None = None) -> None:
+    """``source`` (any format qemu-img reads, or ``source_format``) as a sparse raw disk of ``size_gb`` GiB at
+    ``raw``: a scratch file of the workspace, so qemu-img does not flush it to the device (``-t unsafe``); what is
+    made of it is."""
     status(f"converting the source image to a raw disk of {size_gb} GiB")
     raw.parent.mkdir(parents=True, exist_ok=True)
-    run_checked("qemu-img", "convert", "-t", "unsafe", "-O", "raw", str(source), str(raw))
+    fmt = ["-f", source_format] if source_format else []
+    run_checked("qemu-img", "convert", "-t", "unsafe", *fmt, "-O", "raw", str(source), str(raw))
     disk.grow_last_partition(raw, size_gb * 1024**3, log=status)
 
 
@@ -308,12 +315,14 @@ def run_chroot_build(
     layers: tuple[str, ...] = ("os", "kubernetes"),
     output: Path | None = None,
     output_format: str | None = None,
+    source_format: str | None = None,
 ) -> Path:
-    """Build ``plan`` from ``source`` in ``directory`` without a VM; returns the disk, written where the provider's
-    packaging step finds Packer's (``directory/output/<vm name>``) unless ``output`` says otherwise."""
+    """Build ``plan`` from ``source`` (of ``source_format`` where the caller knows it) in ``directory`` without a
+    VM; returns the disk, written where the provider's packaging step finds Packer's (``directory/output/<vm
+    name>``) unless ``output`` says otherwise."""
     check_engine()
     raw = directory / "disk.raw"
-    prepare_disk(source, raw, plan.disk_gb, status)
+    prepare_disk(source, raw, plan.disk_gb, status, source_format=source_format)
     status("attaching the image (loop devices) and mounting it")
     provision(plan, raw, directory, customization=customization, log=log, redact=redact, status=status,
               layers=layers)  # fmt: skip

@@ -42,7 +42,7 @@ from imagebuilder.plan import BuildPlan, BuildRequest
 from imagebuilder.planner import make_plan
 from imagebuilder.progress import Say, silent
 
-#: what one build needs, to bound the parallelism: a chroot build (Ansible, then its compression) and a Packer build (a VM)
+#: what one build needs, to bound the parallelism: a chroot build (Ansible, then compression) or a Packer build (a VM)
 CHROOT_BUILD = {"cpus": 1, "memory_mb": 1536}
 
 

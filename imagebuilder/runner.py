@@ -153,7 +153,8 @@ def run_build(
                     directory = workspace / "chroot"
                     layers = ("kubernetes",) if os_layer is not None else ("os", "kubernetes")
                     run_chroot_build(plan, source, directory, customization=customization, log=log, redact=redact,
-                                     status=status, layers=layers)  # fmt: skip
+                                     status=status, layers=layers,
+                                     source_format=os_layer.disk_format if os_layer else None)  # fmt: skip
             else:
                 assert packer is not None
                 with _step(steps, "render"):
