@@ -169,3 +169,28 @@ def test_any_sparse_layout_round_trips(tmp_path: Path, size: int, writes: list[t
     result = gzip_disk(src, tmp_path / "p.gz", store=MemberStore.at(tmp_path / "store"))
     assert gzip.decompress((tmp_path / "p.gz").read_bytes()) == src.read_bytes()
     assert result.size == (tmp_path / "p.gz").stat().st_size
+
+
+def test_priming_a_layer_leaves_its_images_only_their_own_mibs_to_compress(tmp_path: Path) -> None:
+    layer = disk_like(tmp_path / "layer.raw", 8 * MiB, {i * MiB: os.urandom(MiB) for i in (0, 1, 2, 5)})
+    image = tmp_path / "image.raw"
+    image.write_bytes(layer.read_bytes())
+    with image.open("r+b") as fh:
+        fh.seek(7 * MiB)
+        fh.write(b"this image's own bytes")
+    store = MemberStore.at(tmp_path / "store")
+    gzipdisk.prime(layer, store, workers=2)
+    assert sum(1 for p in store.directory.rglob("*") if p.is_file()) == 4
+    result = gzip_disk(image, tmp_path / "image.gz", store=store)
+    assert (result.data_members, result.reused) == (5, 4)
+    assert gunzipped_sha(tmp_path / "image.gz") == hashlib.sha256(image.read_bytes()).hexdigest()
+
+
+def test_priming_stops_when_told(tmp_path: Path) -> None:
+    """A matrix interrupted by Ctrl-C does not wait for the rest of its layer to be compressed."""
+    layer = disk_like(tmp_path / "layer.raw", 4 * MiB, {i * MiB: os.urandom(MiB) for i in range(4)})
+    store = MemberStore.at(tmp_path / "store")
+    stop = threading.Event()
+    stop.set()
+    gzipdisk.prime(layer, store, stop=stop)
+    assert not store.directory.exists()
