@@ -106,6 +106,14 @@ def _engine_rows(e: dict[str, object]) -> list[str]:
         f"| `build.matrix` of the same 4 (one OS layer, empty cache) | {e['matrix_s']} s: "
         f"**{e['matrix_vs_one_single']}x** one single chroot build, {e['matrix_vs_four_singles']}x the four, "
         f"{e['matrix_vs_one_packer_build']}x one Packer build |",
+        *(
+            [
+                f"| later, one of the 4 again on the cached OS layer and its members (3 skipped) | "
+                f"{e['one_more_on_cached_layer_s']} s: {e['one_more_vs_one_single']}x one single chroot build |"
+            ]
+            if "one_more_on_cached_layer_s" in e
+            else []
+        ),
     ]
 
 
