@@ -76,6 +76,7 @@ class LayerBuilds:
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer-save")
         self._primer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer-members")
         self._saves: list[Future[None]] = []
+        self._primes: list[Future[None]] = []
         self._work: list[Path] = []
 
     def get(self, plan: BuildPlan) -> tuple[OsLayer, bool]:
@@ -113,7 +114,7 @@ class LayerBuilds:
         layer = OsLayer(target, raw)
         self._saves.append(self._saver.submit(self._save, plan, raw, target))
         # the layer's bytes are in every image built on it: compress them once, meanwhile, with the idle CPU
-        self._saves.append(self._primer.submit(prime, raw, layer.members, workers=self.prime_workers, stop=self._stop))
+        self._primes.append(self._primer.submit(prime, raw, layer.members, workers=self.prime_workers, stop=self._stop))
         return layer
 
     def _save(self, plan: BuildPlan, raw: Path, target: Path) -> None:
@@ -128,15 +129,20 @@ class LayerBuilds:
             tmp.unlink(missing_ok=True)
 
     def close(self, *, interrupted: bool = False) -> None:
-        """Wait for the layers and their members to reach the cache (raising the first failure), then remove the
-        workspaces. ``interrupted`` (Ctrl-C, a failure): the members not yet compressed are left for later."""
+        """Wait for the layers to reach the cache (raising the first failure unless ``interrupted``: Ctrl-C or a
+        failure, whose own error is the one to report) and for their members (a help, never a failure: what is
+        missing is compressed when an image needs it), then remove the workspaces."""
         if interrupted:
-            self._stop.set()
+            self._stop.set()  # the members not yet compressed are left for later
         self._saver.shutdown(wait=True)
         self._primer.shutdown(wait=True)
         try:
+            for primed in self._primes:
+                if primed.exception() is not None:
+                    self.say(f"warning: the OS layer's members were not all compressed ahead: {primed.exception()}")
             for save in self._saves:
-                save.result()
+                if not interrupted:
+                    save.result()
         finally:
             for work in self._work:
                 disk.remove_tree(work)
