@@ -44,11 +44,13 @@ def bench_e2e(work: Path) -> dict[str, object]:
     total = time.monotonic() - t0
     steps = result.build.steps
     build_total = sum(steps.values())
-    outside = build_total - steps.get("packer", 0.0)
+    engine = "chroot" if "chroot" in steps else "packer"  # the demo uses the fastest engine this host supports
+    outside = build_total - steps.get(engine, 0.0)
     return {
         "flow_wall_s": round(total, 1),
         "build_wall_s": round(build_total, 1),
-        "packer_s": round(steps.get("packer", 0.0), 1),
+        "engine": engine,
+        "engine_s": round(steps.get(engine, 0.0), 1),
         "outside_packer_s": round(outside, 1),
         "outside_packer_share": round(outside / build_total, 4) if build_total else None,
         "steps": steps,
@@ -135,9 +137,17 @@ def write_readme(results: dict[str, object]) -> None:
             + ("reused" if e2e.get("base_image_reused") else "built with debootstrap")
             + f", mirror, bare-metal build, offline verify) | {e2e['flow_wall_s']} s |",
             f"| the build alone | {e2e['build_wall_s']} s |",
-            f"| of which Packer (VM boot, Ansible, shutdown) | {e2e['packer_s']} s |",
-            f"| outside Packer (render, pigz compression, checksum, manifest) | {e2e['outside_packer_s']} s "
-            f"({100 * float(e2e['outside_packer_share'] or 0):.1f} %) |",
+            *(
+                [
+                    f"| of which the {e2e['engine']} engine ("
+                    + ("VM boot, Ansible, shutdown" if e2e["engine"] == "packer" else "mount, Ansible, seal")
+                    + f") | {e2e['engine_s']} s |",
+                    f"| outside it (source check, gzip compression, checksum, manifest) | {e2e['outside_packer_s']} s "
+                    f"({100 * float(e2e['outside_packer_share'] or 0):.1f} %) |",
+                ]
+                if "engine" in e2e
+                else []
+            ),
             *(_vsphere_rows(vsphere) if isinstance(vsphere, dict) else []),
             *(_os1_rows(os1) if isinstance(os1, dict) else []),
             *(_engine_rows(engines) if isinstance(engines, dict) else []),
