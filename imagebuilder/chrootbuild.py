@@ -29,6 +29,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -250,7 +251,13 @@ def provision(
             return text.removeprefix(mark).strip()
         return text if "TASK [" in text or "PLAY [" in text else None
 
-    code = follow(inner, env=env, log=log, redact=redact, say=status, pick=pick)
+    try:
+        code = follow(inner, env=env, log=log, redact=redact, say=status, pick=pick)
+    finally:
+        # the child's mounts died with its namespace; its loop devices are the kernel's and outlive it if it was
+        # killed before it could detach them
+        for dev in disk.detach_backing(raw):
+            log.write(f"detached {dev}, which the chroot build left attached\n")
     if code == 2 and refused:  # the image itself is the bad input (e.g. its fstab)
         raise InputError(
             f"the source image cannot be provisioned: {refused[-1]}",
@@ -340,4 +347,7 @@ def _inner_main(spec: Path) -> int:
 
 
 if __name__ == "__main__":
+    # asked to stop (the parent stopped following): leave through the clean-ups, which stop the command running in
+    # the chroot, unmount and detach, instead of dying with the image attached
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.exit(_inner_main(Path(sys.argv[1])))

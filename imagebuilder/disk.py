@@ -177,6 +177,17 @@ def loop_device(image: Path, offset: int, size: int, *, read_only: bool = False)
         detach_loop(dev)
 
 
+def detach_backing(image: Path) -> list[str]:
+    """Detach every loop device still backed by ``image`` (after the process that attached them died without
+    doing so); returns their names."""
+    out = subprocess.run(["losetup", "--associated", str(image), "--output", "NAME", "--noheadings", "--list"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    devices = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    for dev in devices:
+        detach_loop(dev)
+    return devices
+
+
 def detach_loop(dev: str) -> None:
     """Detach a loop device and wait until the kernel has let it go (detaching is asynchronous)."""
     subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)

@@ -86,11 +86,22 @@ def follow(
     proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)  # fmt: skip
     assert proc.stdout is not None
-    for line in proc.stdout:
-        clean = redact(line)
-        log.write(clean)
-        log.flush()
-        said = pick(clean.strip())
-        if said is not None:
-            say(said)
+    try:
+        for line in proc.stdout:
+            clean = redact(line)
+            log.write(clean)
+            log.flush()
+            said = pick(clean.strip())
+            if said is not None:
+                say(said)
+    except BaseException:
+        # we stop following (Ctrl-C, or whoever reads our progress went away): the child must not run on unseen,
+        # holding what it made (a VM, a mounted image); it is asked to stop, then made to
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
     return proc.wait()

@@ -1,0 +1,71 @@
+"""Following a long child (progress.follow) and what a chroot build leaves behind when it is killed."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import disk
+from imagebuilder.progress import follow
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purpose (nobody waited for it yet)
+    return "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+
+
+def test_a_child_is_stopped_when_its_progress_can_no_longer_be_said(tmp_path: Path) -> None:
+    """The reader of our progress went away (a closed pipe, Ctrl-C): the child must not run on unseen."""
+    pidfile = tmp_path / "pid"
+
+    def say(text: str) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    script = f"echo $$ > '{pidfile}'; echo started; sleep 60; echo never"
+    with pytest.raises(BrokenPipeError):
+        follow(["sh", "-c", script], env=dict(os.environ), log=io.StringIO(), redact=str, say=say,
+               pick=lambda line: line or None)  # fmt: skip
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid)
+
+
+def test_a_child_that_ends_is_followed_to_its_status(tmp_path: Path) -> None:
+    said: list[str] = []
+    log = io.StringIO()
+    code = follow(["sh", "-c", "echo one; echo two; exit 3"], env=dict(os.environ), log=log, redact=str,
+                  say=said.append, pick=lambda line: line or None)  # fmt: skip
+    assert code == 3 and said == ["one", "two"] and "one\ntwo\n" in log.getvalue()
+
+
+@pytest.mark.root
+def test_loop_devices_left_on_an_image_are_detached(tmp_path: Path) -> None:
+    image = tmp_path / "disk.raw"
+    with image.open("wb") as fh:
+        fh.truncate(8 * 2**20)
+    devs = [subprocess.run(["losetup", "--find", "--show", "--offset", str(off), "--sizelimit", str(2**20),
+                            str(image)], capture_output=True, text=True, check=True).stdout.strip()
+            for off in (0, 2**20)]  # fmt: skip
+    other = tmp_path / "other.raw"
+    other.write_bytes(bytes(2**20))
+    keep = subprocess.run(["losetup", "--find", "--show", str(other)], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    try:
+        assert sorted(disk.detach_backing(image)) == sorted(devs)
+        assert disk.detach_backing(image) == []
+        assert not Path(f"/sys/block/{Path(devs[0]).name}/loop/backing_file").exists()
+        assert Path(f"/sys/block/{Path(keep).name}/loop/backing_file").exists()  # another image's is left alone
+    finally:
+        for dev in [*devs, keep]:
+            subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
