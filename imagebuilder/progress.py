@@ -96,12 +96,9 @@ def follow(
                 say(said)
     except BaseException:
         # we stop following (Ctrl-C, or whoever reads our progress went away): the child must not run on unseen,
-        # holding what it made (a VM, a mounted image); it is asked to stop, then made to
+        # holding what it made (a VM, a mounted image). It is asked to stop and given the time its own clean-up
+        # takes (Packer destroying a VM on vCenter can take a while); a second Ctrl-C stops the waiting.
         proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        proc.wait()
         raise
     return proc.wait()
