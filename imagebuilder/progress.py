@@ -94,11 +94,16 @@ def follow(
             said = pick(clean.strip())
             if said is not None:
                 say(said)
-    except BaseException:
+    except BaseException as exc:
         # we stop following (Ctrl-C, or whoever reads our progress went away): the child must not run on unseen,
-        # holding what it made (a VM, a mounted image). It is asked to stop and given the time its own clean-up
-        # takes (Packer destroying a VM on vCenter can take a while); a second Ctrl-C stops the waiting.
-        proc.terminate()
+        # holding what it made (a VM, a mounted image). Ctrl-C at the terminal has reached it already (it is in our
+        # process group); otherwise it is asked to stop. Either way it gets the time its own clean-up takes (Packer
+        # destroying a VM can take a while) with its output still read into the log, since a child blocked on a
+        # full pipe never finishes; a second Ctrl-C stops the waiting.
+        if not isinstance(exc, KeyboardInterrupt):
+            proc.terminate()
+        for line in proc.stdout:
+            log.write(redact(line))
         proc.wait()
         raise
     return proc.wait()

@@ -30,10 +30,14 @@ def test_a_child_is_stopped_when_its_progress_can_no_longer_be_said(tmp_path: Pa
     def say(text: str) -> None:
         raise BrokenPipeError(32, "Broken pipe")
 
-    script = f"echo $$ > '{pidfile}'; echo started; sleep 60; echo never"
+    # the child cleans up when asked to stop, and says so: that goes on into the log
+    script = (f"trap 'echo cleaning up; exit 0' TERM; echo $$ > '{pidfile}'; echo started; sleep 60 & wait; "
+              "echo never")  # fmt: skip
+    log = io.StringIO()
     with pytest.raises(BrokenPipeError):
-        follow(["sh", "-c", script], env=dict(os.environ), log=io.StringIO(), redact=str, say=say,
+        follow(["sh", "-c", script], env=dict(os.environ), log=log, redact=str, say=say,
                pick=lambda line: line or None)  # fmt: skip
+    assert log.getvalue().splitlines()[1:] == ["started", "cleaning up"]
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 5
     while alive(pid) and time.monotonic() < deadline:
