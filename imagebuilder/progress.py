@@ -16,7 +16,9 @@ The library never prints or draws; the CLI prints what is said and renders trans
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,8 +104,18 @@ def follow(
         # full pipe never finishes; a second Ctrl-C stops the waiting.
         if not isinstance(exc, KeyboardInterrupt):
             proc.terminate()
-        for line in proc.stdout:
-            log.write(redact(line))
+        # read on the side: a grandchild that outlives the child may hold the pipe open, and must not hold us
+        reader = threading.Thread(target=_drain, args=(proc.stdout, log, redact), daemon=True)
+        reader.start()
         proc.wait()
+        reader.join(timeout=2)
         raise
     return proc.wait()
+
+
+def _drain(stream: IO[str], log: IO[str], redact: Callable[[str], str]) -> None:
+    """What a stopped child still says, into its log, until its pipe closes or the log does."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in stream:
+            log.write(redact(line))
+            log.flush()
