@@ -24,20 +24,17 @@ What it does, in order, in the build's workspace:
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from imagebuilder import disk
+from imagebuilder.chrootmount import REFUSED, STATUS
 from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, run_checked
@@ -49,10 +46,10 @@ from imagebuilder.plan import BuildPlan
 from imagebuilder.progress import Say, follow
 from imagebuilder.providers import registry
 from imagebuilder.render import ROOT
-from imagebuilder.safepath import safe_join
 
 #: what the engine runs on the build host
-TOOLS = ("losetup", "mount", "umount", "chroot", "qemu-img", "sfdisk", "e2fsck", "resize2fs", "blkid", "env")
+TOOLS = ("losetup", "mount", "umount", "chroot", "qemu-img", "sfdisk", "e2fsck", "resize2fs", "dumpe2fs", "blkid",
+         "env")  # fmt: skip
 #: Ansible's chroot connection (the collection ships with the ``ansible`` package)
 CONNECTION = "community.general.chroot"
 #: the environment every process in the chroot starts with: nothing of the build host's
@@ -103,53 +100,6 @@ def _chroot_wrapper(directory: Path) -> Path:
     return path
 
 
-def _fstab_mounts(root: Path) -> list[tuple[str, str, str]]:
-    """(source, mount point, type) of the image's fstab entries below / that name a filesystem by UUID or LABEL."""
-    fstab = root / "etc" / "fstab"
-    if not fstab.is_file():
-        return []
-    out = []
-    for line in fstab.read_text(errors="replace").splitlines():
-        fields = line.split()
-        if len(fields) < 3 or fields[0].startswith("#") or fields[1] in ("/", "none") or fields[2] == "swap":
-            continue
-        if fields[0].startswith(("UUID=", "LABEL=")):
-            out.append((fields[0], fields[1], fields[2]))
-    return out
-
-
-@contextlib.contextmanager
-def attached(raw: Path, mountpoint: Path, *, log: Say) -> Iterator[Path]:
-    """The image's root filesystem mounted read-write at ``mountpoint`` (grown to its partition first), with the
-    image's other partitions that its fstab mounts below it. Everything is released for real on the way out."""
-    _, parts = disk.partitions(raw)
-    root_part = disk.root_partition(raw)
-    with contextlib.ExitStack() as stack:
-        devices = {p.number: stack.enter_context(disk.loop_device(raw, p.offset, p.length)) for p in parts}
-        disk.grow_filesystem(devices[root_part.number])
-        root = stack.enter_context(disk.mounted(devices[root_part.number], mountpoint, log=log))
-        ids: dict[str, str] = {}
-        for dev in devices.values():
-            for key in ("UUID", "LABEL"):
-                value = subprocess.run(["blkid", "-s", key, "-o", "value", dev], capture_output=True, text=True)
-                if value.stdout.strip():
-                    ids[f"{key}={value.stdout.strip()}"] = dev
-        for source, where, fstype in _fstab_mounts(root):
-            part_dev = ids.get(source)
-            if part_dev is None or part_dev == devices[root_part.number]:
-                continue
-            # the image's fstab is the image's text: its mount point must stay inside the image
-            target = safe_join(root, where.lstrip("/"), what="fstab mount point")
-            try:
-                stack.enter_context(disk.mounted(part_dev, target, log=log))
-            except ExternalError:
-                if fstype != "vfat":
-                    raise
-                # an EFI system partition the host kernel cannot mount (no vfat): nothing the roles write goes there
-                log(f"not mounted: {where} (this kernel cannot mount vfat; the roles do not write to it)")
-        yield root
-
-
 def _playbook(plan: BuildPlan, root: Path, directory: Path, customization: Customization | None,
               layers: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """The ansible-playbook command that provisions the image mounted at ``root``, and its environment (the
@@ -198,12 +148,6 @@ def _playbook(plan: BuildPlan, root: Path, directory: Path, customization: Custo
     return args, env
 
 
-#: how the inner process's own progress lines start (the rest of its output is the commands')
-STATUS = "::image-builder:: "
-#: how the inner process says the image was refused as input (it then exits 2)
-REFUSED = "refused: "
-
-
 def provision(
     plan: BuildPlan,
     raw: Path,
@@ -238,7 +182,7 @@ def provision(
         "private",
         sys.executable,
         "-m",
-        "imagebuilder.chrootbuild",
+        "imagebuilder.chrootmount",
         str(spec),
     ]
     mark = STATUS.strip()
@@ -269,22 +213,6 @@ def provision(
             f"the chroot build failed (exit {code}); see {log.name}",
             hint="read the log's last lines; rerun with --keep-on-error to keep the workspace for inspection",
         )
-
-
-def _inner(spec_path: Path) -> int:
-    """The child of :func:`provision`, in its own mount namespace: attach and mount, run each command, release."""
-    spec = json.loads(spec_path.read_text())
-
-    def say(text: str) -> None:
-        print(STATUS + text, flush=True)
-
-    with attached(Path(spec["raw"]), Path(spec["root"]), log=say) as root, disk.chroot_mounts(root, log=say):
-        for command in spec["commands"]:
-            say("sealing the image" if command[-1] == "--offline" else "running the node playbook in the chroot")
-            if subprocess.run(command, check=False).returncode != 0:
-                return 1
-    say("unmounted; the filesystem is released")
-    return 0
 
 
 def prepare_disk(source: Path, raw: Path, size_gb: int, status: Say, *, source_format: str | None = None) -> None:
@@ -336,18 +264,3 @@ def run_chroot_build(
     provider = registry.get(plan.provider)
     dest = output or directory / "output" / plan.output_stem
     return finish_disk(raw, dest, output_format or provider.disk_format, status)
-
-
-def _inner_main(spec: Path) -> int:
-    try:
-        return _inner(spec)
-    except InputError as exc:
-        print(STATUS + REFUSED + str(exc).replace("\n", " "), flush=True)
-        return 2
-
-
-if __name__ == "__main__":
-    # asked to stop (the parent stopped following): leave through the clean-ups, which stop the command running in
-    # the chroot, unmount and detach, instead of dying with the image attached
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    sys.exit(_inner_main(Path(sys.argv[1])))

@@ -345,8 +345,29 @@ def grow_last_partition(raw: Path, size: int, *, log: Say | None = None) -> bool
     return True
 
 
+def _ext_geometry(device: str) -> tuple[int, bool] | None:
+    """(size in bytes, cleanly unmounted) of the ext filesystem on ``device``, from its superblock (dumpe2fs -h)."""
+    proc = subprocess.run(["dumpe2fs", "-h", device], capture_output=True, text=True, check=False, timeout=120)
+    fields = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in proc.stdout.splitlines()) if v}
+    try:
+        size = int(fields["Block count"]) * int(fields["Block size"])
+    except (KeyError, ValueError):
+        return None
+    return size, fields.get("Filesystem state") == "clean" and "needs_recovery" not in fields.get(
+        "Filesystem features", ""
+    )
+
+
 def grow_filesystem(device: str) -> None:
-    """Grow the ext4 filesystem on ``device`` to the device's size (checked first, as resize2fs requires)."""
+    """Grow the ext4 filesystem on ``device`` to the device's size (checked first, as resize2fs requires).
+
+    A clean filesystem that already fills the device is left alone: an image built on an OS layer (grown when the
+    layer was made, and checked with ``e2fsck -fn`` since) would otherwise pay a full check for nothing."""
+    geometry = _ext_geometry(device)
+    with open(device, "rb") as fh:
+        device_size = fh.seek(0, os.SEEK_END)
+    if geometry is not None and geometry[1] and device_size - geometry[0] < 1024**2:
+        return
     proc = subprocess.run(["e2fsck", "-f", "-p", device], capture_output=True, text=True, check=False)
     if proc.returncode >= 4:  # 1 and 2 mean errors were corrected
         raise ExternalError(f"e2fsck found errors it cannot correct on {device}: {proc.stdout.strip()[-300:]}")

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, ImageBuilderError, InputError
 from imagebuilder.files import atomic_write, parse_json, read_text, run_checked
 from imagebuilder.grammar import Redactor
-from imagebuilder.gzipdisk import prime
+from imagebuilder.gzipdisk import MemberStore, prime
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest
 from imagebuilder.planner import make_plan
@@ -101,13 +101,22 @@ class LayerBuilds:
         self._work.append(work)
         log_path = self.cache / f"{target.stem}.log"
         self.say(f"OS layer: building {target.name} (chroot: packages, containerd, node settings)")
+        store = MemberStore.beside(target)
         with log_path.open("w") as log:
             source = prepare_source_image(plan, work, self.say)
             assert source is not None
-            raw = run_chroot_build(plan, source, work / "chroot", customization=None, log=log,
-                                   redact=Redactor(plan.config.secret_values() if plan.config else []),
-                                   status=self.say, layers=("os",), output=work / "layer.raw",
-                                   output_format="raw")  # fmt: skip
+            early = threading.Event()
+            ahead = self._primer.submit(self._prime_source, source, work / "source.raw", store, early)
+            try:
+                raw = run_chroot_build(plan, source, work / "chroot", customization=None, log=log,
+                                       redact=Redactor(plan.config.secret_values() if plan.config else []),
+                                       status=self.say, layers=("os",), output=work / "layer.raw",
+                                       output_format="raw")  # fmt: skip
+            finally:
+                early.set()  # the layer is what is compressed from here on (or nothing, after a failure)
+                wait([ahead])
+        if ahead.exception() is not None:
+            self.say(f"warning: the OS layer's source was not compressed ahead: {ahead.exception()}")
         check = check_image(raw, work_dir=work)
         if not check.ok:
             raise ExternalError("the OS layer would not boot: " + "; ".join(check.problems), hint=f"read {log_path}")
@@ -116,6 +125,17 @@ class LayerBuilds:
         # the layer's bytes are in every image built on it: compress them once, meanwhile, with the idle CPU
         self._primes.append(self._primer.submit(prime, raw, layer.members, workers=self.prime_workers, stop=self._stop))
         return layer
+
+    def _prime_source(self, source: Path, raw: Path, store: MemberStore, stop: threading.Event) -> None:
+        """While the layer's OS part runs (Ansible and the package manager: one core), compress its source's MiBs
+        with the CPU it leaves idle. Most of a layer's MiBs are its source's, unchanged; the store is addressed by
+        content, so the ones the OS part changes are merely not used, and the layer's priming skips the rest."""
+        try:
+            run_checked("qemu-img", "convert", "-t", "unsafe", "-O", "raw", str(source), str(raw))
+            if not stop.is_set():
+                prime(raw, store, stop=stop)
+        finally:
+            raw.unlink(missing_ok=True)
 
     def _save(self, plan: BuildPlan, raw: Path, target: Path) -> None:
         tmp = self.cache / f".{target.name}.{os.getpid()}.tmp"

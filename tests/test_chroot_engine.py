@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -176,6 +177,36 @@ def test_chroot_mounts_keep_the_host_out_and_put_everything_back(tmp_path: Path)
     assert not disk.mounts_under(tmp_path)
     assert not list((root / "run").iterdir()) and not list((root / "tmp").iterdir())
     assert not disk.remove_tree(tmp_path) and not tmp_path.exists()
+
+
+@pytest.mark.root
+def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image built on an OS layer starts from a filesystem that already fills its partition: no second
+    e2fsck -f and resize2fs for it (about a second of CPU per image). A smaller or unclean one is still checked."""
+    from imagebuilder import disk
+
+    image = tmp_path / "fs.img"
+    image.write_bytes(b"")
+    os.truncate(image, 16 * 2**20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image), "8M"], check=True)
+    with disk.loop_device(image, 0, 16 * 2**20) as dev:
+        disk.grow_filesystem(dev)
+        size, clean = disk._ext_geometry(dev) or (0, False)
+        assert (size, clean) == (16 * 2**20, True)
+        # grown and clean: neither tool is run again (a PATH with only dumpe2fs would fail the call if it were)
+        empty = tmp_path / "bin"
+        empty.mkdir()
+        (empty / "dumpe2fs").symlink_to(shutil.which("dumpe2fs") or "/sbin/dumpe2fs")
+        monkeypatch.setenv("PATH", str(empty))
+        disk.grow_filesystem(dev)
+        monkeypatch.undo()
+        # a filesystem marked unclean is checked before anything mounts it, even at full size
+        subprocess.run(["debugfs", "-w", "-R", "ssv state 0", dev], check=True, capture_output=True)
+        assert disk._ext_geometry(dev) == (16 * 2**20, False)
+        monkeypatch.setenv("PATH", str(empty))
+        with pytest.raises(FileNotFoundError):
+            disk.grow_filesystem(dev)
+        monkeypatch.undo()
 
 
 # --- the slow part: a real matrix, offline --------------------------------------------------------------------------

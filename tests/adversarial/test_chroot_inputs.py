@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder import disk
-from imagebuilder.chrootbuild import attached
+from imagebuilder.chrootmount import attached
 from imagebuilder.errors import InputError
 
 pytestmark = pytest.mark.root
