@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -251,13 +252,17 @@ def run_chroot_build(
     output: Path | None = None,
     output_format: str | None = None,
     source_format: str | None = None,
+    prepared: Callable[[Path], object] | None = None,
 ) -> Path:
     """Build ``plan`` from ``source`` (of ``source_format`` where the caller knows it) in ``directory`` without a
     VM; returns the disk, written where the provider's packaging step finds Packer's (``directory/output/<vm
-    name>``) unless ``output`` says otherwise."""
+    name>``) unless ``output`` says otherwise. ``prepared`` is told the raw disk once it exists, before it is
+    provisioned (``build.matrix`` starts compressing an OS layer's bytes then)."""
     check_engine()
     raw = directory / "disk.raw"
     prepare_disk(source, raw, plan.disk_gb, status, source_format=source_format)
+    if prepared is not None:
+        prepared(raw)
     status("attaching the image (loop devices) and mounting it")
     provision(plan, raw, directory, customization=customization, log=log, redact=redact, status=status,
               layers=layers)  # fmt: skip

@@ -106,17 +106,25 @@ class LayerBuilds:
             source = prepare_source_image(plan, work, self.say)
             assert source is not None
             early = threading.Event()
-            ahead = self._primer.submit(self._prime_source, source, work / "source.raw", store, early)
+            ahead: list[Future[None]] = []
+
+            def prepared(disk_raw: Path) -> None:
+                # while the layer's OS part runs (Ansible and the package manager: one core), its disk's bytes are
+                # compressed with the core left idle. The store is addressed by content: a MiB read before or while
+                # the OS part changes it is merely not used, and the layer's own priming skips every other one.
+                ahead.append(self._primer.submit(prime, disk_raw, store, stop=early))
+
             try:
                 raw = run_chroot_build(plan, source, work / "chroot", customization=None, log=log,
                                        redact=Redactor(plan.config.secret_values() if plan.config else []),
                                        status=self.say, layers=("os",), output=work / "layer.raw",
-                                       output_format="raw")  # fmt: skip
+                                       output_format="raw", prepared=prepared)  # fmt: skip
             finally:
-                early.set()  # the layer is what is compressed from here on (or nothing, after a failure)
-                wait([ahead])
-        if ahead.exception() is not None:
-            self.say(f"warning: the OS layer's source was not compressed ahead: {ahead.exception()}")
+                early.set()  # the finished layer is what is compressed from here on (or nothing, after a failure)
+                wait(ahead)
+        for done in ahead:
+            if done.exception() is not None:
+                self.say(f"warning: the OS layer was not compressed ahead: {done.exception()}")
         check = check_image(raw, work_dir=work)
         if not check.ok:
             raise ExternalError("the OS layer would not boot: " + "; ".join(check.problems), hint=f"read {log_path}")
@@ -125,17 +133,6 @@ class LayerBuilds:
         # the layer's bytes are in every image built on it: compress them once, meanwhile, with the idle CPU
         self._primes.append(self._primer.submit(prime, raw, layer.members, workers=self.prime_workers, stop=self._stop))
         return layer
-
-    def _prime_source(self, source: Path, raw: Path, store: MemberStore, stop: threading.Event) -> None:
-        """While the layer's OS part runs (Ansible and the package manager: one core), compress its source's MiBs
-        with the CPU it leaves idle. Most of a layer's MiBs are its source's, unchanged; the store is addressed by
-        content, so the ones the OS part changes are merely not used, and the layer's priming skips the rest."""
-        try:
-            run_checked("qemu-img", "convert", "-t", "unsafe", "-O", "raw", str(source), str(raw))
-            if not stop.is_set():
-                prime(raw, store, stop=stop)
-        finally:
-            raw.unlink(missing_ok=True)
 
     def _save(self, plan: BuildPlan, raw: Path, target: Path) -> None:
         tmp = self.cache / f".{target.name}.{os.getpid()}.tmp"
