@@ -11,12 +11,13 @@ in a directory mirror): the same inputs for every build.
   members (the others skipped), against one single build.
 
 Run with ``bench/run.py --only engines``. Each build is the library call the command makes; outputs are removed
-between runs so that nothing is skipped.
+between runs so that nothing is skipped, and every timed run starts after a ``sync``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -61,7 +62,14 @@ def _plan(config: Path, mirror: Path, out: Path, channel: str, engine: str) -> B
                                   disk_gb=4, engine=engine))  # fmt: skip
 
 
+def _settled() -> None:
+    """Every run starts with nothing of the previous ones left to write back (as hyperfine's ``--prepare sync``):
+    the outputs of earlier builds would otherwise be flushed, and throttle writes, during the next one."""
+    os.sync()
+
+
 def _timed_build(plan: BuildPlan) -> tuple[float, dict[str, float]]:
+    _settled()
     t0 = time.monotonic()
     result = run_build(plan, say=lambda _text: None)
     return time.monotonic() - t0, result.steps
@@ -85,6 +93,7 @@ def bench_engines(work: Path) -> dict[str, object]:
     shutil.rmtree(layers, ignore_errors=True)
     plans = [_plan(config, mirror, out / "matrix", c, "chroot") for c in CHANNELS]
     _say("matrix: 4 channels, empty layer cache")
+    _settled()
     t0 = time.monotonic()
     rows = run_matrix(plans, layer_cache=layers, force=True, say=lambda _text: None)
     matrix_s = time.monotonic() - t0
@@ -94,6 +103,7 @@ def bench_engines(work: Path) -> dict[str, object]:
     assert again.output_path is not None
     again.output_path.unlink()
     _say("matrix again: 1 image on the cached layer, the others skipped")
+    _settled()
     t0 = time.monotonic()
     rows = run_matrix(plans, layer_cache=layers, say=lambda _text: None)
     one_more_s = time.monotonic() - t0
