@@ -28,7 +28,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagebuilder.disk import LINUX_TYPES, SECTOR, Partition, partitions, raw_view
+from imagebuilder.disk import LINUX_TYPES, SECTOR, Partition, ext_superblock, partitions, raw_view
+from imagebuilder.errors import ExternalError
 
 LDLINUX_MAGIC = 0x3EB202FE
 ESP_TYPES = ("EF", "C12A7328-F81F-11D2-BA4B-00A0C93EC93B")
@@ -242,11 +243,11 @@ def _check_ext(raw: Path, disk: _Disk, part: Partition, deep: bool, result: Disk
         result.notes.append(f"partition {part.number}: not ext2/3/4, filesystem state not checked")
         return
     spec = f"{raw}?offset={part.offset}"
-    proc = subprocess.run(["dumpe2fs", "-h", spec], capture_output=True, text=True, check=False, timeout=120)
-    if proc.returncode != 0:
-        result.problems.append(f"partition {part.number}: dumpe2fs cannot read the filesystem: {proc.stderr.strip()}")
+    try:
+        fields = ext_superblock(spec)
+    except ExternalError as exc:
+        result.problems.append(f"partition {part.number}: dumpe2fs cannot read the filesystem: {exc}")
         return
-    fields = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in proc.stdout.splitlines()) if v}
     where = f"partition {part.number}'s filesystem"
     features = fields.get("Filesystem features", "").split()
     if "needs_recovery" in features:

@@ -345,13 +345,22 @@ def grow_last_partition(raw: Path, size: int, *, log: Say | None = None) -> bool
     return True
 
 
+def ext_superblock(spec: str) -> dict[str, str]:
+    """The superblock fields ``dumpe2fs -h`` prints for the ext filesystem at ``spec`` (a device, or
+    ``image?offset=N``), by name ("Block count", "Filesystem state", ...). Raises :class:`ExternalError` with
+    dumpe2fs's own reason when it cannot read one."""
+    proc = subprocess.run(["dumpe2fs", "-h", spec], capture_output=True, text=True, check=False, timeout=120)
+    if proc.returncode != 0:
+        raise ExternalError(proc.stderr.strip() or f"dumpe2fs exit {proc.returncode}")
+    return {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in proc.stdout.splitlines()) if v}
+
+
 def _ext_geometry(device: str) -> tuple[int, bool] | None:
-    """(size in bytes, cleanly unmounted) of the ext filesystem on ``device``, from its superblock (dumpe2fs -h)."""
-    proc = subprocess.run(["dumpe2fs", "-h", device], capture_output=True, text=True, check=False, timeout=120)
-    fields = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in proc.stdout.splitlines()) if v}
+    """(size in bytes, cleanly unmounted) of the ext filesystem on ``device``, from its superblock."""
     try:
+        fields = ext_superblock(device)
         size = int(fields["Block count"]) * int(fields["Block size"])
-    except (KeyError, ValueError):
+    except (ExternalError, KeyError, ValueError):
         return None
     return size, fields.get("Filesystem state") == "clean" and "needs_recovery" not in fields.get(
         "Filesystem features", ""
