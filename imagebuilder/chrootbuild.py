@@ -6,7 +6,8 @@ The image does not need to run to be provisioned: like diskimage-builder and mko
 build host and runs the same playbook and roles through Ansible's chroot connection. ``image.verify`` then proves
 the result by booting it once.
 
-What it does, in order, in the build's workspace:
+What it does, in order, in the build's workspace (its working disk in memory when the whole disk fits there:
+:func:`imagebuilder.disk.scratch_dir`):
 
 1. the source image (already fetched, verified and checked by the runner) is converted to a sparse raw disk and
    grown to the plan's disk size (Packer's ``disk_size`` and cloud-init's growpart do the same in a VM build);
@@ -30,7 +31,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -40,7 +41,7 @@ from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, run_checked
 from imagebuilder.grammar import Redactor
-from imagebuilder.gzipdisk import MemberStore
+from imagebuilder.gzipdisk import Base, MemberStore
 from imagebuilder.hostinfo import require_tools, tool_search_path
 from imagebuilder.packer import controller_env, node_vars
 from imagebuilder.plan import BuildPlan
@@ -69,6 +70,10 @@ class OsLayer:
 
     image: Path
     disk: Path
+    #: the raw twin's key of each MiB, learnt as its members are made (None once only the qcow2 is left)
+    base: Base | None = field(default=None, compare=False)
+    #: the Ansible facts the layer's run gathered (Ansible's jsonfile cache), while that run's files are there
+    facts: Path | None = field(default=None, compare=False)
 
     @property
     def members(self) -> MemberStore:
@@ -102,10 +107,14 @@ def _chroot_wrapper(directory: Path) -> Path:
 
 
 def _playbook(plan: BuildPlan, root: Path, directory: Path, customization: Customization | None,
-              layers: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+              layers: tuple[str, ...], facts: Path | None = None) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """The ansible-playbook command that provisions the image mounted at ``root``, and its environment (the
-    controller's: secrets live only there). Its files (variables, inventory, the clean-environment chroot) are
-    written into ``directory``; none holds a secret."""
+    controller's: secrets live only there). Its files (variables, inventory, the clean-environment chroot, the
+    facts Ansible gathers) are written into ``directory``; none holds a secret. ``facts`` are those an earlier
+    run gathered on the OS layer this image was copied from: the same OS, so they are not gathered again."""
+    cache = directory / "facts"
+    if facts is not None and facts.is_dir():
+        shutil.copytree(facts, cache, dirs_exist_ok=True)  # a copy: runs on one layer never share a file
     role_vars, secret_env = node_vars(plan, directory, customization)
     role_vars["node_layers"] = list(layers)
     with atomic_write(directory / "ansible-vars.json") as fh:
@@ -143,6 +152,11 @@ def _playbook(plan: BuildPlan, root: Path, directory: Path, customization: Custo
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_LOCAL_TEMP": str(directory / "ansible-local"),
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        # facts are kept beside the run; a run on a copy of an OS layer finds the layer's and does not gather
+        "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache),
+        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0",
+        "ANSIBLE_GATHERING": "smart",
         **controller_env(plan),
         **secret_env,
     }
@@ -159,6 +173,7 @@ def provision(
     redact: Redactor,
     status: Say,
     layers: tuple[str, ...] = ("os", "kubernetes"),
+    facts: Path | None = None,
 ) -> None:
     """Mount ``raw``, run the node playbook in it (and the seal script when the build ends here), unmount.
 
@@ -168,7 +183,7 @@ def provision(
     filesystem mounted, and unclean, after the build unmounted it; and if the child dies, the kernel releases every
     mount with its namespace."""
     root = directory / "root"
-    args, env = _playbook(plan, root, directory, customization, layers)
+    args, env = _playbook(plan, root, directory, customization, layers, facts)
     commands = [args]
     if "kubernetes" in layers:
         commands.append([str(_chroot_wrapper(directory)), str(root), SEAL, "--offline"])
@@ -253,11 +268,13 @@ def run_chroot_build(
     output_format: str | None = None,
     source_format: str | None = None,
     prepared: Callable[[Path], object] | None = None,
+    facts: Path | None = None,
 ) -> Path:
     """Build ``plan`` from ``source`` (of ``source_format`` where the caller knows it) in ``directory`` without a
     VM; returns the disk, written where the provider's packaging step finds Packer's (``directory/output/<vm
     name>``) unless ``output`` says otherwise. ``prepared`` is told the raw disk once it exists, before it is
-    provisioned (``build.matrix`` starts compressing an OS layer's bytes then)."""
+    provisioned (``build.matrix`` starts compressing an OS layer's bytes then). ``facts`` are the Ansible facts of
+    the OS layer ``source`` is (:attr:`OsLayer.facts`)."""
     check_engine()
     raw = directory / "disk.raw"
     prepare_disk(source, raw, plan.disk_gb, status, source_format=source_format)
@@ -265,7 +282,7 @@ def run_chroot_build(
         prepared(raw)
     status("attaching the image (loop devices) and mounting it")
     provision(plan, raw, directory, customization=customization, log=log, redact=redact, status=status,
-              layers=layers)  # fmt: skip
+              layers=layers, facts=facts)  # fmt: skip
     provider = registry.get(plan.provider)
     dest = output or directory / "output" / plan.output_stem
     return finish_disk(raw, dest, output_format or provider.disk_format, status)

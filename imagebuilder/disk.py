@@ -20,6 +20,7 @@ import signal
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,7 +77,8 @@ def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
     """A raw view of a .gz, .ova, .vmdk, .qcow2 or raw image; temporary copies are removed afterwards.
 
     A raw image is used in place (read only by the callers); other formats are decompressed or converted into a
-    temporary directory (under ``work_dir`` when given: the build's workspace, not /tmp)."""
+    temporary directory (under ``work_dir`` when given: the build's workspace, not /tmp). A temporary copy is never
+    flushed to the device (``qemu-img -t unsafe``): it is read back from the page cache and deleted."""
     if not image.is_file():
         raise InputError("image not found", source=image)
     if work_dir is not None:
@@ -100,24 +102,33 @@ def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
                     tar.extract(vmdk, work, filter="data")
             except tarfile.TarError as exc:
                 raise InputError(f"not a readable OVA (tar): {exc}", source=image) from None
-            run_checked("qemu-img", "convert", "-O", "raw", str(work / vmdk.name), str(out), timeout=3600)
+            run_checked("qemu-img", "convert", "-t", "unsafe", "-O", "raw", str(work / vmdk.name), str(out),
+                        timeout=3600)  # fmt: skip
             yield out
             return
-        fmt = image_format(image)
-        if fmt == "raw":
+        info = _qemu_info(image)
+        if info["format"] == "raw":
             yield image
             return
-        run_checked("qemu-img", "convert", "-f", fmt, "-O", "raw", str(image), str(out), timeout=3600)
-        yield out
+        # in memory when it fits: the e2fsprogs tools that read it flush their file when they close it
+        with scratch_dir(work, size=int(str(info.get("virtual-size") or 0))) as where:
+            out = where / "disk.raw"
+            run_checked("qemu-img", "convert", "-t", "unsafe", "-f", str(info["format"]), "-O", "raw", str(image),
+                        str(out), timeout=3600)  # fmt: skip
+            yield out
 
 
-def image_format(image: Path) -> str:
-    """The format qemu-img reads in ``image`` (raw, qcow2, vmdk...)."""
+def _qemu_info(image: Path) -> dict[str, object]:
     try:
         info = json.loads(run_checked("qemu-img", "info", "--output=json", str(image)))
     except ExternalError as exc:
         raise InputError(f"not a disk image qemu-img can read: {exc}", source=image) from None
-    return str(info["format"])
+    return info if isinstance(info, dict) else {}
+
+
+def image_format(image: Path) -> str:
+    """The format qemu-img reads in ``image`` (raw, qcow2, vmdk...)."""
+    return str(_qemu_info(image).get("format"))
 
 
 @dataclass(frozen=True)
@@ -476,3 +487,78 @@ def remove_tree(path: Path) -> list[str]:
     if not left:
         shutil.rmtree(path, ignore_errors=True)
     return left
+
+
+#: where working disks live when they fit in memory: the tmpfs every Linux host mounts there
+SHM = Path("/dev/shm")  # each run makes a private (0700) directory of its own in it
+#: memory a working disk in memory leaves free for everything else on the host
+SCRATCH_RESERVE = 2 * 1024**3
+_scratch_lock = threading.Lock()
+_scratch_reserved: dict[Path, int] = {}
+
+
+def _mem_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _sweep_scratch() -> None:
+    """Remove the in-memory working directories of runs that died without removing them (killed, power cut: the
+    pid in the name is no longer alive)."""
+    for stale in SHM.glob("image-builder-*-*"):
+        try:
+            pid = int(stale.name.split("-")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            if stale.is_dir() and not stale.is_symlink() and stale.stat().st_uid == os.geteuid():
+                remove_tree(stale)
+        except (ValueError, IndexError, OSError):
+            continue
+
+
+@contextlib.contextmanager
+def scratch_dir(fallback: Path, *, size: int, in_memory: bool = True, log: Say | None = None) -> Iterator[Path]:
+    """A directory for a build's working disks: a private one in memory (on /dev/shm, removed on the way out) when
+    a disk of ``size`` bytes fits there and in the memory the host has free, with :data:`SCRATCH_RESERVE` to
+    spare and the other working disks of this process counted at their full size; else ``fallback`` (created; the
+    caller removes it with its workspace).
+
+    Why: attaching a loop device makes the kernel write the file's dirty pages to the device first (LOOP_CONFIGURE
+    flushes its backing file), so each working copy of a disk written to a disk-backed workspace was written out
+    in full before it could be mounted: a second of waiting per build and per image of a matrix, and gigabytes
+    written for files that are deleted minutes later. In memory nothing is written and the attach is immediate.
+    ``size`` is the disk's full size rather than its data, so a build can never run out of room there."""
+    chosen: Path | None = None
+    if in_memory and SHM.is_dir():
+        with _scratch_lock:
+            reserved = sum(_scratch_reserved.values())
+            try:
+                st = os.statvfs(SHM)
+                shm_free = st.f_bavail * st.f_frsize
+            except OSError:
+                shm_free = 0
+            if min(shm_free, _mem_available()) - reserved >= size + SCRATCH_RESERVE:
+                _sweep_scratch()
+                chosen = Path(tempfile.mkdtemp(prefix=f"image-builder-{os.getpid()}-", dir=SHM))
+                _scratch_reserved[chosen] = size
+    if chosen is None:
+        fallback.mkdir(parents=True, exist_ok=True)
+        yield fallback
+        return
+    if log is not None:
+        log(f"working disk in memory ({chosen}): nothing of it is written to the device")
+    try:
+        yield chosen
+    finally:
+        try:
+            left = remove_tree(chosen)
+            if left and log is not None:
+                log(f"warning: still mounted, so {chosen} was kept: {', '.join(left)}")
+        finally:
+            with _scratch_lock:
+                _scratch_reserved.pop(chosen, None)

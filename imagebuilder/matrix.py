@@ -16,6 +16,7 @@ manifest records the same inputs (:func:`inputs_digest`) and whose artifact is s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -36,7 +37,7 @@ from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, ImageBuilderError, InputError
 from imagebuilder.files import atomic_write, parse_json, read_text, run_checked
 from imagebuilder.grammar import Redactor
-from imagebuilder.gzipdisk import MemberStore, prime
+from imagebuilder.gzipdisk import Base, MemberStore, prime
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest
 from imagebuilder.planner import make_plan
@@ -59,12 +60,14 @@ def layer_path(plan: BuildPlan, cache: Path) -> Path:
 class LayerBuilds:
     """The OS layers of one matrix run, each built once, and written to the cache without holding up the builds.
 
-    A layer is provisioned as a raw disk in the run's workspace. The builds of the run copy that raw disk (no
-    conversion), while one background thread writes the durable qcow2 into the cache (converted, flushed, renamed
-    into place, so a crash never leaves a half layer to be reused) and another compresses the layer's MiBs into
-    its member store at a low priority (:func:`~imagebuilder.gzipdisk.prime`), which its images then only copy
-    when they are packaged. :meth:`close` waits for both and removes the workspaces; a later run finds the qcow2
-    and its members and copies them."""
+    A layer is provisioned as a raw disk (in memory when it fits: :func:`~imagebuilder.disk.scratch_dir`). The
+    builds of the run copy that raw disk (no conversion) and start from the facts its Ansible run gathered, while
+    one background thread writes the durable qcow2 into the cache (converted without going through the page
+    cache, flushed, renamed into place, so a crash never leaves a half layer to be reused) and another compresses
+    the layer's MiBs into its member store at a low priority (:func:`~imagebuilder.gzipdisk.prime`), which its
+    images then only copy when they are packaged: a MiB of an image equal to the layer's at the same offset is
+    found by comparing, not hashing. :meth:`close` waits for both and removes the raw disk and the workspaces; a
+    later run finds the qcow2 and its members and copies them."""
 
     def __init__(self, cache: Path, *, say: Say = silent, prime_workers: int = 1) -> None:
         self.cache = cache
@@ -78,6 +81,7 @@ class LayerBuilds:
         self._saves: list[Future[None]] = []
         self._primes: list[Future[None]] = []
         self._work: list[Path] = []
+        self._scratch = contextlib.ExitStack()  # the layers' raw disks, in memory when they fit
 
     def get(self, plan: BuildPlan) -> tuple[OsLayer, bool]:
         """The OS layer of ``plan``: this run's or the cache's (False), or built now (True)."""
@@ -105,6 +109,9 @@ class LayerBuilds:
         with log_path.open("w") as log:
             source = prepare_source_image(plan, work, self.say)
             assert source is not None
+            scratch = self._scratch.enter_context(
+                disk.scratch_dir(work / "scratch", size=plan.disk_gb * 1024**3, log=self.say)
+            )
             early = threading.Event()
             ahead: list[Future[None]] = []
 
@@ -115,9 +122,9 @@ class LayerBuilds:
                 ahead.append(self._primer.submit(prime, disk_raw, store, stop=early))
 
             try:
-                raw = run_chroot_build(plan, source, work / "chroot", customization=None, log=log,
+                raw = run_chroot_build(plan, source, scratch / "chroot", customization=None, log=log,
                                        redact=Redactor(plan.config.secret_values() if plan.config else []),
-                                       status=self.say, layers=("os",), output=work / "layer.raw",
+                                       status=self.say, layers=("os",), output=scratch / "layer.raw",
                                        output_format="raw", prepared=prepared)  # fmt: skip
             finally:
                 early.set()  # the finished layer is what is compressed from here on (or nothing, after a failure)
@@ -128,16 +135,20 @@ class LayerBuilds:
         check = check_image(raw, work_dir=work)
         if not check.ok:
             raise ExternalError("the OS layer would not boot: " + "; ".join(check.problems), hint=f"read {log_path}")
-        layer = OsLayer(target, raw)
+        layer = OsLayer(target, raw, base=Base(raw), facts=scratch / "chroot" / "facts")
         self._saves.append(self._saver.submit(self._save, plan, raw, target))
-        # the layer's bytes are in every image built on it: compress them once, meanwhile, with the idle CPU
-        self._primes.append(self._primer.submit(prime, raw, layer.members, workers=self.prime_workers, stop=self._stop))
+        # the layer's bytes are in every image built on it: compress them once, meanwhile, with the idle CPU (and
+        # learn which member each MiB is, so that its images compare their MiBs with it rather than hash them)
+        self._primes.append(self._primer.submit(prime, raw, layer.members, workers=self.prime_workers, stop=self._stop,
+                                                base=layer.base))  # fmt: skip
         return layer
 
     def _save(self, plan: BuildPlan, raw: Path, target: Path) -> None:
         tmp = self.cache / f".{target.name}.{os.getpid()}.tmp"
         try:
-            run_checked("qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(tmp))
+            # -t none: written straight to the device (O_DIRECT), not as gigabytes of dirty pages that would hold up
+            # the writes of the builds running meanwhile
+            run_checked("qemu-img", "convert", "-t", "none", "-f", "raw", "-O", "qcow2", str(raw), str(tmp))
             with atomic_write(self.cache / f"{target.stem}.json") as fh:
                 fh.write(json.dumps(layer_inputs(plan), indent=2) + "\n")
             os.replace(tmp, target)
@@ -161,6 +172,7 @@ class LayerBuilds:
                 if not interrupted:
                     save.result()
         finally:
+            self._scratch.close()
             for work in self._work:
                 disk.remove_tree(work)
 

@@ -21,7 +21,7 @@ from typing import Any
 from imagebuilder.bootcheck import check_image
 from imagebuilder.errors import ExternalError
 from imagebuilder.files import sha256_file
-from imagebuilder.gzipdisk import MemberStore, gzip_disk
+from imagebuilder.gzipdisk import Base, MemberStore, gzip_disk
 from imagebuilder.progress import Say
 
 
@@ -53,15 +53,17 @@ def place(src: Path, dest: Path) -> Packaged:
     return Packaged(dest, digest, dest.stat().st_size)
 
 
-#: the member store the compression in this thread shares: the one of the OS layer an image was built on, while
-#: the runner packages that image (:func:`sharing`); None elsewhere
-_STORE: ContextVar[MemberStore | None] = ContextVar("member_store", default=None)
+#: the member store the compression in this thread shares, and the layer's raw disk the image was copied from:
+#: those of the OS layer an image was built on, while the runner packages that image (:func:`sharing`); None
+#: elsewhere
+_STORE: ContextVar[tuple[MemberStore | None, Base | None]] = ContextVar("member_store", default=(None, None))
 
 
 @contextlib.contextmanager
-def sharing(store: MemberStore | None) -> Iterator[None]:
-    """Within this block, :func:`compress` in this thread takes members from ``store`` and adds its own to it."""
-    token = _STORE.set(store)
+def sharing(store: MemberStore | None, base: Base | None = None) -> Iterator[None]:
+    """Within this block, :func:`compress` in this thread takes members from ``store`` and adds its own to it,
+    comparing the disk with ``base`` (the layer's raw disk it is a copy of) where that is known."""
+    token = _STORE.set((store, base))
     try:
         yield
     finally:
@@ -83,7 +85,8 @@ def compress(disk: Path, dest: Path, status: Say) -> Packaged:
             status(f"compressing {total / 2**30:.1f} GiB (gzip, one member per MiB): {percent} %")
 
     progress(0)
-    result = gzip_disk(disk, dest, store=_STORE.get(), on_bytes=progress)
+    store, base = _STORE.get()
+    result = gzip_disk(disk, dest, store=store, base=base, on_bytes=progress)
     members = {"data": result.data_members, "reused": result.reused}
     return Packaged(dest, result.sha256, result.size, extra={"gzip_members": members})
 

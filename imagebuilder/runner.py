@@ -140,7 +140,7 @@ def run_build(
     size = None
     builder = builder_for(plan)
     try:
-        with log_path.open("w") as log:
+        with log_path.open("w") as log, contextlib.ExitStack() as scratch:
 
             def status(text: str) -> None:
                 say(f"{plan.output_name}: {text}")
@@ -150,11 +150,16 @@ def run_build(
             if plan.engine == "chroot":
                 with _step(steps, "chroot"):
                     assert source is not None  # the planner chose chroot for an image-based build only
-                    directory = workspace / "chroot"
+                    # the working disk: in memory when it fits (removed after packaging), kept on disk in the
+                    # workspace when the user asked to keep a failed one
+                    directory = scratch.enter_context(disk.scratch_dir(
+                        workspace / "chroot", size=plan.disk_gb * 1024**3, in_memory=not keep_on_error, log=status
+                    ))  # fmt: skip
                     layers = ("kubernetes",) if os_layer is not None else ("os", "kubernetes")
                     run_chroot_build(plan, source, directory, customization=customization, log=log, redact=redact,
                                      status=status, layers=layers,
-                                     source_format=os_layer.disk_format if os_layer else None)  # fmt: skip
+                                     source_format=os_layer.disk_format if os_layer else None,
+                                     facts=os_layer.facts if os_layer else None)  # fmt: skip
             else:
                 assert packer is not None
                 with _step(steps, "render"):
@@ -171,7 +176,7 @@ def run_build(
                     _run_packer(rendered, packer, log, redact, status)
             # an image built on a cached OS layer shares the layer's compressed members with its sibling images
             store = os_layer.members if os_layer is not None else None
-            with _step(steps, "package"), sharing(store):
+            with _step(steps, "package"), sharing(store, os_layer.base if os_layer is not None else None):
                 packaged = registry.get(plan.provider).package(plan, directory, status)
                 artifact, sha, size = packaged.artifact, packaged.sha256, packaged.size
                 result_extra.update(packaged.extra)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.common import BIN, run
+from tests.support.common import BIN, leaked_scratch, run
 
 BASE = ["--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--offline"]
 
@@ -256,6 +256,7 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     assert sum(1 for p in store.rglob("*") if p.is_file()) >= 0.9 * max(c["data"] for c in counts)
     assert "built" in first.stdout and "shared" in first.stdout
     assert not list((home / "work").iterdir()), "the workspaces are removed"
+    assert not leaked_scratch(), "the working disks in memory are removed"
     # both images are what a build promises; one of them boots (the other shares its OS layer)
     for name, boot in (("ubuntu-v1.23.14-eks-10-amd64.gz", False), ("ubuntu-v1.24.8-eks-5-amd64.gz", True)):
         findings = verify_image(out / name, boot=boot)
@@ -332,3 +333,4 @@ def test_an_image_whose_fstab_leads_out_is_refused_and_nothing_is_left(
     assert not Path("/tmp/ib-hostile-esp").exists()
     assert not disk.mounts_under(tmp_path)
     assert not list(out.glob("*.gz")) and not list(work.iterdir())
+    assert not leaked_scratch()

@@ -186,6 +186,50 @@ def test_priming_a_layer_leaves_its_images_only_their_own_mibs_to_compress(tmp_p
     assert gunzipped_sha(tmp_path / "image.gz") == hashlib.sha256(image.read_bytes()).hexdigest()
 
 
+def test_an_image_compared_with_its_primed_layer_hashes_only_its_own_mibs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Packaging an image copied from a finished layer: a MiB equal to the layer's at the same offset takes the key
+    the primer recorded there, without hashing it; a changed MiB (in place, or moved) is hashed, and the .gz is the
+    same bytes as with no store at all."""
+    chunks = {i: os.urandom(MiB) for i in range(6)}
+    layer = disk_like(tmp_path / "layer.raw", 8 * MiB, {i * MiB: chunks[i] for i in (0, 1, 2, 3, 5)})
+    image = tmp_path / "image.raw"
+    image.write_bytes(layer.read_bytes())
+    with image.open("r+b") as fh:
+        fh.seek(1 * MiB + 5)
+        fh.write(b"this image's own bytes")  # changed in place
+        fh.seek(7 * MiB)
+        fh.write(chunks[0])  # the layer's MiB 0, at another offset: a member the store has, under its real key
+    store = MemberStore.at(tmp_path / "store")
+    base = gzipdisk.Base(layer)
+    gzipdisk.prime(layer, store, base=base)
+    assert sorted(base.keys) == [i * MiB for i in (0, 1, 2, 3, 5)]
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> hashlib._Hash:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(gzipdisk.hashlib, "sha256", counting)
+    result = gzip_disk(image, tmp_path / "image.gz", store=store, base=base)
+    monkeypatch.undo()
+    assert hashed.count(MiB) == 2  # MiB 1 (changed) and MiB 7 (not the layer's there); 0, 2, 3, 5 compared
+    assert (result.data_members, result.reused) == (6, 5)
+    plain = gzip_disk(image, tmp_path / "plain.gz")
+    assert (tmp_path / "image.gz").read_bytes() == (
+        tmp_path / "plain.gz"
+    ).read_bytes() and plain.sha256 == result.sha256
+    assert gunzipped_sha(tmp_path / "image.gz") == hashlib.sha256(image.read_bytes()).hexdigest()
+
+
+def test_a_base_belongs_to_one_disk(tmp_path: Path) -> None:
+    layer = disk_like(tmp_path / "layer.raw", MiB, {0: os.urandom(MiB)})
+    with pytest.raises(ValueError, match="is not"):
+        gzipdisk.prime(layer, MemberStore.at(tmp_path / "store"), base=gzipdisk.Base(tmp_path / "other.raw"))
+
+
 def test_priming_stops_when_told(tmp_path: Path) -> None:
     """A matrix interrupted by Ctrl-C does not wait for the rest of its layer to be compressed."""
     layer = disk_like(tmp_path / "layer.raw", 4 * MiB, {i * MiB: os.urandom(MiB) for i in range(4)})

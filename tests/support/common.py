@@ -103,3 +103,17 @@ class ArgvWatcher:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def leaked_scratch(shm: Path = Path("/dev/shm")) -> list[Path]:
+    """In-memory working directories (``disk.scratch_dir``) of processes that are gone: what a run left behind."""
+    out = []
+    for entry in shm.glob("image-builder-*-*"):
+        pid = entry.name.split("-")[2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            out.append(entry)
+    return out

@@ -1,0 +1,86 @@
+"""Working disks in memory (imagebuilder/disk.py ``scratch_dir``): used only when the whole disk fits with room to
+spare, counted against each other, removed on the way out (also after a failure), and the leftovers of a run that
+was killed are swept by the next one. The tmpfs is stood in for by a directory of the test (the decision reads its
+free space and the host's available memory, both real)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import disk
+from tests.support.common import leaked_scratch
+
+GiB = 1024**3
+
+
+@pytest.fixture
+def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    place = tmp_path / "shm"
+    place.mkdir()
+    monkeypatch.setattr(disk, "SHM", place)
+    return place
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_disk_that_fits_is_worked_on_in_memory_and_removed_after(shm: Path, tmp_path: Path) -> None:
+    fallback = tmp_path / "work" / "chroot"
+    said: list[str] = []
+    with disk.scratch_dir(fallback, size=64 * 1024**2, log=said.append) as where:
+        assert where.parent == shm and where.name.startswith(f"image-builder-{os.getpid()}-")
+        assert stat.S_IMODE(where.stat().st_mode) == 0o700
+        (where / "disk.raw").write_bytes(b"x" * 4096)
+    assert not where.exists() and not fallback.exists()
+    assert said and "in memory" in said[0]
+
+
+def test_a_disk_too_big_for_memory_or_a_kept_workspace_stays_on_disk(shm: Path, tmp_path: Path) -> None:
+    fallback = tmp_path / "work" / "chroot"
+    with disk.scratch_dir(fallback, size=2**60) as where:
+        assert where == fallback and fallback.is_dir()
+    with disk.scratch_dir(tmp_path / "kept", size=1, in_memory=False) as where:
+        assert where == tmp_path / "kept"
+    assert fallback.is_dir() and not list(shm.iterdir())  # the caller removes its workspace
+
+
+def test_disks_in_memory_are_counted_at_their_full_size(
+    shm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two builds at once: the second goes to disk when the first's full size and the reserve leave too little."""
+    monkeypatch.setattr(disk, "_mem_available", lambda: disk.SCRATCH_RESERVE + 3 * GiB)
+    with disk.scratch_dir(tmp_path / "a", size=2 * GiB) as first:
+        assert first.parent == shm
+        with disk.scratch_dir(tmp_path / "b", size=2 * GiB) as second:
+            assert second == tmp_path / "b"
+    with disk.scratch_dir(tmp_path / "c", size=2 * GiB) as again:  # released: room again
+        assert again.parent == shm
+
+
+def test_a_failure_inside_removes_the_directory(shm: Path, tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), disk.scratch_dir(tmp_path / "f", size=1) as where:
+        (where / "disk.raw").write_bytes(b"partial")
+        raise RuntimeError("the build failed")
+    assert not list(shm.iterdir())
+
+
+def test_leftovers_of_a_killed_run_are_swept_and_live_ones_kept(shm: Path, tmp_path: Path) -> None:
+    stale = shm / f"image-builder-{dead_pid()}-abc"
+    (stale / "chroot").mkdir(parents=True)
+    (stale / "chroot" / "disk.raw").write_bytes(b"old")
+    live = shm / "image-builder-1-live"  # pid 1 is alive: never another run's to remove
+    live.mkdir()
+    unrelated = shm / "image-builder-notapid-x"
+    unrelated.mkdir()
+    with disk.scratch_dir(tmp_path / "w", size=1):
+        pass
+    assert not stale.exists() and live.is_dir() and unrelated.is_dir()
+    assert leaked_scratch(shm) == []
