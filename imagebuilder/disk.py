@@ -490,7 +490,7 @@ def remove_tree(path: Path) -> list[str]:
 
 
 #: where working disks live when they fit in memory: the tmpfs every Linux host mounts there
-SHM = Path("/dev/shm")  # each run makes a private (0700) directory of its own in it
+SHM = Path("/dev/shm")  # noqa: S108 (each run makes a private 0700 directory of its own in it)
 #: memory a working disk in memory leaves free for everything else on the host
 SCRATCH_RESERVE = 2 * 1024**3
 _scratch_lock = threading.Lock()
@@ -542,10 +542,15 @@ def scratch_dir(fallback: Path, *, size: int, in_memory: bool = True, log: Say |
                 shm_free = st.f_bavail * st.f_frsize
             except OSError:
                 shm_free = 0
-            if min(shm_free, _mem_available()) - reserved >= size + SCRATCH_RESERVE:
+            room = min(shm_free, _mem_available()) - reserved
+            if room >= size + SCRATCH_RESERVE:
                 _sweep_scratch()
                 chosen = Path(tempfile.mkdtemp(prefix=f"image-builder-{os.getpid()}-", dir=SHM))
                 _scratch_reserved[chosen] = size
+            elif log is not None:
+                free, kept = max(room, 0) / 2**30, SCRATCH_RESERVE / 2**30
+                log(f"working disk on the device: {size / 2**30:.1f} GiB do not fit in memory "
+                    f"({free:.1f} GiB free there, {kept:.0f} GiB kept free)")  # fmt: skip
     if chosen is None:
         fallback.mkdir(parents=True, exist_ok=True)
         yield fallback

@@ -45,8 +45,10 @@ def test_a_disk_that_fits_is_worked_on_in_memory_and_removed_after(shm: Path, tm
 
 def test_a_disk_too_big_for_memory_or_a_kept_workspace_stays_on_disk(shm: Path, tmp_path: Path) -> None:
     fallback = tmp_path / "work" / "chroot"
-    with disk.scratch_dir(fallback, size=2**60) as where:
+    said: list[str] = []
+    with disk.scratch_dir(fallback, size=2**60, log=said.append) as where:
         assert where == fallback and fallback.is_dir()
+    assert said and "do not fit in memory" in said[0]
     with disk.scratch_dir(tmp_path / "kept", size=1, in_memory=False) as where:
         assert where == tmp_path / "kept"
     assert fallback.is_dir() and not list(shm.iterdir())  # the caller removes its workspace
