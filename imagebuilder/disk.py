@@ -72,6 +72,22 @@ def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
     return extents
 
 
+def copy_sparse(src: Path, dest: Path) -> None:
+    """The raw disk ``src`` copied to ``dest`` extent by extent within the kernel (``copy_file_range``: no trip
+    through this process, half the CPU of ``qemu-img convert`` here), its holes left holes. Raises OSError where the
+    kernel cannot (two filesystems of different types), for the caller to copy another way."""
+    with src.open("rb") as fin, dest.open("wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        for start, end in data_extents(fin.fileno(), size):
+            offset = start
+            while offset < end:
+                copied = os.copy_file_range(fin.fileno(), fout.fileno(), end - offset, offset, offset)
+                if copied == 0:
+                    raise OSError(errno.EIO, f"{src} ended early")
+                offset += copied
+        fout.truncate(size)
+
+
 @contextlib.contextmanager
 def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
     """A raw view of a .gz, .ova, .vmdk, .qcow2 or raw image; temporary copies are removed afterwards.

@@ -23,6 +23,7 @@ import hashlib
 import os
 import struct
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -59,13 +60,18 @@ def _sealed(member: bytes) -> bytes:
     return hashlib.sha256(member).digest() + member
 
 
+def _holds(member: bytes, data: bytes) -> bool:
+    """Whether the member's trailer gives the length of ``data`` (what it holds, modulo 2**32)."""
+    (size,) = struct.unpack("<I", member[-4:])
+    return bool(size == len(data) & 0xFFFFFFFF)
+
+
 def _unsealed(blob: bytes, data: bytes) -> bytes | None:
     """The member in a store file, when the file is whole and the member holds as many bytes as ``data``."""
     member = blob[32:]
     if len(member) < 18 or hashlib.sha256(member).digest() != blob[:32]:
         return None
-    (size,) = struct.unpack("<I", member[-4:])  # the trailer's length of what the member holds
-    return member if size == len(data) & 0xFFFFFFFF else None
+    return member if _holds(member, data) else None
 
 
 class MemberStore:
@@ -85,6 +91,8 @@ class MemberStore:
         self.directory = directory
         self._lock = threading.Lock()
         self._pending: dict[str, Future[bytes]] = {}
+        #: the files whose seal this process checked, by key: (inode, size, mtime) as they were then
+        self._checked: dict[str, tuple[int, int, int]] = {}
 
     @classmethod
     def beside(cls, layer: Path) -> MemberStore:
@@ -133,10 +141,25 @@ class MemberStore:
                 del self._pending[key]
 
     def _read(self, key: str, data: bytes) -> bytes | None:
+        """The stored member of ``data``, checked against its seal unless this process already checked that very
+        file, unchanged since (the images of a matrix read every member of their layer: hashing each again cost a
+        second of CPU per image). As git does for its index, a file is remembered only once its modification time
+        is over a second old when checked, so that any later change gives it a newer time, whatever the
+        timestamps' granularity."""
         try:
-            return _unsealed(self._path(key).read_bytes(), data)
+            with open(self._path(key), "rb") as fh:
+                st = os.fstat(fh.fileno())
+                blob = fh.read()
         except OSError:
             return None
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._checked.get(key) == seen:
+            trusted = blob[32:]
+            return trusted if len(trusted) >= 18 and _holds(trusted, data) else None
+        member = _unsealed(blob, data)
+        if member is not None and st.st_mtime_ns < time.time_ns() - 1_000_000_000:
+            self._checked[key] = seen
+        return member
 
 
 def _offsets(size: int, extents: list[tuple[int, int]]) -> Iterator[tuple[int, int, bool]]:

@@ -108,6 +108,42 @@ def test_a_wrong_or_damaged_member_in_the_store_is_never_used(tmp_path: Path) ->
     assert gzip_disk(src, tmp_path / "out.gz", store=store).reused == 1
 
 
+def test_a_checked_member_is_trusted_until_its_file_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store file checked once (and over a second old then) is not hashed again while it is the same file; damaged
+    in place afterwards (a newer time), it is checked again, refused and replaced."""
+    data = os.urandom(MiB)
+    src = disk_like(tmp_path / "disk.raw", MiB, {0: data})
+    store = MemberStore.at(tmp_path / "store")
+    gzip_disk(src, tmp_path / "a.gz", store=store)  # writes the member
+    key = hashlib.sha256(data).hexdigest()
+    stored = store.directory / key[:2] / key
+    old = stored.stat().st_mtime_ns - 10**10
+    os.utime(stored, ns=(old, old))
+    sealed = stored.read_bytes()
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> hashlib._Hash:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(gzipdisk.hashlib, "sha256", counting)
+    assert gzip_disk(src, tmp_path / "b.gz", store=store).reused == 1  # checked: the seal is hashed
+    seals = [n for n in hashed if n == len(sealed) - 32]
+    assert len(seals) == 1
+    hashed.clear()
+    assert gzip_disk(src, tmp_path / "c.gz", store=store).reused == 1  # the same file: trusted
+    assert [n for n in hashed if n == len(sealed) - 32] == []
+    damaged = bytearray(sealed)
+    damaged[1000:5000] = bytes(4000)
+    with stored.open("r+b") as fh:  # in place: the same inode and size, a new time
+        fh.write(damaged)
+    assert gzip_disk(src, tmp_path / "d.gz", store=store).reused == 0
+    monkeypatch.undo()
+    assert stored.read_bytes() == sealed
+    assert (tmp_path / "d.gz").read_bytes() == (tmp_path / "a.gz").read_bytes()
+
+
 def test_images_packaged_at_once_compress_each_shared_member_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

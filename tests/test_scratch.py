@@ -86,3 +86,17 @@ def test_leftovers_of_a_killed_run_are_swept_and_live_ones_kept(shm: Path, tmp_p
         pass
     assert not stale.exists() and live.is_dir() and unrelated.is_dir()
     assert leaked_scratch(shm) == []
+
+
+def test_a_raw_disk_is_copied_with_its_holes_kept(tmp_path: Path) -> None:
+    src = tmp_path / "layer.raw"
+    with src.open("wb") as fh:
+        fh.truncate(64 * 1024**2 + 123)
+        for offset in (0, 5 * 1024**2 + 7, 64 * 1024**2):
+            fh.seek(offset)
+            fh.write(os.urandom(70_000))
+    dest = tmp_path / "image.raw"
+    dest.write_bytes(b"old contents, longer than nothing")
+    disk.copy_sparse(src, dest)
+    assert dest.read_bytes() == src.read_bytes()
+    assert dest.stat().st_blocks * 512 < 4 * 1024**2  # the holes stay holes
