@@ -187,10 +187,14 @@ def load_yaml_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
 
 
 @contextmanager
-def atomic_write(path: str | Path, mode: str = "w", perm: int = 0o644, *, sync: bool = True) -> Iterator[IO[Any]]:
+def atomic_write(
+    path: str | Path, mode: str = "w", perm: int = 0o644, *, sync: bool = True, uncache: bool = False
+) -> Iterator[IO[Any]]:
     """Write to a temp file beside ``path`` and rename it into place only if the block succeeds. The file reaches
     the device before the rename (``sync``) unless its reader checks it anyway and it is cheaper to remake than to
-    sync (a cache's entries, by the thousand)."""
+    sync (a cache's entries, by the thousand). ``uncache`` (with ``sync``) then drops its pages from the page cache:
+    an artifact of gigabytes that this run does not read again would otherwise push out what the next build needs
+    or leave its memory to be reclaimed page by page."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
@@ -201,6 +205,8 @@ def atomic_write(path: str | Path, mode: str = "w", perm: int = 0o644, *, sync: 
             fh.flush()
             if sync:
                 os.fsync(fh.fileno())
+                if uncache:
+                    os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         os.replace(tmp, final)
     except BaseException:
         with suppress(FileNotFoundError):

@@ -252,7 +252,7 @@ def gzip_disk(
         with (
             open(src, "rb") as fh,
             open(base.disk if base is not None else src, "rb") as base_fh,
-            atomic_write(dest, "wb") as out,
+            atomic_write(dest, "wb", uncache=True) as out,
             ThreadPoolExecutor(workers) as pool,
         ):
             fd, base_fd = fh.fileno(), base_fh.fileno()
