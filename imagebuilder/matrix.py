@@ -147,8 +147,12 @@ class LayerBuilds:
         tmp = self.cache / f".{target.name}.{os.getpid()}.tmp"
         try:
             # -t none: written straight to the device (O_DIRECT), not as gigabytes of dirty pages that would hold up
-            # the writes of the builds running meanwhile
-            run_checked("qemu-img", "convert", "-t", "none", "-f", "raw", "-O", "qcow2", str(raw), str(tmp))
+            # the writes of the builds running meanwhile; through the page cache where the filesystem has no
+            # O_DIRECT (tmpfs before Linux 6.6)
+            try:
+                run_checked("qemu-img", "convert", "-t", "none", "-f", "raw", "-O", "qcow2", str(raw), str(tmp))
+            except ExternalError:
+                run_checked("qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(tmp))
             with atomic_write(self.cache / f"{target.stem}.json") as fh:
                 fh.write(json.dumps(layer_inputs(plan), indent=2) + "\n")
             os.replace(tmp, target)

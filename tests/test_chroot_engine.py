@@ -150,6 +150,38 @@ def test_inputs_digest_follows_the_inputs(tmp_path: Path) -> None:
     assert layer_inputs(make_plan(request)) != layer_inputs(a)
 
 
+def test_a_layer_is_saved_where_the_filesystem_has_no_direct_io(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The layer's qcow2 is written with O_DIRECT (qemu-img -t none); a cache on a filesystem without it (tmpfs
+    before Linux 6.6: EINVAL) gets it written through the page cache instead of failing the matrix."""
+    from imagebuilder import matrix
+    from imagebuilder.errors import ExternalError
+    from imagebuilder.plan import BuildRequest
+    from imagebuilder.planner import make_plan
+
+    plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
+                                  configs={"baremetal": str(write_config(tmp_path))}, engine="chroot"))  # fmt: skip
+    raw = tmp_path / "layer.raw"
+    raw.write_bytes(os.urandom(65536))
+    real, tried = matrix.run_checked, []
+
+    def no_direct_io(*args: str, **kwargs: object) -> str:
+        tried.append(args)
+        if "none" in args:
+            raise ExternalError("qemu-img: Could not open: Invalid argument")
+        return real(*args)
+
+    monkeypatch.setattr(matrix, "run_checked", no_direct_io)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    target = cache / "os-layer.qcow2"
+    matrix.LayerBuilds(cache)._save(plan, raw, target)
+    assert len(tried) == 2 and "none" in tried[0] and "none" not in tried[1]
+    out = subprocess.run(["qemu-img", "compare", "-f", "raw", "-F", "qcow2", str(raw), str(target)], check=False)
+    assert out.returncode == 0 and not list(cache.glob(".*.tmp"))
+
+
 @pytest.mark.root
 def test_chroot_mounts_keep_the_host_out_and_put_everything_back(tmp_path: Path) -> None:
     from imagebuilder import disk
