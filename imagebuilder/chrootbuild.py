@@ -25,6 +25,7 @@ What it does, in order, in the build's workspace (its working disk in memory whe
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -237,11 +238,12 @@ def prepare_disk(source: Path, raw: Path, size_gb: int, status: Say, *, source_f
     made of it is."""
     status(f"converting the source image to a raw disk of {size_gb} GiB")
     raw.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if source_format != "raw":
-            raise OSError("not raw: qemu-img converts it")
-        disk.copy_sparse(source, raw)  # an OS layer's raw twin: copied within the kernel
-    except OSError:
+    copied = False
+    if source_format == "raw":  # an OS layer's raw twin: copied within the kernel where it can be
+        with contextlib.suppress(OSError):
+            disk.copy_sparse(source, raw)
+            copied = True
+    if not copied:
         fmt = ["-f", source_format] if source_format else []
         run_checked("qemu-img", "convert", "-t", "unsafe", *fmt, "-O", "raw", str(source), str(raw))
     disk.grow_last_partition(raw, size_gb * 1024**3, log=status)

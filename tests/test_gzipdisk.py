@@ -36,6 +36,19 @@ def gunzipped_sha(gz: Path) -> str:
     return out.stdout.split()[0]
 
 
+def count_hashing(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From here on, the length of every input gzipdisk hashes with SHA-256, in order."""
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> hashlib._Hash:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(gzipdisk.hashlib, "sha256", counting)
+    return hashed
+
+
 def test_round_trip_through_the_real_gzip_with_holes_zeros_and_a_short_tail(tmp_path: Path) -> None:
     size = 9 * MiB + 4321  # a short last member
     src = disk_like(
@@ -120,14 +133,7 @@ def test_a_checked_member_is_trusted_until_its_file_changes(tmp_path: Path, monk
     old = stored.stat().st_mtime_ns - 10**10
     os.utime(stored, ns=(old, old))
     sealed = stored.read_bytes()
-    hashed: list[int] = []
-    real = hashlib.sha256
-
-    def counting(data: bytes = b"") -> hashlib._Hash:
-        hashed.append(len(data))
-        return real(data)
-
-    monkeypatch.setattr(gzipdisk.hashlib, "sha256", counting)
+    hashed = count_hashing(monkeypatch)
     assert gzip_disk(src, tmp_path / "b.gz", store=store).reused == 1  # checked: the seal is hashed
     seals = [n for n in hashed if n == len(sealed) - 32]
     assert len(seals) == 1
@@ -241,14 +247,7 @@ def test_an_image_compared_with_its_primed_layer_hashes_only_its_own_mibs(
     base = gzipdisk.Base(layer)
     gzipdisk.prime(layer, store, base=base)
     assert sorted(base.keys) == [i * MiB for i in (0, 1, 2, 3, 5)]
-    hashed: list[int] = []
-    real = hashlib.sha256
-
-    def counting(data: bytes = b"") -> hashlib._Hash:
-        hashed.append(len(data))
-        return real(data)
-
-    monkeypatch.setattr(gzipdisk.hashlib, "sha256", counting)
+    hashed = count_hashing(monkeypatch)
     result = gzip_disk(image, tmp_path / "image.gz", store=store, base=base)
     monkeypatch.undo()
     assert hashed.count(MiB) == 2  # MiB 1 (changed) and MiB 7 (not the layer's there); 0, 2, 3, 5 compared
