@@ -148,6 +148,27 @@ class ReleaseChannel:
     name: str
     kubernetes_version: str
     release: int
+    #: OS name -> the versions this channel's images are built on; an OS not named here: every version it has
+    os_versions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def check_os_version(self, os: str, version: str, flag: str = "--os-version") -> None:
+        """Exit 2 when ``os`` ``version`` is not built for this channel (kubeadm refuses RHEL 8 from 1.32 on...)."""
+        allowed = dict(self.os_versions).get(os)
+        if allowed is not None and version not in allowed:
+            raise InputError(
+                f"{os} {version} is not built for Kubernetes {self.minor}",
+                field=flag,
+                expected=f"one of {', '.join(allowed)} for channel {self.name}",
+            )
+
+    def default_os_version(self, os: OperatingSystem) -> str | None:
+        """The version a build without ``--os-version`` gets: the OS's default, or this channel's first version when
+        the channel no longer builds the default (Ubuntu 20.04 on 1-34); None: the OS's default."""
+        allowed = dict(self.os_versions).get(os.name)
+        default = os.default_version
+        if allowed and default is not None and default.version not in allowed:
+            return allowed[0]
+        return None
 
     @property
     def minor(self) -> str:
@@ -297,7 +318,12 @@ def load_catalog() -> Catalog:
         builds = tuple(BuildPair(oses[b["os"]], providers[b["provider"]], b["config"]) for b in raw["builds"])
         downloads = tuple((d["os"], d["provider"]) for d in raw.get("downloads", ()))
         channels = {
-            str(name): ReleaseChannel(str(name), c["kubernetes_version"], int(c["release"]))
+            str(name): ReleaseChannel(
+                str(name),
+                c["kubernetes_version"],
+                int(c["release"]),
+                tuple((str(o), tuple(str(v) for v in vs)) for o, vs in (c.get("os_versions") or {}).items()),
+            )
             for name, c in raw_channels.items()
         }
     except (KeyError, TypeError, ValueError) as exc:
@@ -305,6 +331,11 @@ def load_catalog() -> Catalog:
     for ch in channels.values():
         if not re.fullmatch(r"\d+-\d+", ch.name) or not ch.kubernetes_version.startswith(f"v{ch.minor}."):
             raise InputError(f"channel {ch.name} does not match {ch.kubernetes_version}", source=chan_path)
+        for os_name, versions in ch.os_versions:
+            known = {v.version for v in oses[os_name].versions} if os_name in oses else set()
+            if not versions or not set(versions) <= known:
+                raise InputError(f"channel {ch.name} lists {os_name} {list(versions)}", source=chan_path,
+                                 field="os_versions", expected=f"versions of {os_name} in matrix.yaml")  # fmt: skip
     return Catalog(
         operating_systems=oses,
         providers=providers,

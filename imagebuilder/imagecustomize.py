@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,22 +82,6 @@ def manifest_beside(image: Path) -> Path:
     return image.with_name(f"{stem}.build-manifest.json")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _seed_iso(files: dict[str, str], work: Path) -> Path:
-    folder = work / "seed"
-    folder.mkdir()
-    for name, text in files.items():
-        (folder / name).write_text(text)
-    iso = work / "seed.iso"
-    run_checked("xorriso", "-as", "mkisofs", "-quiet", "-o", str(iso), "-V", "cidata", "-J", "-r", str(folder))
-    return iso
-
-
 def input_firmware(image: Path) -> Firmware:
     """What the input boots with: its build manifest's firmware (a ``--firmware efi`` build), else an OVA's own
     (its descriptor's), else BIOS. The guest is booted with it, and an OVA output keeps it."""
@@ -152,8 +135,8 @@ def customize_image(
             run_checked("qemu-img", "convert", "-O", "qcow2", str(raw), str(disk), timeout=7200)
         log = customizer.log_path(dest.parent, dest.name)
         with customizer.run(customization, keep_user=keep_user) as run:
-            seed = _seed_iso(run.documents.nocloud_files(), work)
-            port = _free_port()
+            seed = qemu.seed_iso(run.documents.nocloud_files(), work)
+            port = qemu.free_port()
             with qemu.running(
                 disk,
                 fmt="qcow2",

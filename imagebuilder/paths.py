@@ -53,5 +53,11 @@ def workspace_root() -> Path:
     env = os.environ.get("IMAGE_BUILDER_WORKSPACE")
     if env:
         return Path(env).expanduser()
+    return cache_root() / "work"
+
+
+def cache_root() -> Path:
+    """This tool's folder under ``$XDG_CACHE_HOME`` (``~/.cache/image-builder``): work directories, and what is kept
+    between runs because it is slow to make (a Kubernetes release built from source)."""
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "image-builder" / "work"
+    return Path(cache) / "image-builder"

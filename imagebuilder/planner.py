@@ -34,7 +34,9 @@ MANIFEST_TIMEOUT = 1.5
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
-def _artifact_name(plan_os: str, version: str, release: int, extension: str, override: str | None) -> str:
+def _artifact_name(
+    plan_os: str, version: str, release: int, extension: str, override: str | None, distro: str | None = None
+) -> str:
     if override is not None:
         base = override.removesuffix(extension) if extension else override
         if not _NAME.fullmatch(base):
@@ -46,7 +48,9 @@ def _artifact_name(plan_os: str, version: str, release: int, extension: str, ove
         return base + extension
     template = load_catalog().artifact_name
     return (
-        template.format(os=plan_os, kubernetes_version=version, distro=load_profile().distro.name, release=release)
+        template.format(
+            os=plan_os, kubernetes_version=version, distro=distro or load_profile().distro.name, release=release
+        )
         + extension
     )
 
@@ -183,7 +187,8 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     provider = catalog.provider(request.hypervisor)
     channel = catalog.channel(request.release_channel)
     pair = catalog.build_pair(os_, provider)
-    os_version = os_.version_for(request.os_version, provider.name)
+    os_version = os_.version_for(request.os_version or channel.default_os_version(os_), provider.name)
+    channel.check_os_version(os_.name, os_version.version)
     firmware = os_.firmware_for(request.firmware, provider.name)
 
     for name, path in request.configs.items():
@@ -244,8 +249,11 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     manifest, state = _load_manifest_for(request, channel, mirror)
     version = manifest.kubernetes_version if manifest else channel.kubernetes_version
     release = manifest.number if manifest else channel.release
-    release_name = load_profile().release_name(channel.name, release)
-    name = _artifact_name(os_.name, version, release, provider.extension, request.name)
+    # a manifest names its release (kubernetes-1-34-source-1 for one built from source: never passed off as the
+    # distro's); the distro part of the image's name follows it
+    release_name = manifest.name if manifest else load_profile().release_name(channel.name, release)
+    distro = manifest.distro if manifest else None
+    name = _artifact_name(os_.name, version, release, provider.extension, request.name, distro)
     local = registry.get(provider.name).local_artifact
     output_path = Path(request.output_dir).resolve() / name if local else None
     ws = workspace_root()

@@ -9,6 +9,7 @@ KVM is used when it works, TCG otherwise (see :func:`hostinfo.kvm_status`). The 
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,7 +17,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuilder.catalog import Firmware
+from imagebuilder.files import run_checked
 from imagebuilder.hostinfo import KvmStatus, kvm_status, ovmf_firmware, require_tools
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a forward into the guest)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def seed_iso(files: dict[str, str], work: Path) -> Path:
+    """A NoCloud seed (an ISO labelled ``cidata``) of ``files`` (meta-data, user-data...), made in ``work``."""
+    folder = work / "seed"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o600)
+    iso = work / "seed.iso"
+    run_checked("xorriso", "-as", "mkisofs", "-quiet", "-o", str(iso), "-V", "cidata", "-J", "-r", str(folder))
+    iso.chmod(0o600)
+    return iso
 
 
 @dataclass
@@ -58,13 +80,16 @@ def running(
     memory_mb: int = 1024,
     kvm: KvmStatus | None = None,
     firmware: Firmware = "bios",
+    forwards: tuple[tuple[int, int], ...] = (),
 ) -> Iterator[Guest]:
     """Start a guest on ``disk`` (``snapshot``: writes go to a throwaway overlay) and stop it after the block;
-    ``firmware="efi"``: OVMF in place of SeaBIOS, the guest boots by UEFI."""
+    ``firmware="efi"``: OVMF in place of SeaBIOS, the guest boots by UEFI; ``forwards``: more (host port, guest
+    port) pairs reached on 127.0.0.1, beside ``ssh_port`` (the node check's API server)."""
     kvm = kvm or kvm_status()
     qemu = require_tools("qemu-system-x86_64")["qemu-system-x86_64"]
     serial.touch()
-    netdev = "user,id=n0" + (f",hostfwd=tcp:127.0.0.1:{ssh_port}-:22" if ssh_port else "")
+    pairs = ((ssh_port, 22),) if ssh_port else ()
+    netdev = "user,id=n0" + "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in (*pairs, *forwards))
     cmd = [qemu, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", "2", "-display", "none",
            "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
            "-drive", f"file={disk},if=virtio,format={fmt}",

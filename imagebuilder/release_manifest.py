@@ -25,6 +25,13 @@ ArtifactKind = Literal["binary", "archive", "image"]
 
 BINARIES = ("kubelet", "kubeadm", "kubectl")
 ARCHIVES = {"cni-plugins": "cni-plugins", "etcd": "etcd"}  # artifact -> component
+#: shipped by some releases only (the distro's ship no crictl; a release built from source does): installed when there
+OPTIONAL_ARCHIVES = {"crictl": "cri-tools"}
+#: an image reference as registries and containerd take it: host[:port]/path[:tag][@sha256:digest], lowercase path
+IMAGE_REF = re.compile(
+    r"[a-z0-9]+(?:[.-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)
 IMAGES = ("pause", "coredns", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
 ARCH = "amd64"
 OTHER_ARCHES = ("arm64", "arm", "386", "ppc64le", "s390x")
@@ -57,6 +64,13 @@ class ReleaseManifest:
     kubernetes_version: str
     source: str
     artifacts: tuple[NodeArtifact, ...]
+
+    @property
+    def distro(self) -> str | None:
+        """The distro part of the release's name (``eks`` in kubernetes-1-24-eks-5, ``source`` for a release built
+        from source), or None when the name has another shape."""
+        m = re.fullmatch(rf"kubernetes-{re.escape(self.channel)}-([a-z][a-z0-9]*)-{self.number}", self.name)
+        return m.group(1) if m else None
 
     def artifact(self, name: str, kind: ArtifactKind) -> NodeArtifact:
         return next(a for a in self.artifacts if a.name == name and a.kind == kind)
@@ -149,7 +163,7 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
         uri = _archive(asset).get("uri")
         artifacts.append(NodeArtifact(binary, "binary", comp, str(uri), _need_sha256(binary, asset, source)))
 
-    for artifact, component in ARCHIVES.items():
+    for artifact, component in (ARCHIVES | OPTIONAL_ARCHIVES).items():
         found = [
             (c, a)
             for c, a in assets
@@ -158,6 +172,8 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
             and _is_linux_amd64(a)
             and re.search(r"\.(tar\.gz|tgz)$", str(a.get("name", "")))
         ]
+        if not found and artifact in OPTIONAL_ARCHIVES:
+            continue
         if not found:
             raise _missing(f"{artifact} tarball", f"component {component}, an Archive *.tar.gz", source)
         comp, asset = found[0]
@@ -183,6 +199,9 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
         ref = _map(asset.get("image")).get("uri")
         if not isinstance(ref, str) or not ref:
             raise InputError(f"image {image} has no uri", source=source, field="image.uri")
+        if not IMAGE_REF.fullmatch(ref):
+            raise InputError(f"image {image}'s uri {ref[:80]!r} is not an image reference", source=source,
+                             field="image.uri", expected="registry/path:tag")  # fmt: skip
         digest = _map(asset.get("image")).get("imageDigest")
         tar = tarballs.get(image)
         sha = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import yaml
 
 from imagebuilder.catalog import ReleaseChannel
 from imagebuilder.files import atomic_write
+from imagebuilder.imagearchive import Entry, ImageSpec, docker_archive
 from imagebuilder.profile import load_profile
 from imagebuilder.release_manifest import IMAGES
 
@@ -58,30 +58,11 @@ def _tar_gz(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def image_archive(ref: str) -> bytes:
     """A one-layer image in docker-archive form, which ``ctr images import`` accepts."""
-    layer = _tar({"standin.txt": f"{ref}\n{STANDIN_NOTE}\n".encode()})
-    config = json.dumps(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "config": {"Labels": {"org.opencontainers.image.description": STANDIN_NOTE}},
-            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
-        }
-    ).encode()
-    config_name = hashlib.sha256(config).hexdigest() + ".json"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": ["layer/layer.tar"]}]).encode()
-    return _tar({"manifest.json": manifest, config_name: config, "layer/layer.tar": layer})
+    layer = {"standin.txt": Entry(f"{ref}\n{STANDIN_NOTE}\n".encode())}
+    labels = {"org.opencontainers.image.description": STANDIN_NOTE}
+    return docker_archive(ImageSpec(ref, (layer,), labels=labels))
 
 
 def _asset(name: str, url: str, data: bytes, kind: str = "Archive", arch: str = "amd64") -> dict[str, object]:

@@ -43,7 +43,7 @@ def test_unknown_os_suggests() -> None:
 
 def test_channels_match_the_spec() -> None:
     got = {c.name: (c.kubernetes_version, c.release, c.release_name) for c in catalog.channels.values()}
-    assert got == {
+    assert {k: v for k, v in got.items() if k <= "1-24"} == {
         "1-21": ("v1.21.14", 22, "kubernetes-1-21-eks-22"),
         "1-22": ("v1.22.16", 15, "kubernetes-1-22-eks-15"),
         "1-23": ("v1.23.14", 10, "kubernetes-1-23-eks-10"),
@@ -55,11 +55,34 @@ def test_channels_match_the_spec() -> None:
     )
 
 
-@pytest.mark.parametrize("bad", ["1.25", "124", "1-25", "", "v1-24", "1.24.8"])
+def test_the_distros_current_lines() -> None:
+    """Release numbers and Kubernetes versions as aws/eks-distro publishes them (RELEASE and GIT_TAG per line)."""
+    got = {c.name: (c.kubernetes_version, c.release) for c in catalog.channels.values() if c.name >= "1-25"}
+    assert got == {
+        "1-25": ("v1.25.16", 40), "1-26": ("v1.26.15", 39), "1-27": ("v1.27.16", 41), "1-28": ("v1.28.15", 66),
+        "1-29": ("v1.29.15", 60), "1-30": ("v1.30.14", 59), "1-31": ("v1.31.14", 48), "1-32": ("v1.32.13", 41),
+        "1-33": ("v1.33.13", 31), "1-34": ("v1.34.9", 22), "1-35": ("v1.35.6", 13),
+    }  # fmt: skip
+    assert catalog.channel("1.34").release_name == "kubernetes-1-34-eks-22"
+
+
+def test_each_channel_names_the_os_versions_it_builds() -> None:
+    ubuntu, redhat = catalog.os("ubuntu"), catalog.os("redhat")
+    assert catalog.channel("1-31").default_os_version(redhat) is None  # RHEL 8, the default, still built
+    assert catalog.channel("1-32").default_os_version(redhat) == "9"
+    assert catalog.channel("1-34").default_os_version(ubuntu) == "22.04"
+    assert catalog.channel("1-24").default_os_version(ubuntu) is None
+    with pytest.raises(InputError) as exc:
+        catalog.channel("1-32").check_os_version("redhat", "8")
+    assert exc.value.field == "--os-version" and "one of 9" in str(exc.value)
+    catalog.channel("1-31").check_os_version("redhat", "8")
+
+
+@pytest.mark.parametrize("bad", ["1.36", "124", "1-20", "", "v1-24", "1.24.8"])
 def test_bad_channels_list_the_valid_ones(bad: str) -> None:
     with pytest.raises(InputError) as exc:
         catalog.channel(bad)
-    assert "1-21, 1-22, 1-23, 1-24" in str(exc.value)
+    assert "1-21, 1-22, 1-23, 1-24, 1-25" in str(exc.value)
 
 
 def test_the_reference_tools_dotted_channel_is_the_same_channel() -> None:
@@ -138,4 +161,4 @@ def test_kubernetes_version_to_channel() -> None:
     assert catalog.channel_for_kubernetes("1.24").name == "1-24"
     assert catalog.channel_for_kubernetes("v1.21").name == "1-21"
     with pytest.raises(InputError):
-        catalog.channel_for_kubernetes("1.25")
+        catalog.channel_for_kubernetes("1.36")

@@ -27,6 +27,7 @@ from imagebuilder.cli import (
     mirror,
     nutanix,
     preflight,
+    release,
     serve,
     template,
     vsphere,
@@ -45,6 +46,7 @@ NAMESPACES: tuple[ModuleType, ...] = (
     image,
     mirror,
     nutanix,
+    release,
     template,
     vsphere,
 )

@@ -15,7 +15,7 @@ from imagebuilder.plan import BuildRequest
 HELP = {
     "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
     "hypervisor": "provider: vsphere (platform), cloudstack (orchestrator), nutanix (hci), baremetal or ami",
-    "release_channel": "distro release channel: 1-21, 1-22, 1-23 or 1-24 (1.24 works too)",
+    "release_channel": "distro release channel: 1-21 .. 1-35 (1.24 works too)",
     "os_version": "OS version: ubuntu 20.04 (default), 22.04 or 24.04 (bare metal, vSphere); redhat 8 (default) or 9",
     "vsphere_config": "vSphere build config file (JSON, spec 2.3)",
     "platform_config": "alias of --vsphere-config",
@@ -193,7 +193,7 @@ MATRIX_HELP = {
     "os": "OSes, comma-separated (each with each --hypervisor); or use --pairs",
     "hypervisor": "providers, comma-separated",
     "pairs": "os:provider pairs, comma-separated (ubuntu:baremetal,ubuntu:vsphere), instead of --os/--hypervisor",
-    "release_channel": "release channels, comma-separated (1-21,1-22,1-23,1-24)",
+    "release_channel": "release channels, comma-separated (1-21,1-22,...,1-35)",
     "jobs": "builds at once (default: what this host's cores and memory hold)",
     "force": "rebuild outputs whose build manifest records the same inputs (default: skipped)",
     "layer_cache": "where OS layers are kept (default ~/.cache/image-builder/layers; $IMAGE_BUILDER_LAYER_CACHE)",

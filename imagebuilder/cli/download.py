@@ -15,7 +15,7 @@ from imagebuilder.cli._common import cli_task, transfer_bars
 @task(
     help={
         "variant": "vsphere (the OVA) or baremetal (the raw image, written as gzip)",
-        "kubernetes": "Kubernetes minor version 1.21-1.24 (default: KUBEVERSION from the environment)",
+        "kubernetes": "Kubernetes minor version 1.21-1.35 (default: KUBEVERSION from the environment)",
         "dest": "directory to write into (default ./os1; may already exist)",
         "root": "root.json to start from: a file or URL (default: the OS-1 cache host's)",
         "root_sha512": "SHA-512 root.json must have (default: the one pinned in config/profile.yaml)",
@@ -41,7 +41,7 @@ def bottlerocket(
     from imagebuilder.os1 import download, os1_target, pinned_root
 
     flags.required(variant, "--variant", "vsphere or baremetal")
-    kube = flags.required(kubernetes or os.environ.get("KUBEVERSION"), "--kubernetes", "1.21-1.24, or KUBEVERSION set")
+    kube = flags.required(kubernetes or os.environ.get("KUBEVERSION"), "--kubernetes", "1.21-1.35, or KUBEVERSION set")
     out = flags.dest_dir(dest, "--dest")
     for flag, value in (("--metadata-url", metadata_url), ("--targets-url", targets_url)):
         if value:

@@ -13,7 +13,7 @@ from imagebuilder.cli._common import cli_task, transfer_bars
 
 @task(
     help={
-        "release_channel": "channel whose release manifest to mirror: 1-21 .. 1-24",
+        "release_channel": "channel whose release manifest to mirror: 1-21 .. 1-35 (config/release-channels.yaml)",
         "dest": "mirror directory (created; upstream URL paths are kept)",
         "release_manifest": "mirror this manifest (URL) instead of the channel's",
         "source": "read from this mirror (directory or URL) instead of upstream",
@@ -36,7 +36,7 @@ def create(
     from imagebuilder.mirror import create_mirror, file_sha256, mirror_items
     from imagebuilder.release_manifest import load_manifest
 
-    channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-21 to 1-24"))
+    channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-21 to 1-35"))
     out = flags.dest_dir(dest, "--dest")
     url = flags.url_or_file(release_manifest, "--release-manifest") if release_manifest else channel.manifest_url
     src = Mirror.parse(source, "--source") if source else None

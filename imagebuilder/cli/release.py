@@ -1,0 +1,50 @@
+"""``release.build``: a Kubernetes release built from upstream source, in the distro's manifest format."""
+
+from __future__ import annotations
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli import flags
+from imagebuilder.cli._common import cli_task, status_line
+
+
+@task(
+    help={
+        "kubernetes": "the Kubernetes release to build, e.g. v1.34.2 (v1.28.0 or newer)",
+        "dest": "directory to lay the release out in, at its URLs' paths (default ./release)",
+        "base_url": "where the release will be served from (default: a name that never resolves; read it from "
+        "the directory or a mirror)",
+        "dry_run": "check the flags and the tools (go, gcc) and print what would be built; build nothing",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def build(c: Context, kubernetes: str = "", dest: str = "release", base_url: str = "", dry_run: bool = False) -> None:
+    """Build a Kubernetes release from upstream source: binaries, etcd, CoreDNS, pause, crictl, CNI plugins and the
+    control-plane images, in the distro's manifest format (cached by version)."""
+    from imagebuilder.hostinfo import require_tools
+    from imagebuilder.sourcerelease import DEFAULT_BASE_URL, manifest_url, parse_version, source_cache
+
+    version, minor, _ = parse_version(flags.required(kubernetes, "--kubernetes", "v1.<minor>.<patch>"))
+    out = flags.dest_dir(dest, "--dest")
+    base = flags.url(base_url, "--base-url", ("http", "https")).geturl() if base_url else DEFAULT_BASE_URL
+    require_tools("go", "gcc")
+    url = manifest_url(base, f"1-{minor}")
+    if dry_run:
+        print(f"would build Kubernetes {version} from k8s.io/kubernetes@{version} (cache: {source_cache()})")
+        print(f"would write the release under {out.resolve()}; its manifest: {url}")
+        return
+    from imagebuilder.sourcerelease import build_release
+
+    with status_line("release.build") as status:
+        release = build_release(version, out, base_url=base, say=status)
+    for comp in release.components:
+        print(f"{comp.name:<12} {comp.version:<10} from {comp.source}")
+    print(f"manifest:  {release.manifest_path}\nurl:       {release.manifest_url}")
+    print("every artifact is labelled in the manifest as built from upstream source by image-builder")
+    channel = release.channel
+    print(f"use it:    image-builder mirror.create --release-channel {channel} --release-manifest {url} "
+          f"--source {out} --dest MIRROR")  # fmt: skip
+    print(f"           image-builder build --os ubuntu --hypervisor baremetal --release-channel {channel} "
+          f"--release-manifest {url} --mirror {out}")  # fmt: skip

@@ -1,0 +1,95 @@
+"""Container images as docker-archive tarballs, the form ``ctr images import`` and ``docker load`` take and the
+distro ships its image tars in (``bin/linux/amd64/kube-apiserver.tar``).
+
+Made here, without a container engine: each layer is a tar of files, the config names the layers' digests, the
+archive's ``manifest.json`` names the config, the layers and the image's one reference. Every timestamp, owner and
+order is fixed, so the same inputs give the same bytes (and the same checksums in a release manifest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+#: PATH inside the images, as distroless images set it
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file or folder of a layer; ``data`` None makes a folder."""
+
+    data: bytes | None
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    ref: str
+    layers: tuple[Mapping[str, Entry], ...]
+    entrypoint: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    user: str = ""
+
+
+def layer_tar(files: Mapping[str, Entry]) -> bytes:
+    """A layer: the files under their paths (parents added as folders), owned by root, mtime 0, sorted."""
+    entries: dict[str, Entry] = {}
+    for path, entry in files.items():
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts)):
+            entries.setdefault("/".join(parts[:i]), Entry(None, 0o755))
+        entries["/".join(parts)] = entry
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(entries):
+            entry = entries[name]
+            info = tarfile.TarInfo(name)
+            info.mode, info.mtime, info.uid, info.gid = entry.mode, 0, 0, 0
+            if entry.data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(entry.data)
+                tar.addfile(info, io.BytesIO(entry.data))
+    return buf.getvalue()
+
+
+def docker_archive(spec: ImageSpec) -> bytes:
+    """The image as one docker-archive tarball (layers uncompressed, as ``docker save`` writes them)."""
+    layers = [layer_tar(files) for files in spec.layers]
+    diff_ids = ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]
+    container: dict[str, object] = {"Env": [f"PATH={IMAGE_PATH}"], "Labels": dict(spec.labels)}
+    if spec.entrypoint:
+        container["Entrypoint"] = list(spec.entrypoint)
+    if spec.user:
+        container["User"] = spec.user
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "created": "1970-01-01T00:00:00Z",
+            "config": container,
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        },
+        sort_keys=True,
+    ).encode()
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    layer_names = [f"{d.removeprefix('sha256:')}/layer.tar" for d in diff_ids]
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [spec.ref], "Layers": layer_names}]).encode()
+    files = {"manifest.json": Entry(manifest), config_name: Entry(config)}
+    files.update({name: Entry(layer) for name, layer in zip(layer_names, layers, strict=True)})
+    return layer_tar(files)
+
+
+def archive_refs(data: bytes) -> list[str]:
+    """The references a docker-archive tarball names (its ``manifest.json``'s RepoTags)."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.extractfile("manifest.json")
+        if member is None:
+            return []
+        return [ref for image in json.loads(member.read()) for ref in image.get("RepoTags") or []]
