@@ -25,6 +25,7 @@ from imagebuilder.disk import mounted_root, raw_view
 from imagebuilder.errors import InputError
 from imagebuilder.files import parse_json, read_text
 from imagebuilder.hostinfo import KvmStatus
+from imagebuilder.progress import Say, silent
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import BUILD_USER
 
@@ -140,8 +141,17 @@ def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None, f
 
 
 def verify_image(
-    image: Path, *, manifest: Path | None = None, boot: bool = True, boot_timeout: float = 600
+    image: Path,
+    *,
+    manifest: Path | None = None,
+    boot: bool = True,
+    boot_timeout: float = 600,
+    kubernetes: bool = False,
+    node_timeout: float = 2400,
+    say: Say = silent,
 ) -> list[Finding]:
+    """Every check of an image; ``kubernetes``: the node check (:mod:`imagebuilder.nodecheck`) in place of the
+    plain boot test, which it includes."""
     expected = expectations(image, manifest)
     firmware: Firmware = "efi" if expected["plan"].get("firmware") == "efi" else "bios"
     # one raw view serves every part: a .gz or an OVA is decompressed or converted once, not three times
@@ -156,6 +166,11 @@ def verify_image(
             )  # fmt: skip
         with mounted_root(raw) as root:
             findings += offline_checks(root, expected)
-        if boot:
+        if kubernetes:
+            from imagebuilder.nodecheck import node_check
+
+            steps = node_check(raw, expected, firmware=firmware, timeout=node_timeout, say=say)
+            findings += [Finding(s.name, s.ok, f"{s.detail} [{s.seconds:.0f} s]") for s in steps]
+        elif boot:
             findings.append(boot_raw(raw, timeout=boot_timeout, firmware=firmware))
     return findings

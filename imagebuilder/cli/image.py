@@ -68,21 +68,41 @@ def print_findings(findings: list[Finding]) -> None:
         "manifest": "its build manifest (default: <name>.build-manifest.json beside the image)",
         "no_boot": "skip the boot test (offline checks only)",
         "boot_timeout": "seconds to wait for the login prompt (default 600)",
+        "kubernetes": "the node check: boot it, kubeadm init a single-node cluster offline from the preloaded images, "
+        "and check the node Ready, the control plane and a test pod Running (needs a real release's image)",
+        "node_timeout": "seconds the node check may take in all (default 2400; TCG is slow)",
     },
     auto_shortflags=False,
 )
 @cli_task
-def verify(c: Context, image: str = "", manifest: str = "", no_boot: bool = False, boot_timeout: str = "600") -> None:
-    """Check a built image with testinfra (mounted read-only) and boot it to a login prompt."""
+def verify(
+    c: Context,
+    image: str = "",
+    manifest: str = "",
+    no_boot: bool = False,
+    boot_timeout: str = "600",
+    kubernetes: bool = False,
+    node_timeout: str = "2400",
+) -> None:
+    """Check a built image with testinfra (mounted read-only) and boot it to a login prompt; with --kubernetes,
+    bring a node up on it and check it is Ready."""
     from imagebuilder.verify import verify_image
 
     path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
-    findings = verify_image(
-        path,
-        manifest=flags.existing_file(manifest, "--manifest") if manifest else None,
-        boot=not no_boot,
-        boot_timeout=flags.duration(boot_timeout, "--boot-timeout", 10, 7200),
-    )
+    if kubernetes and no_boot:
+        raise InputError("--kubernetes boots the image, --no-boot says not to", field="--no-boot",
+                         expected="one of them")  # fmt: skip
+    node_seconds = flags.duration(node_timeout, "--node-timeout", 60, 14400)
+    with status_line("image.verify") as status:
+        findings = verify_image(
+            path,
+            manifest=flags.existing_file(manifest, "--manifest") if manifest else None,
+            boot=not no_boot,
+            boot_timeout=flags.duration(boot_timeout, "--boot-timeout", 10, 7200),
+            kubernetes=kubernetes,
+            node_timeout=node_seconds,
+            say=status,
+        )
     print_findings(findings)
     bad = [f.name for f in findings if not f.ok]
     if bad:
