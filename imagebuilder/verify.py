@@ -12,6 +12,7 @@ The expected checksums come from the build manifest written beside the image.
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder import qemu
+from imagebuilder.boltdb import containerd_images
 from imagebuilder.bootcheck import check_raw
 from imagebuilder.catalog import Firmware
 from imagebuilder.disk import mounted_root, raw_view
@@ -81,13 +83,7 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
     for unit in ("containerd", "kubelet"):
         state = host.run(f"systemctl is-enabled {unit}.service").stdout.strip()
         add(f"{unit} enabled", state == "enabled", f"systemctl is-enabled {unit}: {state or 'unknown'}")
-    fstab = host.file("/etc/fstab").content_string if host.file("/etc/fstab").exists else ""
-    swaps = [ln for ln in fstab.splitlines() if ln.split() and not ln.startswith("#") and "swap" in ln.split()[2:3]]
-    add("swap off", not swaps, "no swap in /etc/fstab" if not swaps else f"swap entries: {swaps}")
-    sysctl = host.file("/etc/sysctl.d/99-kubernetes.conf")
-    add("sysctls", sysctl.exists and "net.ipv4.ip_forward = 1" in sysctl.content_string, sysctl.path)
-    modules = host.file("/etc/modules-load.d/k8s.conf")
-    add("kernel modules", modules.exists and "br_netfilter" in modules.content_string, modules.path)
+    findings.extend(kubelet_needs(host, root, plan))
     machine_id = host.file("/etc/machine-id")
     add("machine-id empty", machine_id.exists and machine_id.size == 0, "/etc/machine-id")
     keys = host.run("ls /etc/ssh/ssh_host_* 2>/dev/null").stdout.split()
@@ -110,6 +106,78 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
     )
     add("no seal script left", not host.file("/usr/local/sbin/image-builder-seal").exists, "seal step ran")
     return findings
+
+
+#: what the kubelet needs of a node, as kubernetes-sigs/image-builder's goss checks it: file -> lines it must hold
+SYSCTLS = ("net.bridge.bridge-nf-call-iptables = 1", "net.ipv4.ip_forward = 1")
+MODULES = ("overlay", "br_netfilter")
+CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+#: how each binary states its version (a stand-in script states it whatever it is asked)
+VERSION_COMMANDS = {"kubelet": "kubelet --version", "kubeadm": "kubeadm version -o short",
+                    "kubectl": "kubectl version --client"}  # fmt: skip
+
+
+def kubelet_needs(host: Any, root: Path, plan: dict[str, Any]) -> list[Finding]:
+    """Modules, sysctls, swap, containerd's cgroup driver and sandbox image, crictl's endpoint, the Kubernetes
+    binaries' versions and every image the release preloads under its exact name."""
+    out: list[Finding] = []
+    fstab = host.file("/etc/fstab").content_string if host.file("/etc/fstab").exists else ""
+    swaps = [ln for ln in fstab.splitlines() if ln.split() and not ln.startswith("#") and "swap" in ln.split()[2:3]]
+    out.append(Finding("swap off", not swaps, "no swap in /etc/fstab" if not swaps else f"swap entries: {swaps}"))
+    sysctl = host.file("/etc/sysctl.d/99-kubernetes.conf")
+    lines = {" ".join(ln.split()) for ln in sysctl.content_string.splitlines()} if sysctl.exists else set()
+    missing = [s for s in SYSCTLS if s not in lines]
+    out.append(Finding("sysctls", not missing, f"{sysctl.path}: " + ("; ".join(SYSCTLS) if not missing
+                                                                     else f"missing {missing}")))  # fmt: skip
+    modules = host.file("/etc/modules-load.d/k8s.conf")
+    loaded = set(modules.content_string.split()) if modules.exists else set()
+    absent = [m for m in MODULES if m not in loaded]
+    out.append(Finding("kernel modules", not absent, f"{modules.path}: " + (" ".join(MODULES) if not absent
+                                                                           else f"missing {absent}")))  # fmt: skip
+    config = host.file("/etc/containerd/config.toml")
+    toml = config.content_string if config.exists else ""
+    systemd = re.search(r"^\s*SystemdCgroup\s*=\s*true\s*$", toml, re.M) is not None
+    out.append(
+        Finding(
+            "containerd cgroups",
+            systemd,
+            "SystemdCgroup = true"
+            if systemd
+            else f"{config.path} does not set SystemdCgroup = true (the kubelet's driver is systemd)",
+        )
+    )
+    images = {a["name"]: a for a in plan["artifacts"] if a["kind"] == "image"}
+    if "pause" in images:
+        want = images["pause"]["uri"]
+        m = re.search(r"^\s*sandbox(?:_image)?\s*=\s*[\"']([^\"']*)[\"']", toml, re.M)
+        got = m.group(1) if m else None
+        out.append(
+            Finding(
+                "sandbox image",
+                got == want,
+                f"containerd's sandbox image {got} "
+                + ("is the release's pause" if got == want else f"is not the release's {want}"),
+            )
+        )
+    crictl = host.file("/etc/crictl.yaml")
+    endpoint = crictl.exists and f"runtime-endpoint: {CRI_SOCKET}" in crictl.content_string
+    out.append(Finding("crictl endpoint", endpoint, f"/etc/crictl.yaml: runtime-endpoint {CRI_SOCKET}" if endpoint
+                       else "/etc/crictl.yaml does not point crictl at containerd"))  # fmt: skip
+    version = plan.get("kubernetes_version") or ""
+    for binary, command in VERSION_COMMANDS.items():
+        said = host.run(command)
+        text = (said.stdout or said.stderr).strip()
+        ok = said.rc == 0 and re.search(rf"(^|\s){re.escape(version)}(\s|$|\+|-)", text) is not None
+        out.append(Finding(f"{binary} version", ok, f"'{command}': {text.splitlines()[0][:80] if text else said.rc}"
+                           + ("" if ok else f" (the manifest's is {version})")))  # fmt: skip
+    preloaded = set(containerd_images(root))
+    # images with a tarball in the release are imported by every build; the others only by an online one
+    wanted = [a["uri"] for a in images.values() if a.get("archive_uri") or plan.get("offline") is False]
+    missing_images = [ref for ref in wanted if ref not in preloaded]
+    out.append(Finding("preloaded images", not missing_images,
+                       f"all {len(wanted)} in containerd (k8s.io) under the manifest's names" if not missing_images
+                       else f"not in containerd: {', '.join(missing_images)}"))  # fmt: skip
+    return out
 
 
 def boot_test(
