@@ -1,8 +1,10 @@
-"""The offline flow end to end, as ``invoke demo`` runs it: base image, mirror, bare-metal build, verify.
+"""The offline flow end to end, as ``invoke demo`` runs it: base image, release, mirror, bare-metal build, verify.
 
-Each step is the same library call a user's command makes; nothing here is demo-only except the stand-in
-release (real artifacts cannot be downloaded offline). Steps converge: a rerun reuses a base image and mirror
-whose checksums still match.
+By default the release is Kubernetes built from upstream source (``release.build``, cached: about 15 minutes the
+first time on 2 cores, seconds after) and the image is proven by a node: ``image.verify --kubernetes`` brings a
+single-node cluster up on it. ``--standin`` keeps the quick flow on a stand-in release whose binaries are scripts
+(labelled so), verified to a login prompt. Each step is the same library call a user's command makes. Steps
+converge: a rerun reuses a base image, release and mirror whose checksums still match.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from imagebuilder.planner import make_plan
 from imagebuilder.preflight import require
 from imagebuilder.progress import Say, silent
 from imagebuilder.runner import BuildResult, run_build
+from imagebuilder.sourcerelease import DEFAULT_BASE_URL, build_release, manifest_url, parse_version
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import Finding, verify_image
 
@@ -44,25 +47,46 @@ def ensure_base_image(path: Path, say: Say, **kw: object) -> tuple[Path, str]:
     return make_base_image(path, log=None, **kw)  # type: ignore[arg-type]
 
 
+#: the release the demo builds from source
+DEMO_KUBERNETES = "v1.34.2"
+STANDIN_CHANNEL = "1-24"
+
+
 def demo_steps(
-    dest: Path, *, channel: str = "1-24", disk_gb: int = 4, boot: bool = True, engine: str = "auto"
+    dest: Path,
+    *,
+    channel: str = STANDIN_CHANNEL,
+    disk_gb: int = 4,
+    boot: bool = True,
+    engine: str = "auto",
+    standin: bool = False,
+    kubernetes: str = DEMO_KUBERNETES,
 ) -> list[str]:
     """What :func:`run_demo` runs, as the commands a user would type (``demo --dry-run`` prints them)."""
     root = dest.resolve()
+    if standin:
+        release = f"stand-in release {channel} under {root}/upstream (its binaries are scripts: labelled so)"
+        manifest = ""
+    else:
+        channel = f"1-{parse_version(kubernetes)[1]}"
+        release = f"release.build --kubernetes {kubernetes} --dest {root}/upstream-source (from source, cached)"
+        manifest = f" --release-manifest {manifest_url(DEFAULT_BASE_URL, channel)}"
+    upstream = f"{root}/upstream" if standin else f"{root}/upstream-source"
+    verify = "image.verify" + ("" if boot else " --no-boot") + ("" if standin or not boot else " --kubernetes")
     return [
         f"image.base --dest {root}/base/debian-base.qcow2 (reused when its sha256 still matches)",
-        f"stand-in release {channel} under {root}/upstream",
-        f"mirror.create --release-channel {channel} --dest {root}/mirror --source {root}/upstream",
-        f"build --os ubuntu --hypervisor baremetal --release-channel {channel} --mirror {root}/mirror"
+        release,
+        f"mirror.create --release-channel {channel}{manifest} --dest {root}/mirror --source {upstream}",
+        f"build --os ubuntu --hypervisor baremetal --release-channel {channel}{manifest} --mirror {root}/mirror"
         f" --offline --disk-gb {disk_gb} --output-dir {root}/output --engine {engine}",
-        "image.verify" + ("" if boot else " --no-boot"),
+        verify,
     ]
 
 
 def run_demo(
     dest: Path,
     *,
-    channel: str = "1-24",
+    channel: str = STANDIN_CHANNEL,
     disk_gb: int = 4,
     boot: bool = True,
     mirror_source: str | None = None,
@@ -70,18 +94,35 @@ def run_demo(
     status: Say = silent,
     skip_checks: tuple[str, ...] = (),
     engine: str = "auto",
+    standin: bool = False,
+    kubernetes: str = DEMO_KUBERNETES,
 ) -> DemoResult:
-    """The offline flow end to end; ``say`` reports each step (kept), ``status`` the build's finer progress."""
+    """The offline flow end to end; ``say`` reports each step (kept), ``status`` the build's finer progress.
+    ``standin``: the stand-in release of ``channel``; else Kubernetes ``kubernetes`` built from source and the
+    image proven by a node (when ``boot``)."""
     dest = dest.resolve()
-    release_channel = load_catalog().channel(channel)
+    if standin:
+        release_channel = load_catalog().channel(channel)
+    else:
+        channel = f"1-{parse_version(kubernetes)[1]}"
+        release_channel = load_catalog().channel(channel)
     base, digest = ensure_base_image(dest / "base" / "debian-base.qcow2", say)
 
-    upstream = dest / "upstream"
-    release = make_standin_release(upstream, release_channel)
-    say(f"stand-in release {release_channel.release_name}: {release.manifest_path}")
+    if standin:
+        upstream = dest / "upstream"
+        release = make_standin_release(upstream, release_channel)
+        manifest_location = release.manifest_url
+        say(f"stand-in release {release_channel.release_name}: {release.manifest_path}")
+        release_manifest = None
+    else:
+        upstream = dest / "upstream-source"
+        say(f"release: Kubernetes {kubernetes} from upstream source (cached after the first run, about 15 minutes)")
+        built = build_release(kubernetes, upstream, say=status)
+        manifest_location = release_manifest = built.manifest_url
+        say(f"release {built.manifest_path.stem} (built from source): {built.manifest_path}")
     source = Mirror.parse(mirror_source) if mirror_source else Mirror(str(upstream))
     mirror_dir = dest / "mirror"
-    manifest, items = create_mirror(release.manifest_url, mirror_dir, source=source)
+    manifest, items = create_mirror(manifest_location, mirror_dir, source=source)
     say(f"mirror: {mirror_dir} ({len(items)} artifacts of {manifest.name}, sha256-verified)")
 
     config = dest / "baremetal.json"
@@ -92,6 +133,7 @@ def run_demo(
             os="ubuntu",
             hypervisor="baremetal",
             release_channel=channel,
+            release_manifest=release_manifest,
             configs={"baremetal": str(config)},
             mirror=str(mirror_dir),
             output_dir=str(dest / "output"),
@@ -106,5 +148,8 @@ def run_demo(
     build = run_build(plan, say=status)
     assert build.artifact is not None
     say(f"image: {build.artifact}  sha256 {build.sha256}")
-    findings = verify_image(build.artifact, manifest=build.manifest, boot=boot)
+    if boot and not standin:
+        say("node check: kubeadm init on the image under QEMU, then the node, the control plane and a pod")
+    findings = verify_image(build.artifact, manifest=build.manifest, boot=boot, kubernetes=boot and not standin,
+                            say=status)  # fmt: skip
     return DemoResult(base, mirror_dir, build, findings)

@@ -15,6 +15,7 @@ import pytest
 from tests.support.common import make_manifest
 
 if TYPE_CHECKING:
+    from imagebuilder.sourcerelease import SourceRelease
     from tests.support.vcsim import Vcsim
 
 
@@ -115,6 +116,21 @@ def base_image(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tupl
     assert any("ldlinux.sys" in n and "consistent" in n for n in check.notes), check.notes
     assert not list(image.parent.glob(".image-base-*")), "no work folder left beside the image"
     return image, digest
+
+
+@pytest.fixture(scope="session")
+def source_release(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> SourceRelease:
+    """Kubernetes v1.34.2 built from upstream source by release.build and laid out once per run; the components
+    come from ~/.cache/image-builder (the first run on a machine builds them: about 15 minutes on 2 cores). A
+    missing Go or gcc fails the tests that need it (CI installs both)."""
+    import fcntl
+
+    from imagebuilder.sourcerelease import build_release
+
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    with (shared / "source-release.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds, the others wait and lay out from the cache
+        return build_release("v1.34.2", shared / f"source-release-{worker_id}")
 
 
 # --- the offline namespace of the end-to-end builds (made per module that uses it) ---------------------------------

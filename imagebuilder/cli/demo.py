@@ -14,9 +14,11 @@ from imagebuilder.errors import ExternalError
 @task(
     help={
         "dest": "working directory for the base image, mirror and output (default ./demo)",
-        "release_channel": "release channel to build (default 1-24)",
+        "release_channel": "with --standin: the stand-in release's channel (default 1-24)",
+        "kubernetes": "the Kubernetes release built from source (default v1.34.2)",
+        "standin": "the quick flow: a stand-in release (its binaries are scripts), verified to a login prompt",
         "disk_gb": "image disk size in GiB (default 4: a demo image)",
-        "no_boot": "skip the boot test of the built image",
+        "no_boot": "skip the boot test and the node check of the built image",
         "skip_check": "preflight check to skip (repeatable)",
         "dry_run": "print the steps; do nothing",
         "engine": "auto (default: the fastest this host supports), chroot or packer",
@@ -28,29 +30,48 @@ from imagebuilder.errors import ExternalError
 def demo(
     c: Context,
     dest: str = "demo",
-    release_channel: str = "1-24",
+    release_channel: str = "",
+    kubernetes: str = "",
+    standin: bool = False,
     disk_gb: str = "4",
     no_boot: bool = False,
     skip_check: list[str] | None = None,
     dry_run: bool = False,
     engine: str = "auto",
 ) -> None:
-    """Run the offline flow end to end: base image, mirror, bare-metal build, image.verify."""
+    """Run the offline flow end to end: base image, Kubernetes built from source, mirror, bare-metal build, and a
+    node brought up on the image (--standin: a stand-in release, verified to a login prompt)."""
     from imagebuilder.catalog import load_catalog
-    from imagebuilder.demo import demo_steps, run_demo
+    from imagebuilder.demo import DEMO_KUBERNETES, STANDIN_CHANNEL, demo_steps, run_demo
+    from imagebuilder.errors import InputError
+    from imagebuilder.sourcerelease import parse_version
 
     out = flags.dest_dir(dest, "--dest")
     size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
-    load_catalog().channel(release_channel)
+    if standin and kubernetes:
+        raise InputError("--kubernetes chooses the release built from source; --standin uses none",
+                         field="--kubernetes", expected="one of them")  # fmt: skip
+    if release_channel and not standin:
+        raise InputError("the demo builds Kubernetes from source, whose version gives the channel",
+                         field="--release-channel", expected="--kubernetes VERSION, or --standin")  # fmt: skip
+    channel = release_channel or STANDIN_CHANNEL
+    version = kubernetes or DEMO_KUBERNETES
+    if standin:
+        load_catalog().channel(channel)
+    else:
+        load_catalog().channel(f"1-{parse_version(version)[1]}", "--kubernetes")
     flags.choice(engine, "--engine", ("auto", "chroot", "packer"))
     if dry_run:
-        for step in demo_steps(out, channel=release_channel, disk_gb=size, boot=not no_boot, engine=engine):
+        for step in demo_steps(out, channel=channel, disk_gb=size, boot=not no_boot, engine=engine, standin=standin,
+                               kubernetes=version):  # fmt: skip
             print(f"would run: {step}")
         return
     with status_line("demo") as status:
         result = run_demo(
             out,
-            channel=release_channel,
+            channel=channel,
+            kubernetes=version,
+            standin=standin,
             disk_gb=size,
             boot=not no_boot,
             skip_checks=tuple(skip_check or ()),

@@ -1,0 +1,275 @@
+"""Kubernetes built from upstream source (release.build), the images it makes, containerd's metadata as the node
+check and image.verify read it, and the kubeadm configuration of the node check.
+
+The slow tests build the release for real through the Go module proxy (cached under ~/.cache/image-builder, so a
+machine pays about 15 minutes once) and import its images into a real containerd (Debian's)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from imagebuilder.boltdb import BoltFile, containerd_images
+from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.imagearchive import Entry, ImageSpec, archive_refs, docker_archive
+from imagebuilder.nodecheck import kubeadm_config
+from imagebuilder.release_manifest import IMAGE_REF, load_manifest, parse_manifest
+from imagebuilder.sourcerelease import LABEL, SourceRelease, parse_version
+from tests.support.common import reference, run
+
+SOURCE_VERSION = "v1.34.2"
+
+
+# --- fast -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "want"), [("v1.34.2", ("v1.34.2", 34, 2)), ("1.28.0", ("v1.28.0", 28, 0))])
+def test_a_release_version_is_read(value: str, want: tuple[str, int, int]) -> None:
+    assert parse_version(value) == want
+
+
+@pytest.mark.parametrize("bad", ["1.34", "v1.34.2-rc.0", "v2.0.0", "v1.27.9", "v1.34.2\nx", "latest", "v1.34.2;rm"])
+def test_a_bad_release_version_is_refused(bad: str) -> None:
+    with pytest.raises(InputError) as exc:
+        parse_version(bad)
+    assert exc.value.field == "--kubernetes"
+
+
+def test_release_build_flags_exit_2_before_anything(tmp_path: Path) -> None:
+    res = run("release.build", "--kubernetes", "v1.2x", "--dest", str(tmp_path / "r"))
+    assert res.code == 2 and "v1.<minor>.<patch>" in res.err and not (tmp_path / "r").exists()
+    res = run("release.build", "--kubernetes", "v1.34.2", "--base-url", "ftp://x/", "--dest", str(tmp_path / "r"))
+    assert res.code == 2 and "--base-url" in res.err
+    res = run("release.build", "--kubernetes", "v1.34.2", "--dest", str(tmp_path / "r"), "--dry-run")
+    assert res.code == 0 and "kubernetes-1-34-source-1.yaml" in res.out and not (tmp_path / "r").exists()
+
+
+def test_an_image_archive_is_the_same_bytes_each_time_and_names_its_reference() -> None:
+    layer = {"pause": Entry(b"\x7fELF...", 0o755), "tmp": Entry(None, 0o1777)}
+    spec = ImageSpec("registry.k8s.io/pause:3.10.1", (layer,), ("/pause",), {"a": "b"}, "65535:65535")
+    data = docker_archive(spec)
+    assert data == docker_archive(spec)
+    assert archive_refs(data) == ["registry.k8s.io/pause:3.10.1"]
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        config = json.loads(tar.extractfile(manifest[0]["Config"]).read())  # type: ignore[union-attr]
+        layer = tar.extractfile(manifest[0]["Layers"][0]).read()  # type: ignore[union-attr]
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(layer).hexdigest()]
+    assert config["config"]["Entrypoint"] == ["/pause"] and config["config"]["User"] == "65535:65535"
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert members["pause"].mode == 0o755 and members["pause"].uid == 0 and members["pause"].mtime == 0
+    assert members["tmp"].isdir() and members["tmp"].mode == 0o1777
+
+
+def _images(manifest_path: Path) -> dict[str, str]:
+    manifest = parse_manifest(manifest_path.read_text(), str(manifest_path))
+    return {a.name: a.uri for a in manifest.artifacts if a.kind == "image"}
+
+
+def test_kubeadm_is_told_the_repositories_and_tags_a_distro_release_names() -> None:
+    images = _images(reference("eksd", "kubernetes-1-21-eks-4.yaml"))
+    docs = list(yaml.safe_load_all(kubeadm_config(images, "v1.21.2")))
+    init, cluster, kubelet = docs
+    assert init["apiVersion"] == "kubeadm.k8s.io/v1beta3" and init["kind"] == "InitConfiguration"
+    assert cluster["imageRepository"] == "public.ecr.aws/eks-distro/kubernetes"
+    assert cluster["kubernetesVersion"] == images["kube-apiserver"].rsplit(":", 1)[1]
+    etcd, dns = cluster["etcd"]["local"], cluster["dns"]
+    assert f"{etcd['imageRepository']}/etcd:{etcd['imageTag']}" == images["etcd"]
+    assert f"{dns['imageRepository']}/coredns:{dns['imageTag']}" == images["coredns"]
+    assert "127.0.0.1" in cluster["apiServer"]["certSANs"] and kubelet["cgroupDriver"] == "systemd"
+
+
+def test_kubeadm_configuration_of_a_current_release_is_v1beta4() -> None:
+    images = {
+        "kube-apiserver": "registry.k8s.io/kube-apiserver:v1.34.2",
+        "etcd": "registry.k8s.io/etcd:3.6.5-0",
+        "coredns": "registry.k8s.io/coredns/coredns:v1.12.1",
+        "pause": "registry.k8s.io/pause:3.10.1",
+    }
+    init, cluster, _ = yaml.safe_load_all(kubeadm_config(images, "v1.34.2"))
+    assert init["apiVersion"] == cluster["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    assert (
+        cluster["imageRepository"] == "registry.k8s.io"
+        and cluster["dns"]["imageRepository"] == "registry.k8s.io/coredns"
+    )
+
+
+def test_crictl_is_optional_in_a_release_and_installed_when_shipped(tmp_path: Path) -> None:
+    doc = yaml.safe_load((reference("eksd", "kubernetes-1-21-eks-4.yaml")).read_text())
+    assert "crictl" not in {a.name for a in parse_manifest(yaml.safe_dump(doc), "m").artifacts}
+    sha = "a" * 64
+    doc["status"]["components"].append({"name": "cri-tools", "gitTag": "v1.21.0", "assets": [
+        {"name": "crictl-v1.21.0-linux-amd64.tar.gz", "type": "Archive", "os": "linux", "arch": ["amd64"],
+         "archive": {"uri": "https://h/crictl-v1.21.0-linux-amd64.tar.gz", "sha256": sha}}]})  # fmt: skip
+    crictl = next(a for a in parse_manifest(yaml.safe_dump(doc), "m").artifacts if a.name == "crictl")
+    assert crictl.kind == "archive" and crictl.sha256 == sha
+
+
+@given(st.text(min_size=1, max_size=60))
+def test_an_image_reference_never_carries_what_a_config_or_shell_would_act_on(text: str) -> None:
+    if IMAGE_REF.fullmatch(text):
+        assert not set(text) & set("\"'`$;|&<>\\ \t\n\r{}()[]*?!#%")
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        'registry.k8s.io/pause:3.10"\nsandbox_image = "evil',
+        "registry.k8s.io/pause:3.10|x",
+        "pause:3.10",
+        "registry.k8s.io/pause:3.10 --privileged",
+        "registry.k8s.io/Pause:1",
+    ],
+)
+def test_a_manifest_with_a_hostile_image_reference_is_refused(ref: str) -> None:
+    doc = yaml.safe_load((reference("eksd", "kubernetes-1-21-eks-4.yaml")).read_text())
+    for comp in doc["status"]["components"]:
+        for asset in comp["assets"]:
+            if asset.get("name") == "pause-image":
+                asset["image"]["uri"] = ref
+    with pytest.raises(InputError) as exc:
+        parse_manifest(yaml.safe_dump(doc), "m.yaml")
+    assert exc.value.field == "image.uri"
+
+
+def test_a_file_that_is_not_bbolt_is_an_error_naming_it(tmp_path: Path) -> None:
+    for name, data in (("empty", b""), ("text", b"not a database\n" * 600), ("zeros", bytes(8192))):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ExternalError) as exc:
+            BoltFile(tmp_path / name)
+        assert str(tmp_path / name) in str(exc.value)
+    assert containerd_images(tmp_path) == []  # no containerd metadata at all: nothing preloaded
+
+
+# --- a real containerd ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def containerd(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """Debian's containerd on a private socket, root and state (the host's containerd, if any, is not touched)."""
+    binary = shutil.which("containerd")
+    assert binary, "containerd is missing: run ./scripts/setup.sh"
+    root, state, sock = tmp_path / "root", tmp_path / "state", tmp_path / "c.sock"
+    config = tmp_path / "config.toml"
+    config.write_text(f'version = 2\nroot = "{root}"\nstate = "{state}"\n[grpc]\n  address = "{sock}"\n'
+                      '[plugins."io.containerd.grpc.v1.cri"]\n  disable_tcp_service = true\n')  # fmt: skip
+    proc = subprocess.Popen([binary, "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if subprocess.run(["ctr", "--address", str(sock), "version"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        yield sock, root
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.mark.root
+def test_containerds_own_metadata_is_read_back_by_the_bbolt_reader(
+    containerd: tuple[Path, Path], tmp_path: Path
+) -> None:
+    sock, root = containerd
+    refs = [f"registry.example/team/app-{i}:v{i}" for i in range(40)]  # enough names for more than one page
+    for ref in refs[:3]:
+        tar = tmp_path / "image.tar"
+        tar.write_bytes(docker_archive(ImageSpec(ref, ({"x": Entry(ref.encode())},))))
+        res = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "images", "import", str(tar)],
+                             capture_output=True, text=True)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+    for ref in refs[3:]:
+        subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "images", "tag", refs[0], ref], check=True,
+                       capture_output=True)  # fmt: skip
+    listed = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "images", "ls", "-q"],
+                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    db = root / "io.containerd.metadata.v1.bolt" / "meta.db"
+    got = sorted(k.decode() for k in BoltFile(db).bucket("v1", "k8s.io", "images"))
+    assert got == sorted(listed) and set(refs) <= set(got)
+    assert BoltFile(db).bucket("v1", "no-such-namespace", "images") == {}
+
+
+# --- the release built from source (slow: the Go module proxy, cached under ~/.cache) --------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_a_release_built_from_source_is_a_distro_format_release(source_release: SourceRelease, tmp_path: Path) -> None:
+    manifest = load_manifest(str(source_release.manifest_path))
+    assert manifest.name == "kubernetes-1-34-source-1" and manifest.distro == "source"
+    assert manifest.kubernetes_version == SOURCE_VERSION and manifest.channel == "1-34"
+    doc = yaml.safe_load(source_release.manifest_path.read_text())
+    assets = [a for c in doc["status"]["components"] for a in c["assets"]]
+    assert assets and all(LABEL in a["description"] for a in assets), "every artifact says it was built from source"
+    for a in assets:
+        if a["type"] == "Archive":
+            path = source_release.root / a["archive"]["uri"].split("://", 1)[1].split("/", 1)[1]
+            data = path.read_bytes()
+            assert hashlib.sha256(data).hexdigest() == a["archive"]["sha256"]
+            assert hashlib.sha512(data).hexdigest() == a["archive"]["sha512"]
+    kube = next(c.bin_dir for c in source_release.components if c.name == "kubernetes")
+    for binary, args in (("kubelet", ["--version"]), ("kubeadm", ["version", "-o", "short"]),
+                         ("kubectl", ["version", "--client"]), ("kube-apiserver", ["--version"])):  # fmt: skip
+        out = subprocess.run([str(kube / binary), *args], capture_output=True, text=True, check=True).stdout
+        assert SOURCE_VERSION in out, (binary, out)
+    pause = subprocess.run([str(kube / "pause"), "-v"], capture_output=True, text=True, check=False)
+    assert "pause.c v3.10.1-source" in pause.stdout and "statically linked" in subprocess.run(
+        ["file", str(kube / "pause")], capture_output=True, text=True).stdout  # fmt: skip
+    # the images are named exactly as this kubeadm asks for them, each image tar names its one reference
+    listed = subprocess.run([str(kube / "kubeadm"), "config", "images", "list", "--kubernetes-version", SOURCE_VERSION],
+                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    shipped = {a.uri for a in manifest.artifacts if a.kind == "image"}
+    assert shipped == set(listed) == set(source_release.images.values())
+    for a in manifest.artifacts:
+        if a.kind == "image":
+            tar = source_release.root / a.archive_uri.split("://", 1)[1].split("/", 1)[1]  # type: ignore[union-attr]
+            assert archive_refs(tar.read_bytes()) == [a.uri]
+    etcd = next(c.bin_dir for c in source_release.components if c.name == "etcd")
+    assert "etcd Version: 3.6.5" in subprocess.run([str(etcd / "etcd"), "--version"], capture_output=True,
+                                                   text=True, check=True).stdout  # fmt: skip
+
+    # a second run takes what is cached: nothing is rebuilt, the same files come out
+    stamps = {c.name: (c.bin_dir.parent / "inputs.json").stat().st_mtime_ns for c in source_release.components}
+    from imagebuilder.sourcerelease import build_release
+
+    again = build_release(SOURCE_VERSION, tmp_path / "again")
+    assert {c.name: (c.bin_dir.parent / "inputs.json").stat().st_mtime_ns for c in again.components} == stamps
+    assert again.manifest_path.read_bytes() == source_release.manifest_path.read_bytes()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_the_release_images_import_into_containerd_under_kubeadms_names(
+    source_release: SourceRelease, containerd: tuple[Path, Path]
+) -> None:
+    sock, root = containerd
+    for tar in sorted(source_release.root.rglob("*.tar")):
+        res = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "images", "import", str(tar)],
+                             capture_output=True, text=True)  # fmt: skip
+        assert res.returncode == 0, (tar, res.stderr)
+    db = root / "io.containerd.metadata.v1.bolt" / "meta.db"
+    names = {k.decode() for k in BoltFile(db).bucket("v1", "k8s.io", "images")}
+    assert set(source_release.images.values()) <= names
+
+
+def test_the_source_cache_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from imagebuilder.sourcerelease import source_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert source_cache() == tmp_path / "image-builder" / "source-release"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert source_cache() == Path(os.path.expanduser("~/.cache/image-builder/source-release"))
