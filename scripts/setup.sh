@@ -27,6 +27,9 @@ APT_PACKAGES=(
   ovmf grub-efi-amd64-bin
   # the Satellite activation key over RHSM's D-Bus API: a bus and the system Python's D-Bus bindings for its test
   dbus-daemon python3-dbus python3-gi
+  # release.build: the pause binary is upstream's C source compiled static (gcc, glibc's static libc); file(1)
+  # tells its tests a static binary
+  gcc libc6-dev file
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -54,6 +57,31 @@ fi
 echo "==> pip install -e .[dev]"
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[dev]'
+# Go: release.build (Kubernetes from upstream source) and vcsim/govc below. Go 1.21 or newer fetches the toolchain
+# a module asks for from the Go module proxy by itself (GOTOOLCHAIN=auto); an older or missing Go (Debian 12 has
+# 1.19) is used once to fetch a current one, which the proxy also serves as a module (golang.org/toolchain), and
+# that one is linked into .venv/bin, where the tasks look first.
+GO_TOOLCHAIN=1.25.4
+go_ok() { command -v go >/dev/null && go version | grep -Eq ' go1\.(2[1-9]|[3-9][0-9])(\.|rc| )'; }
+if ! go_ok; then
+  if ! command -v go >/dev/null; then
+    echo "==> apt-get install golang-go (only to fetch Go $GO_TOOLCHAIN from the Go module proxy)"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-go
+  fi
+  echo "==> Go $GO_TOOLCHAIN from the Go module proxy (golang.org/toolchain)"
+  fetch=$(mktemp -d)
+  (cd "$fetch" && go mod init fetch >/dev/null 2>&1 &&
+     go mod download -json "golang.org/toolchain@v0.0.1-go$GO_TOOLCHAIN.linux-amd64" > toolchain.json)
+  goroot=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "$fetch/toolchain.json")
+  rm -rf "$fetch"
+  [ -x "$goroot/bin/go" ] || { echo "error: no Go toolchain at '$goroot'" >&2; exit 1; }
+  ln -sf "$goroot/bin/go" .venv/bin/go
+  ln -sf "$goroot/bin/gofmt" .venv/bin/gofmt
+  export PATH="$PWD/.venv/bin:$PATH"
+  go_ok || { echo "error: $(command -v go) is not Go 1.21 or newer" >&2; exit 1; }
+fi
+
 # vcsim (the vCenter simulator the vSphere tests run against) and govc (the benchmark's peer), one pinned govmomi
 # release (>= v0.45: older ones lack the SSO admin simulator and reject ContentLibrary/Tagging privileges).
 GOVMOMI_VERSION=v0.46.0
