@@ -99,10 +99,16 @@ class BoltFile:
         return {k: (v, bool(f & BUCKET_LEAF)) for k, v, f in self._items(page)}
 
 
-def containerd_images(root: Path, namespace: str = "k8s.io") -> list[str]:
-    """The image names containerd holds in ``namespace`` of the filesystem at ``root`` (none when it has no
-    metadata database)."""
+def containerd_images(root: Path, namespace: str = "k8s.io") -> dict[str, str]:
+    """The images containerd holds in ``namespace`` of the filesystem at ``root``: name -> the digest it points at
+    (none when the filesystem has no containerd metadata)."""
     db = root / CONTAINERD_DB
     if not db.is_file():
-        return []
-    return sorted(k.decode(errors="replace") for k in BoltFile(db).bucket("v1", namespace, "images"))
+        return {}
+    bolt = BoltFile(db)
+    out = {}
+    for key in bolt.bucket("v1", namespace, "images"):
+        name = key.decode(errors="replace")
+        target = bolt.bucket("v1", namespace, "images", name, "target")
+        out[name] = target.get(b"digest", (b"", False))[0].decode(errors="replace")
+    return dict(sorted(out.items()))

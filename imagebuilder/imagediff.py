@@ -4,9 +4,9 @@ Why: the chroot engine and the Packer engine must make the same image from the s
 build from one to the other (or from one release of this tool to the next) wants the proof. Both images are
 mounted read-only (the journal is not replayed) and compared on what decides how a node behaves: the installed
 packages and their versions, every file, link and directory under /etc (content, mode, owner), the systemd units
-enabled there, and the Kubernetes binaries. Two builds legitimately differ in a few places that depend on when and
-how the build ran, not on its inputs; those are listed in :data:`EXPECTED` with the reason, reported apart, and
-never hidden.
+enabled there, the Kubernetes binaries and the images preloaded in containerd (name and digest). Two builds
+legitimately differ in a few places that depend on when and how the build ran, not on its inputs; those are listed
+in :data:`EXPECTED` with the reason, reported apart, and never hidden.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagebuilder.boltdb import containerd_images
 from imagebuilder.disk import mounted_root, raw_view
 
 #: differences two correct builds of the same inputs show, by path under /etc, with why. A VM build (Packer) boots
@@ -43,11 +44,13 @@ class Inventory:
     etc: dict[str, str]
     enabled_units: frozenset[str]
     kubernetes: dict[str, str]
+    #: containerd's images (namespace k8s.io): name -> the digest it points at
+    images: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Difference:
-    kind: str  #: package, etc, unit, kubernetes
+    kind: str  #: package, etc, unit, kubernetes, image (a preloaded one)
     name: str
     a: str | None
     b: str | None
@@ -134,7 +137,7 @@ def inventory(root: Path) -> Inventory:
     for rel in KUBERNETES_BINARIES:
         path = root / rel
         kube[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
-    return Inventory(_packages(root), _etc(root), _units(root), kube)
+    return Inventory(_packages(root), _etc(root), _units(root), kube, containerd_images(root))
 
 
 def _expected(name: str) -> str | None:
@@ -159,6 +162,7 @@ def compare(a: Inventory, b: Inventory) -> list[Difference]:
         there = "enabled" if unit in a.enabled_units else None
         out.append(Difference("unit", unit, there, None if there else "enabled"))
     mapping("kubernetes", a.kubernetes, b.kubernetes)
+    mapping("image", a.images, b.images)
     return out
 
 

@@ -170,7 +170,7 @@ def kubelet_needs(host: Any, root: Path, plan: dict[str, Any]) -> list[Finding]:
         ok = said.rc == 0 and re.search(rf"(^|\s){re.escape(version)}(\s|$|\+|-)", text) is not None
         out.append(Finding(f"{binary} version", ok, f"'{command}': {text.splitlines()[0][:80] if text else said.rc}"
                            + ("" if ok else f" (the manifest's is {version})")))  # fmt: skip
-    preloaded = set(containerd_images(root))
+    preloaded = containerd_images(root)
     # images with a tarball in the release are imported by every build; the others only by an online one
     wanted = [a["uri"] for a in images.values() if a.get("archive_uri") or plan.get("offline") is False]
     missing_images = [ref for ref in wanted if ref not in preloaded]

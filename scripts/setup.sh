@@ -62,6 +62,7 @@ echo "==> pip install -e .[dev]"
 # 1.19) is used once to fetch a current one, which the proxy also serves as a module (golang.org/toolchain), and
 # that one is linked into .venv/bin, where the tasks look first.
 GO_TOOLCHAIN=1.25.4
+export PATH="$PWD/.venv/bin:$PATH"   # a toolchain fetched by an earlier run is found there
 go_ok() { command -v go >/dev/null && go version | grep -Eq ' go1\.(2[1-9]|[3-9][0-9])(\.|rc| )'; }
 if ! go_ok; then
   if ! command -v go >/dev/null; then
@@ -73,12 +74,18 @@ if ! go_ok; then
   fetch=$(mktemp -d)
   (cd "$fetch" && go mod init fetch >/dev/null 2>&1 &&
      go mod download -json "golang.org/toolchain@v0.0.1-go$GO_TOOLCHAIN.linux-amd64" > toolchain.json)
-  goroot=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "$fetch/toolchain.json")
+  moddir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "$fetch/toolchain.json")
   rm -rf "$fetch"
-  [ -x "$goroot/bin/go" ] || { echo "error: no Go toolchain at '$goroot'" >&2; exit 1; }
+  [ -f "$moddir/bin/go" ] || { echo "error: no Go toolchain at '$moddir'" >&2; exit 1; }
+  # a module keeps no file modes: the toolchain is copied out and its programs made executable, as Go does itself
+  goroot="$PWD/.tools/go-$GO_TOOLCHAIN"
+  rm -rf "$goroot"
+  mkdir -p .tools
+  cp -r "$moddir" "$goroot"
+  chmod -R u+w "$goroot"
+  chmod +x "$goroot"/bin/* "$goroot"/pkg/tool/*/*
   ln -sf "$goroot/bin/go" .venv/bin/go
   ln -sf "$goroot/bin/gofmt" .venv/bin/gofmt
-  export PATH="$PWD/.venv/bin:$PATH"
   go_ok || { echo "error: $(command -v go) is not Go 1.21 or newer" >&2; exit 1; }
 fi
 

@@ -152,7 +152,7 @@ def test_a_file_that_is_not_bbolt_is_an_error_naming_it(tmp_path: Path) -> None:
         with pytest.raises(ExternalError) as exc:
             BoltFile(tmp_path / name)
         assert str(tmp_path / name) in str(exc.value)
-    assert containerd_images(tmp_path) == []  # no containerd metadata at all: nothing preloaded
+    assert containerd_images(tmp_path) == {}  # no containerd metadata at all: nothing preloaded
 
 
 # --- a real containerd ------------------------------------------------------------------------------------------
