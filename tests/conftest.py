@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import subprocess
@@ -149,28 +150,21 @@ def offline_ns() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", NETNS], check=False)
 
 
-@pytest.fixture(scope="module")
-def upstream_server(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The stand-in release served by a real HTTP server on 127.0.0.1 inside the namespace."""
+@contextlib.contextmanager
+def _served_in_ns(ns: str, root: Path, port: int) -> Iterator[str]:
+    """A real HTTP server (Python's) for ``root`` on 127.0.0.1:``port`` inside the namespace ``ns``."""
     import time
 
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.standin import make_standin_release
     from tests.support.common import BIN
 
-    root = tmp_path_factory.mktemp("upstream")
-    make_standin_release(root, load_catalog().channel("1-24"))
-    port = 18080  # the namespace's own loopback: no other test sees it
     proc = subprocess.Popen(
-        ["ip", "netns", "exec", offline_ns, str(BIN / "python"), "-m", "http.server", str(port),
+        ["ip", "netns", "exec", ns, str(BIN / "python"), "-m", "http.server", str(port),
          "--bind", "127.0.0.1", "--directory", str(root)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
-        probe = subprocess.run(
-            ["ip", "netns", "exec", offline_ns, "curl", "-sf", "-o", "/dev/null", url + "/"], check=False
-        )
+        probe = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sf", "-o", "/dev/null", url + "/"], check=False)
         if probe.returncode == 0:
             break
         time.sleep(0.1)
@@ -179,6 +173,25 @@ def upstream_server(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -
     finally:
         proc.terminate()
         proc.wait()
+
+
+@pytest.fixture(scope="module")
+def upstream_server(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The stand-in release served by a real HTTP server on 127.0.0.1 inside the namespace."""
+    from imagebuilder.catalog import load_catalog
+    from imagebuilder.standin import make_standin_release
+
+    root = tmp_path_factory.mktemp("upstream")
+    make_standin_release(root, load_catalog().channel("1-24"))
+    with _served_in_ns(offline_ns, root, 18080) as url:  # the namespace's own loopback: no other test sees it
+        yield url
+
+
+@pytest.fixture(scope="module")
+def source_server(offline_ns: str, source_release: SourceRelease) -> Iterator[str]:
+    """The release built from source, served inside the namespace as a site would serve release.build's folder."""
+    with _served_in_ns(offline_ns, source_release.root, 18082) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

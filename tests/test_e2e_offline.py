@@ -1,9 +1,10 @@
-"""The offline flow for real: a base image made with debootstrap, a mirror created from a stand-in release served
-on 127.0.0.1, a bare-metal build by Packer + QEMU + Ansible inside a network namespace that has nothing but
-loopback (with the reference tool's build options: a package from a local APT repository, the public sources
-disabled, a file from files.json; and build --customize), then image.customize on its output, and image.verify
-(testinfra on the mounted image, then a boot to a login prompt). The local OVA is in tests/test_e2e_ova.py. Slow
-by nature (QEMU; TCG where KVM cannot run guests)."""
+"""The offline flow for real: a base image made with debootstrap, Kubernetes v1.34.2 built from upstream source
+(release.build) and served on 127.0.0.1, a mirror of it, a bare-metal build by Packer + QEMU + Ansible inside a
+network namespace that has nothing but loopback (with the reference tool's build options: a package from a local
+APT repository, the public sources disabled, a file from files.json; and build --customize), the same build by the
+chroot engine, compared by image.diff, a node brought up on it (image.verify --kubernetes: kubeadm init, node
+Ready, a pod Running), then image.customize on its output and image.verify. The local OVA (on the stand-in
+release) is in tests/test_e2e_ova.py. Slow by nature (QEMU; TCG where KVM cannot run guests)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,6 +24,9 @@ from imagebuilder.verify import verify_image
 from tests.support.common import BIN
 from tests.support.offline import build, in_ns, scan_for
 from tests.support.pki import make_ca
+
+if TYPE_CHECKING:
+    from imagebuilder.sourcerelease import SourceRelease
 
 # a QEMU build under TCG takes minutes; the first test also pays for the base image fixture
 pytestmark = pytest.mark.timeout(1800)
@@ -117,12 +122,24 @@ def test_offline_bare_metal_build_is_verified(
     home: Path,
     base_image: tuple[Path, str],
     mirror: Path,
-    upstream_server: str,
     apt_repo: str,
     build_proxy: tuple[str, Path],
+    source_server: str,
+    source_release: SourceRelease,
     tmp_path: Path,
 ) -> None:
+    """Kubernetes built from source (release.build), served in the namespace as a site serves it: the same inputs
+    through the Packer engine and the chroot engine give the same image (image.diff), and a node comes up on it."""
     image, digest = base_image
+    manifest_url = source_release.manifest_url
+    name = "ubuntu-v1.34.2-source-1-amd64"
+    # mirror.create takes the release built from source as it takes the distro's
+    mirror_dir = tmp_path / "mirror-src"
+    res = in_ns(offline_ns, str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-34",
+                "--release-manifest", manifest_url, "--source", source_server, "--dest", str(mirror_dir),
+                home=home)  # fmt: skip
+    assert res.returncode == 0 and "13 artifacts (13 downloaded, all sha256-verified)" in res.stdout, res.stdout
+    release = ("--release-manifest", manifest_url)
     config = tmp_path / "baremetal.json"
     # the reference tool's build options: a package from an extra repository with the public ones disabled (the
     # namespace reaches nothing else), and an additional file from files.json
@@ -144,15 +161,15 @@ def test_offline_bare_metal_build_is_verified(
     (tmp_path / "build.yaml").write_text(
         "ca_certificates: [build-ca.pem]\nregistries: {'reg.local:5000': {username: u, password: " + REG_SECRET + "}}\n"
     )
-    res = build(offline_ns, home, "baremetal", config, upstream_server, out,
-                "--customize", str(tmp_path / "build.yaml"))  # the mirror over HTTP, in the ns  # fmt: skip
+    res = build(offline_ns, home, "baremetal", config, source_server, out, "--customize", str(tmp_path / "build.yaml"),
+                *release, channel="1-34")  # the mirror over HTTP, in the ns  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    gz = out / "ubuntu-v1.24.8-eks-5-amd64.gz"
+    gz = out / f"{name}.gz"
     assert gz.is_file()
     assert (out / f"{gz.name}.sha256").read_text().split()[0] == subprocess.run(
         ["sha256sum", str(gz)], capture_output=True, text=True, check=True
     ).stdout.split()[0]
-    manifest = json.loads((out / "ubuntu-v1.24.8-eks-5-amd64.build-manifest.json").read_text())
+    manifest = json.loads((out / f"{name}.build-manifest.json").read_text())
     assert manifest["artifact"]["name"] == gz.name and manifest["tools"]["packer"]
     assert set(manifest["steps"]) == {"source", "render", "packer", "package"}
     # the reference's default for Ubuntu raw images: UEFI (the build VM ran OVMF; the image boots by UEFI below)
@@ -174,7 +191,7 @@ def test_offline_bare_metal_build_is_verified(
     # the package reached the build VM through the proxy (its repository is on the namespace's loopback, which the
     # VM sees only through the proxy), and so did the controller's artifact downloads; the password is in no file
     proxied = build_proxy[1].read_text()
-    assert f"{PROBE_PACKAGE}_1.0_all.deb" in proxied and "127.0.0.1:18080" in proxied, proxied[-2000:]
+    assert f"{PROBE_PACKAGE}_1.0_all.deb" in proxied and "127.0.0.1:18082" in proxied, proxied[-2000:]
     assert PROXY_SECRET not in res.stdout + res.stderr and not scan_for(PROXY_SECRET, out)
     assert "proxyuser:********@" in json.dumps(manifest["plan"]["config"])
     with raw_view(gz, work_dir=tmp_path / "raw") as raw, mounted_root(raw) as root:
@@ -193,11 +210,12 @@ def test_offline_bare_metal_build_is_verified(
 
     # the same inputs through the chroot engine (no VM, issue 18): the same image, proven the same way
     chroot_out = tmp_path / "chroot-out"
-    res = build(offline_ns, home, "baremetal", config, upstream_server, chroot_out,
-                "--customize", str(tmp_path / "build.yaml"), "--engine", "chroot")  # fmt: skip
+    # this time from the folder mirror
+    res = build(offline_ns, home, "baremetal", config, mirror_dir, chroot_out, "--customize",
+                str(tmp_path / "build.yaml"), "--engine", "chroot", *release, channel="1-34")  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     chroot_gz = chroot_out / gz.name
-    chroot_manifest = json.loads((chroot_out / "ubuntu-v1.24.8-eks-5-amd64.build-manifest.json").read_text())
+    chroot_manifest = json.loads((chroot_out / f"{name}.build-manifest.json").read_text())
     assert chroot_manifest["engine"] == "chroot" and chroot_manifest["tools"]["packer"] is None
     assert set(chroot_manifest["steps"]) == {"source", "chroot", "package"}
     assert chroot_manifest["inputs_sha256"] != manifest["inputs_sha256"], "the engine is one of the inputs"
@@ -206,8 +224,20 @@ def test_offline_bare_metal_build_is_verified(
     assert not list((home / "work").iterdir()), "the chroot workspace is removed"
     report = diff_images(gz, chroot_gz, work_dir=tmp_path / "diff")
     assert not report.unexpected, "\n".join(map(str, report.unexpected))
-    findings = verify_image(chroot_gz)  # testinfra, then a boot to a login prompt under OVMF
-    assert not [f for f in findings if not f.ok], findings
+    assert all(d.kind == "etc" for d in report.differences), "same packages, units, binaries and preloaded images"
+    # the node check, once for both engines' image (image.diff found nothing between them that a node sees):
+    # booted under OVMF, kubeadm init offline from the preloaded images, node Ready, a pod Running
+    findings = verify_image(chroot_gz, kubernetes=True, node_timeout=2400)
+    assert not [f for f in findings if not f.ok], "\n".join(f"{f.name}: {f.detail}" for f in findings if not f.ok)
+    assert {f.name for f in findings} >= {
+        "sandbox image",
+        "preloaded images",
+        "kubeadm init",
+        "node Ready",
+        "control-plane pods Running",
+        "test pod Running",
+        "test pod deleted",
+    }
     with raw_view(chroot_gz, work_dir=tmp_path / "raw") as raw, mounted_root(raw) as root:
         assert (root / "usr/share" / PROBE_PACKAGE / "marker").is_file(), "the extra package is installed"
         # nothing the chroot run needed stays: policy-rc.d, Ansible's files, the host's resolv.conf
@@ -220,14 +250,14 @@ def test_offline_bare_metal_build_is_verified(
     (tmp_path / "site.yaml").write_text(
         "ca_certificates: [site-ca.pem]\nregistries: {'harbor.site:443': {username: robot, password_env: SITE_PW}}\n"
     )
-    custom = out / "custom" / "ubuntu-v1.24.8-eks-5-amd64-site.gz"
+    custom = out / "custom" / f"{name}-site.gz"
     site = tmp_path / "site.yaml"
     res = in_ns(offline_ns, str(BIN / "image-builder"), "image.customize", "--image", str(gz), "-f", str(site),
                 "--dest", str(custom), home=home, env={"SITE_PW": REG_SECRET})  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert REG_SECRET not in res.stdout + res.stderr and not scan_for(REG_SECRET, out)
     assert (custom.parent / f"{custom.name}.sha256").is_file()
-    custom_manifest = json.loads(custom.with_name("ubuntu-v1.24.8-eks-5-amd64-site.build-manifest.json").read_text())
+    custom_manifest = json.loads(custom.with_name(f"{name}-site.build-manifest.json").read_text())
     assert custom_manifest["customization"]["registries"] == ["harbor.site:443"]
     assert custom_manifest["customized_from"]["image"] == gz.name
     findings = verify_image(custom)

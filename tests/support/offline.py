@@ -23,11 +23,11 @@ def in_ns(
 
 
 def build(
-    ns: str, home: Path, provider: str, config: Path, mirror: Path | str, out: Path, *extra: str
+    ns: str, home: Path, provider: str, config: Path, mirror: Path | str, out: Path, *extra: str, channel: str = "1-24"
 ) -> subprocess.CompletedProcess[str]:
     return in_ns(
         ns, str(BIN / "image-builder"), "build", "--os", "ubuntu", "--hypervisor", provider,
-        "--release-channel", "1-24", f"--{provider}-config", str(config), "--mirror", str(mirror), "--offline",
+        "--release-channel", channel, f"--{provider}-config", str(config), "--mirror", str(mirror), "--offline",
         "--output-dir", str(out), "--disk-gb", "4", "--min-disk-gb", "10", *extra, home=home,
     )  # fmt: skip
 
