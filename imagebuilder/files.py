@@ -223,12 +223,15 @@ def sha256_file(path: Path, chunk: int = 4 * 1024 * 1024) -> str:
     return digest.hexdigest()
 
 
-def run_checked(
-    *args: str, timeout: int = 3600, env: dict[str, str] | None = None, cwd: str | None = None
-) -> str:
+def run_checked(*args: str, timeout: int = 3600, env: dict[str, str] | None = None, cwd: str | None = None) -> str:
     """Run a command; its stdout, or :class:`ExternalError` with the end of what it said."""
     proc = subprocess.run(
-        list(args), capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, check=False,
+        list(args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
         cwd=cwd,
     )
     if proc.returncode != 0:

@@ -304,8 +304,10 @@ def _crictl_version(go: _Go, minor: int) -> str:
 def _base_layer() -> dict[str, Entry]:
     """What a distroless base gives a static binary: users, a writable /tmp, name-service order."""
     return {
-        "etc/passwd": Entry(b"root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:"
-                            b"/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"),
+        "etc/passwd": Entry(
+            b"root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:"
+            b"/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"
+        ),
         "etc/group": Entry(b"root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n"),
         "etc/nsswitch.conf": Entry(b"hosts: files dns\n"),
         "tmp": Entry(None, 0o1777),
@@ -358,9 +360,7 @@ def manifest_url(base_url: str, channel: str) -> str:
     return f"{base_url.rstrip('/')}/kubernetes-{channel}/kubernetes-{channel}-{DISTRO}-{RECIPE}.yaml"
 
 
-def build_release(
-    kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_URL, say: Say = silent
-) -> SourceRelease:
+def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_URL, say: Say = silent) -> SourceRelease:
     """Build (or take from the cache) every component of ``kubernetes`` and lay the release out under ``dest``."""
     version, minor, patch = parse_version(kubernetes)
     go = _Go(say)
@@ -393,7 +393,8 @@ def build_release(
         data = (kube / binary).read_bytes()
         _write(dest, url, data)
         components["kubernetes"].append(
-            _asset(f"bin/linux/amd64/{binary}", url, data, f"{binary} binary for linux/amd64 from {k8s_source}"))
+            _asset(f"bin/linux/amd64/{binary}", url, data, f"{binary} binary for linux/amd64 from {k8s_source}")
+        )
     image_files: dict[str, tuple[str, bytes, str]] = {}  # name -> (component, tar, url)
     for name in CONTROL_PLANE_IMAGES:
         tar = _image(images[name], {f"usr/local/bin/{name}": kube / name}, f"/usr/local/bin/{name}", k8s_source)
@@ -428,14 +429,16 @@ def build_release(
     url = f"{base}/plugins/{CNI_PLUGINS_VERSION}/{cni_name}"
     _write(dest, url, cni_tgz)
     components["cni-plugins"].append(
-        _asset(cni_name, url, cni_tgz, f"cni-plugins tarball for linux/amd64 from {cni_module}@{CNI_PLUGINS_VERSION}"))
+        _asset(cni_name, url, cni_tgz, f"cni-plugins tarball for linux/amd64 from {cni_module}@{CNI_PLUGINS_VERSION}")
+    )
     crictl_name = f"crictl-{crictl_version}-linux-amd64.tar.gz"
     crictl_tgz = gzip.compress(layer_tar({"crictl": Entry((crictl / "crictl").read_bytes(), 0o755)}), mtime=0)
     url = f"{base}/cri-tools/{crictl_version}/{crictl_name}"
     _write(dest, url, crictl_tgz)
     crictl_source = f"sigs.k8s.io/cri-tools@{crictl_version}"
     components["cri-tools"].append(
-        _asset(crictl_name, url, crictl_tgz, f"crictl tarball for linux/amd64 from {crictl_source}"))
+        _asset(crictl_name, url, crictl_tgz, f"crictl tarball for linux/amd64 from {crictl_source}")
+    )
 
     tags = {"kubernetes": version, "etcd": etcd_version, "coredns": coredns_version,
             "cni-plugins": CNI_PLUGINS_VERSION, "cri-tools": crictl_version}  # fmt: skip
@@ -455,7 +458,8 @@ def build_release(
         "status": {
             "components": [{"assets": assets, "gitTag": tags[n], "name": n} for n, assets in components.items()],
             "date": dt.datetime.fromtimestamp(max(p.stat().st_mtime for p in kube.iterdir()), dt.UTC).strftime(
-                "%Y-%m-%dT%H:%M:%SZ"),
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
         },
     }
     url = manifest_url(base_url, channel)
