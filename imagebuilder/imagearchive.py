@@ -11,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import stat
 import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 #: PATH inside the images, as distroless images set it
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -21,10 +24,28 @@ IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 @dataclass(frozen=True)
 class Entry:
-    """One file or folder of a layer; ``data`` None makes a folder."""
+    """One file, folder or symbolic link of a layer: ``data`` None makes a folder, ``link`` a link to it."""
 
     data: bytes | None
     mode: int = 0o644
+    link: str | None = None
+
+
+def tree_entries(root: Path, *, skip: tuple[str, ...] = ()) -> dict[str, Entry]:
+    """A folder's files, folders and links as layer entries (paths relative to it), leaving out ``skip`` prefixes."""
+    out: dict[str, Entry] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if any(rel == s or rel.startswith(s + "/") for s in skip):
+            continue
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if path.is_symlink():
+            out[rel] = Entry(None, 0o777, os.readlink(path))
+        elif path.is_dir():
+            out[rel] = Entry(None, mode)
+        elif path.is_file():
+            out[rel] = Entry(path.read_bytes(), mode)
+    return out
 
 
 @dataclass(frozen=True)
@@ -50,7 +71,10 @@ def layer_tar(files: Mapping[str, Entry]) -> bytes:
             entry = entries[name]
             info = tarfile.TarInfo(name)
             info.mode, info.mtime, info.uid, info.gid = entry.mode, 0, 0, 0
-            if entry.data is None:
+            if entry.link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, entry.link
+                tar.addfile(info)
+            elif entry.data is None:
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)
             else:

@@ -7,13 +7,11 @@ registry, no network beyond QEMU's user network), with a bridge CNI configuratio
 The script reports each step on the serial console, and on a failure the kubelet's and containerd's journal.
 
 The host then checks the node as a cluster's user would, with the image's own kubectl over a forwarded port on
-127.0.0.1: the node Ready, the control-plane pods Running, one pod of the preloaded pause image Running and then
-deleted. The cluster's CA and an admin client certificate are made here (kubeadm uses a CA it finds in place), so
-nothing has to be copied out of the guest; keys live in a 0700 work folder removed with the check.
-
-kube-proxy's addon is skipped: a release built from source by :mod:`imagebuilder.sourcerelease` has a kube-proxy
-image without iptables (upstream bases it on a distroless image with iptables), which cannot run as the DaemonSet.
-The check says so in its output.
+127.0.0.1: the node Ready, the control-plane pods Running, kubeadm's addons (kube-proxy, whose rules route the
+service network, and CoreDNS, which reaches the API server through them) Running, one pod of the preloaded pause
+image Running and then deleted. The cluster's CA and an admin client certificate are made here (kubeadm uses a CA it
+finds in place), so nothing has to be copied out of the guest; keys live in a 0700 work folder removed with the
+check.
 """
 
 from __future__ import annotations
@@ -42,8 +40,8 @@ from imagebuilder.progress import Say, silent
 MARK = "NODE-CHECK"
 POD_SUBNET = "10.244.0.0/16"
 NODE_NAME = "node-check"
-SKIPPED = "kube-proxy addon skipped (its image from a source-built release has no iptables)"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+ADDONS = ("kube-proxy", "coredns")
 
 
 @dataclass(frozen=True)
@@ -189,7 +187,7 @@ for ref in $wanted; do
 done
 if [ -n "$missing" ]; then say images-missing$missing; else say images-ok $(echo $wanted); fi
 say init-begin
-if kubeadm init --config kubeadm.yaml --skip-phases=addon/kube-proxy > init.log 2>&1; then
+if kubeadm init --config kubeadm.yaml > init.log 2>&1; then
   say init-ok
 else
   say init-failed
@@ -346,17 +344,18 @@ def _node_ready(kubectl: _Kubectl) -> tuple[bool, str]:
     return ready.get("status") == "True", detail
 
 
-def _control_plane(kubectl: _Kubectl) -> tuple[bool, str]:
+def _pods_running(kubectl: _Kubectl, prefixes: tuple[str, ...]) -> tuple[bool, str]:
+    """Every kube-system pod of each prefix Running (and at least one of each)."""
     try:
         phases = _pod_phases(kubectl)
     except ExternalError as exc:
         return False, str(exc)
-    found = {c: next((p for n, p in phases.items() if n.startswith(f"{c}-")), "absent") for c in CONTROL_PLANE}
-    others = {n: p for n, p in phases.items() if not any(n.startswith(f"{c}-") for c in CONTROL_PLANE)}
-    detail = ", ".join(f"{c} {p}" for c, p in found.items())
-    if others:
-        detail += "; also " + ", ".join(f"{n} {p}" for n, p in sorted(others.items()))
-    return all(p == "Running" for p in found.values()), detail
+    found = {c: {n: p for n, p in phases.items() if n.startswith(f"{c}-")} for c in prefixes}
+    detail = ", ".join(f"{n} {p}" for pods in found.values() for n, p in sorted(pods.items()))
+    absent = [c for c, pods in found.items() if not pods]
+    if absent:
+        detail += ("; " if detail else "") + "no pod of " + ", ".join(absent)
+    return not absent and all(p == "Running" for pods in found.values() for p in pods.values()), detail
 
 
 def _test_pod(pause: str) -> dict[str, Any]:
@@ -437,14 +436,17 @@ def node_check(
                 t = time.monotonic()
                 event, detail = console.wait(("init-ok",), ("init-failed",), timeout - (time.monotonic() - began))
                 step("kubeadm init", event == "init-ok",
-                     f"single-node control plane, offline; {SKIPPED}" if event == "init-ok"
+                     "single-node control plane, offline, from the preloaded images" if event == "init-ok"
                      else f"{event}: {detail}\n{console.journal()}", t)  # fmt: skip
                 t = time.monotonic()
                 ok, detail = _poll("node Ready", lambda: _node_ready(kubectl), 600)
                 step("node Ready", ok, detail if ok else f"{detail}\n{console.journal()}", t)
                 t = time.monotonic()
-                ok, detail = _poll("control-plane pods", lambda: _control_plane(kubectl), 600)
+                ok, detail = _poll("control-plane pods", lambda: _pods_running(kubectl, CONTROL_PLANE), 600)
                 step("control-plane pods Running", ok, detail, t)
+                t = time.monotonic()
+                ok, detail = _poll("kube-proxy and CoreDNS", lambda: _pods_running(kubectl, ADDONS), 600)
+                step("kube-proxy and CoreDNS Running", ok, detail, t)
                 t = time.monotonic()
                 pod = json.dumps(_test_pod(images["pause"]))
 
@@ -467,4 +469,4 @@ def node_check(
     return steps
 
 
-__all__ = ["SKIPPED", "Step", "kubeadm_config", "node_check"]
+__all__ = ["Step", "kubeadm_config", "node_check"]

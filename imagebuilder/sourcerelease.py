@@ -20,8 +20,9 @@ What is built, all through the Go module proxy (no git, no other host):
 Each component is cached under ``~/.cache/image-builder/source-release`` by its inputs (version, recipe, Go
 version): a second run only lays the release out again (seconds).
 
-Not yet like the distro's: the kube-proxy image holds only the binary (upstream's has iptables), so it cannot run
-as the kube-proxy DaemonSet; :mod:`imagebuilder.nodecheck` skips that addon and says so.
+kube-proxy's image holds iptables (nf_tables and legacy) and the libraries it links, from Debian's packages
+(``apt-get download`` through the host's package sources, which may be a local mirror; cached), as upstream bases
+it on a distroless image with iptables.
 """
 
 from __future__ import annotations
@@ -47,15 +48,18 @@ from imagebuilder import progress
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, run_checked, sha256_file
 from imagebuilder.hostinfo import require_tools
-from imagebuilder.imagearchive import Entry, ImageSpec, docker_archive, layer_tar
+from imagebuilder.imagearchive import Entry, ImageSpec, docker_archive, layer_tar, tree_entries
 from imagebuilder.paths import cache_root
 from imagebuilder.profile import load_profile
 from imagebuilder.progress import Say, silent
 from imagebuilder.safepath import safe_join
 
-#: how this tool builds a release; part of every cache key and the manifest's release number. Bump it when the
-#: recipe changes what is built (a new component, other flags), so nothing built the old way is reused.
-RECIPE = 1
+#: the release number of what this tool lays out: bump it when a release's content changes (2: kube-proxy's image
+#: holds iptables)
+RECIPE = 2
+#: how the components are built, part of every component's cache key: bump it when a component is built otherwise
+#: (other flags), so nothing built the old way is reused
+BUILD_RECIPE = 1
 #: the distro part of the release name: ``kubernetes-1-34-source-1``
 DISTRO = "source"
 #: where the release's URIs point (a reserved name that never resolves: the release is read from a directory or
@@ -72,6 +76,14 @@ CNI_PLUGINS_VERSION = "v1.9.1"
 CNI_PLUGINS = ("main/bridge", "main/host-device", "main/ipvlan", "main/loopback", "main/macvlan", "main/ptp",
                "main/vlan", "ipam/host-local", "ipam/static", "meta/bandwidth", "meta/firewall", "meta/portmap",
                "meta/sbr", "meta/tuning", "meta/vrf")  # fmt: skip
+
+#: Debian's packages kube-proxy's image is made of besides its binary: iptables and every library it links
+IPTABLES_PACKAGES = ("iptables", "libip4tc2", "libip6tc2", "libxtables12", "libmnl0", "libnetfilter-conntrack3",
+                     "libnfnetlink0", "libnftnl11", "libc6", "libgcc-s1")  # fmt: skip
+#: the commands kube-proxy runs, on the nf_tables backend (Debian's default; its alternatives never run here)
+IPTABLES_LINKS = {
+    f"usr/sbin/{t}{s}": f"{t}-nft{s}" for t in ("iptables", "ip6tables") for s in ("", "-save", "-restore")
+}
 
 _VERSION = re.compile(r"v1\.(\d+)\.(\d+)")
 
@@ -211,7 +223,7 @@ def _wrapper_build(go: _Go, folder: Path, module: str, version: str, packages: M
 
 def _kubernetes(go: _Go, version: str, minor: int, patch: int) -> Path:
     folder = source_cache() / f"kubernetes-{version}"
-    key = {"recipe": RECIPE, "module": "k8s.io/kubernetes", "version": version, "go": go.version}
+    key = {"recipe": BUILD_RECIPE, "module": "k8s.io/kubernetes", "version": version, "go": go.version}
 
     def build(bin_dir: Path) -> None:
         log = folder / "build.log"
@@ -279,7 +291,7 @@ def _tag(ref: str) -> str:
 
 def _go_component(go: _Go, name: str, module: str, version: str, packages: Mapping[str, str]) -> Path:
     folder = source_cache() / f"{name}-{version}"
-    key = {"recipe": RECIPE, "module": module, "version": version, "go": go.version, "packages": dict(packages)}
+    key = {"recipe": BUILD_RECIPE, "module": module, "version": version, "go": go.version, "packages": dict(packages)}
     go.say(f"{name} {version}: building {module}@{version}")
     return _cached(folder, key, tuple(packages), lambda _: _wrapper_build(go, folder, module, version, packages))
 
@@ -296,6 +308,28 @@ def _crictl_version(go: _Go, minor: int) -> str:
     if not same and not out:
         raise ExternalError("the Go module proxy lists no sigs.k8s.io/cri-tools version")
     return (same or out)[-1]
+
+
+def _iptables(say: Say) -> Path:
+    """Debian's iptables and its libraries unpacked into one folder, with the names kube-proxy runs."""
+    folder = source_cache() / "iptables-debian"
+    key = {"recipe": BUILD_RECIPE, "packages": IPTABLES_PACKAGES, "links": IPTABLES_LINKS}
+
+    def build(root: Path) -> None:
+        tools = require_tools("apt-get", "dpkg-deb")
+        debs = folder / "debs"
+        debs.mkdir()
+        say(f"kube-proxy image: apt-get download {' '.join(IPTABLES_PACKAGES)}")
+        run_checked(tools["apt-get"], "download", *IPTABLES_PACKAGES, cwd=str(debs))
+        for deb in sorted(debs.glob("*.deb")):
+            run_checked(tools["dpkg-deb"], "-x", str(deb), str(root))
+        for link, target in IPTABLES_LINKS.items():
+            (root / link).unlink(missing_ok=True)
+            (root / link).symlink_to(target)
+        (folder / "packages.txt").write_text("".join(f"{d.name}\n" for d in sorted(debs.glob("*.deb"))))
+        shutil.rmtree(debs)
+
+    return _cached(folder, key, ("usr/sbin/xtables-nft-multi", *IPTABLES_LINKS), build)
 
 
 # --- the release ----------------------------------------------------------------------------------------------
@@ -316,14 +350,23 @@ def _base_layer() -> dict[str, Entry]:
     }
 
 
-def _image(ref: str, files: dict[str, Path], entrypoint: str, source: str, user: str = "") -> bytes:
+def _image(
+    ref: str,
+    files: dict[str, Path],
+    entrypoint: str,
+    source: str,
+    user: str = "",
+    under: dict[str, Entry] | None = None,
+) -> bytes:
+    """An image of ``files`` (path in the image -> binary) on the base layer, and ``under`` it a layer of its own."""
     layer = {path: Entry(binary.read_bytes(), 0o755) for path, binary in files.items()}
     labels = {
         "org.opencontainers.image.description": LABEL,
         "org.opencontainers.image.source": source,
         "org.opencontainers.image.version": _tag(ref),
     }
-    return docker_archive(ImageSpec(ref, (_base_layer(), layer), (entrypoint,), labels, user))
+    layers = (_base_layer(), *((under,) if under else ()), layer)
+    return docker_archive(ImageSpec(ref, layers, (entrypoint,), labels, user))
 
 
 def _asset(name: str, url: str, data: bytes, description: str) -> dict[str, Any]:
@@ -396,8 +439,11 @@ def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_U
             _asset(f"bin/linux/amd64/{binary}", url, data, f"{binary} binary for linux/amd64 from {k8s_source}")
         )
     image_files: dict[str, tuple[str, bytes, str]] = {}  # name -> (component, tar, url)
+    iptables = tree_entries(_iptables(say), skip=("usr/share",))
     for name in CONTROL_PLANE_IMAGES:
-        tar = _image(images[name], {f"usr/local/bin/{name}": kube / name}, f"/usr/local/bin/{name}", k8s_source)
+        under = iptables if name == "kube-proxy" else None
+        tar = _image(images[name], {f"usr/local/bin/{name}": kube / name}, f"/usr/local/bin/{name}", k8s_source,
+                     under=under)  # fmt: skip
         image_files[name] = ("kubernetes", tar, f"{kube_base}/{name}.tar")
     # upstream's pause image runs as 65535 and its binary sits at the root
     pause = _image(images["pause"], {"pause": kube / "pause"}, "/pause", f"{k8s_source} build/pause", "65535:65535")

@@ -132,7 +132,7 @@ def test_offline_bare_metal_build_is_verified(
     through the Packer engine and the chroot engine give the same image (image.diff), and a node comes up on it."""
     image, digest = base_image
     manifest_url = source_release.manifest_url
-    name = "ubuntu-v1.34.2-source-1-amd64"
+    name = "ubuntu-v1.34.2-source-2-amd64"
     # mirror.create takes the release built from source as it takes the distro's
     mirror_dir = tmp_path / "mirror-src"
     res = in_ns(offline_ns, str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-34",

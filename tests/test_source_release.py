@@ -54,7 +54,7 @@ def test_release_build_flags_exit_2_before_anything(tmp_path: Path) -> None:
     res = run("release.build", "--kubernetes", "v1.34.2", "--base-url", "ftp://x/", "--dest", str(tmp_path / "r"))
     assert res.code == 2 and "--base-url" in res.err
     res = run("release.build", "--kubernetes", "v1.34.2", "--dest", str(tmp_path / "r"), "--dry-run")
-    assert res.code == 0 and "kubernetes-1-34-source-1.yaml" in res.out and not (tmp_path / "r").exists()
+    assert res.code == 0 and "kubernetes-1-34-source-2.yaml" in res.out and not (tmp_path / "r").exists()
 
 
 def test_an_image_archive_is_the_same_bytes_each_time_and_names_its_reference() -> None:
@@ -78,6 +78,23 @@ def test_an_image_archive_is_the_same_bytes_each_time_and_names_its_reference() 
 def _images(manifest_path: Path) -> dict[str, str]:
     manifest = parse_manifest(manifest_path.read_text(), str(manifest_path))
     return {a.name: a.uri for a in manifest.artifacts if a.kind == "image"}
+
+
+def test_a_folder_becomes_layer_entries_with_its_links(tmp_path: Path) -> None:
+    from imagebuilder.imagearchive import layer_tar, tree_entries
+
+    (tmp_path / "usr/sbin").mkdir(parents=True)
+    (tmp_path / "usr/sbin/xtables-nft-multi").write_bytes(b"\x7fELF")
+    (tmp_path / "usr/sbin/xtables-nft-multi").chmod(0o755)
+    (tmp_path / "usr/sbin/iptables").symlink_to("xtables-nft-multi")
+    (tmp_path / "usr/share/doc").mkdir(parents=True)
+    (tmp_path / "usr/share/doc/x").write_text("docs")
+    entries = tree_entries(tmp_path, skip=("usr/share",))
+    assert set(entries) == {"usr", "usr/sbin", "usr/sbin/xtables-nft-multi", "usr/sbin/iptables"}
+    with tarfile.open(fileobj=io.BytesIO(layer_tar(entries))) as tar:
+        link = tar.getmember("usr/sbin/iptables")
+        assert link.issym() and link.linkname == "xtables-nft-multi"
+        assert tar.getmember("usr/sbin/xtables-nft-multi").mode == 0o755
 
 
 def test_kubeadm_is_told_the_repositories_and_tags_a_distro_release_names() -> None:
@@ -209,7 +226,7 @@ def test_containerds_own_metadata_is_read_back_by_the_bbolt_reader(
 @pytest.mark.timeout(3600)
 def test_a_release_built_from_source_is_a_distro_format_release(source_release: SourceRelease, tmp_path: Path) -> None:
     manifest = load_manifest(str(source_release.manifest_path))
-    assert manifest.name == "kubernetes-1-34-source-1" and manifest.distro == "source"
+    assert manifest.name == "kubernetes-1-34-source-2" and manifest.distro == "source"
     assert manifest.kubernetes_version == SOURCE_VERSION and manifest.channel == "1-34"
     doc = yaml.safe_load(source_release.manifest_path.read_text())
     assets = [a for c in doc["status"]["components"] for a in c["assets"]]
@@ -237,6 +254,18 @@ def test_a_release_built_from_source_is_a_distro_format_release(source_release: 
         if a.kind == "image":
             tar = source_release.root / a.archive_uri.split("://", 1)[1].split("/", 1)[1]  # type: ignore[union-attr]
             assert archive_refs(tar.read_bytes()) == [a.uri]
+    # kube-proxy's image runs iptables (Debian's, nf_tables backend) as upstream's distroless-iptables base does
+    proxy_tar = next(source_release.root.rglob("kube-proxy.tar"))
+    unpacked = tmp_path / "kube-proxy-root"
+    unpacked.mkdir()
+    with tarfile.open(proxy_tar) as outer:
+        layers = json.loads(outer.extractfile("manifest.json").read())[0]["Layers"]  # type: ignore[union-attr]
+        for name in layers:
+            with tarfile.open(fileobj=outer.extractfile(name)) as layer:  # type: ignore[arg-type]
+                layer.extractall(unpacked, filter="fully_trusted")
+    said = subprocess.run(["chroot", str(unpacked), "/usr/sbin/iptables", "-V"], capture_output=True, text=True)
+    assert "nf_tables" in said.stdout, said.stdout + said.stderr
+    assert (unpacked / "usr/local/bin/kube-proxy").is_file()
     etcd = next(c.bin_dir for c in source_release.components if c.name == "etcd")
     assert "etcd Version: 3.6.5" in subprocess.run([str(etcd / "etcd"), "--version"], capture_output=True,
                                                    text=True, check=True).stdout  # fmt: skip
