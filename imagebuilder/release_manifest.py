@@ -12,6 +12,7 @@ artifact without a sha256 is an error, never a silent pass.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -229,6 +230,29 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
             f"kubernetes {version} does not belong to channel {channel}", source=source, field="spec.channel"
         )
     return ReleaseManifest(name, channel, int(number), version, source, tuple(artifacts))
+
+
+def archive_asset(name: str, url: str, data: bytes, description: str) -> dict[str, Any]:
+    """A linux/amd64 ``Archive`` asset as the distro's manifests write one, with the checksums of ``data``; for
+    the releases this tool writes (stand-in, built from source)."""
+    return {
+        "arch": [ARCH],
+        "archive": {
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "sha512": hashlib.sha512(data).hexdigest(),
+            "uri": url,
+        },
+        "description": description,
+        "name": name,
+        "os": "linux",
+        "type": "Archive",
+    }
+
+
+def image_asset(name: str, ref: str, description: str, arch: tuple[str, ...] = (ARCH,)) -> dict[str, Any]:
+    """An ``Image`` asset (``<name>-image``) as the distro's manifests write one."""
+    return {"arch": list(arch), "description": description, "image": {"uri": ref}, "name": f"{name}-image",
+            "os": "linux", "type": "Image"}  # fmt: skip
 
 
 def manifest_location(url_or_path: str, mirror: Mirror | None) -> str:

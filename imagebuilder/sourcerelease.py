@@ -52,6 +52,7 @@ from imagebuilder.imagearchive import Entry, ImageSpec, docker_archive, layer_ta
 from imagebuilder.paths import cache_root
 from imagebuilder.profile import load_profile
 from imagebuilder.progress import Say, silent
+from imagebuilder.release_manifest import archive_asset, image_asset
 from imagebuilder.safepath import safe_join
 
 #: the release number of what this tool lays out: bump it when a release's content changes (2: kube-proxy's image
@@ -370,23 +371,7 @@ def _image(
 
 
 def _asset(name: str, url: str, data: bytes, description: str) -> dict[str, Any]:
-    return {
-        "arch": ["amd64"],
-        "archive": {
-            "sha256": hashlib.sha256(data).hexdigest(),
-            "sha512": hashlib.sha512(data).hexdigest(),
-            "uri": url,
-        },
-        "description": f"{description}, {LABEL}",
-        "name": name,
-        "os": "linux",
-        "type": "Archive",
-    }
-
-
-def _image_asset(name: str, ref: str) -> dict[str, Any]:
-    return {"arch": ["amd64"], "description": f"{name} container image, {LABEL}", "image": {"uri": ref},
-            "name": f"{name}-image", "os": "linux", "type": "Image"}  # fmt: skip
+    return archive_asset(name, url, data, f"{description}, {LABEL}")
 
 
 def _write(dest: Path, url: str, data: bytes) -> None:
@@ -459,7 +444,7 @@ def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_U
         _write(dest, url, tar)
         components[component].append(_asset(f"bin/linux/amd64/{name}.tar", url, tar,
                                              f"{name} linux/amd64 image tar (docker-archive)"))  # fmt: skip
-        components[component].append(_image_asset(name, images[name]))
+        components[component].append(image_asset(name, images[name], f"{name} container image, {LABEL}"))
 
     etcd_name = f"etcd-linux-amd64-{etcd_version}.tar.gz"
     etcd_tgz = gzip.compress(layer_tar({

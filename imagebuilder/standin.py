@@ -9,7 +9,6 @@ Only ``invoke demo`` and the tests use it; a real build uses the channel's manif
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import tarfile
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from imagebuilder.catalog import ReleaseChannel
 from imagebuilder.files import atomic_write
 from imagebuilder.imagearchive import Entry, ImageSpec, docker_archive
 from imagebuilder.profile import load_profile
-from imagebuilder.release_manifest import IMAGES
+from imagebuilder.release_manifest import IMAGES, archive_asset, image_asset
 
 STANDIN_NOTE = "image-builder stand-in artifact: not a real Kubernetes binary"
 IMAGE_REPOS = {
@@ -65,19 +64,8 @@ def image_archive(ref: str) -> bytes:
     return docker_archive(ImageSpec(ref, (layer,), labels=labels))
 
 
-def _asset(name: str, url: str, data: bytes, kind: str = "Archive", arch: str = "amd64") -> dict[str, object]:
-    return {
-        "arch": [arch],
-        "archive": {
-            "sha256": hashlib.sha256(data).hexdigest(),
-            "sha512": hashlib.sha512(data).hexdigest(),
-            "uri": url,
-        },
-        "description": f"{name} ({STANDIN_NOTE})",
-        "name": name,
-        "os": "linux",
-        "type": kind,
-    }
+def _asset(name: str, url: str, data: bytes) -> dict[str, object]:
+    return archive_asset(name, url, data, f"{name} ({STANDIN_NOTE})")
 
 
 def make_standin_release(dest: Path, channel: ReleaseChannel) -> StandinRelease:
@@ -110,16 +98,8 @@ def make_standin_release(dest: Path, channel: ReleaseChannel) -> StandinRelease:
         url = f"{base}/kubernetes/{version}/bin/linux/amd64/{image}.tar"
         files[url] = image_archive(ref)
         components[component].append(_asset(f"bin/linux/amd64/{image}.tar", url, files[url]))
-        components[component].append(
-            {
-                "arch": ["amd64", "arm64"],
-                "description": f"{image} container image ({STANDIN_NOTE})",
-                "image": {"uri": ref},
-                "name": f"{image}-image",
-                "os": "linux",
-                "type": "Image",
-            }
-        )
+        description = f"{image} container image ({STANDIN_NOTE})"
+        components[component].append(image_asset(image, ref, description, ("amd64", "arm64")))
     git_tags = {"kubernetes": version, "cni-plugins": cni_version, "etcd": etcd_version, "coredns": "v1.8.7"}
     manifest = {
         "apiVersion": profile.distro.manifest_api_version,
