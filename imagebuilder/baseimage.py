@@ -65,8 +65,10 @@ PACKAGES = [
     # ("Failed to connect to bus") and falls back to a non-blocking low-level shutdown
     "dbus", "libpam-systemd",
     # the network as on Ubuntu cloud images: cloud-init renders netplan for systemd-networkd (ifupdown cannot match
-    # interface names by pattern, and spec 4.8's metadata matches ens*)
-    "netplan.io",
+    # interface names by pattern, and spec 4.8's metadata matches ens*), and systemd-resolved takes the name
+    # servers DHCP gives (networkd alone writes no resolv.conf: a node had none, and CoreDNS, which forwards to the
+    # node's, stopped with "no nameservers found"; the node check found it)
+    "netplan.io", "systemd-resolved",
 ]  # fmt: skip
 
 
@@ -84,7 +86,11 @@ def _configure(root: Path, uuid: str) -> None:
         raise ExternalError("debootstrap installed no kernel/initrd (linux-image-amd64)")
     (root / "etc" / "fstab").write_text(f"UUID={uuid} / ext4 defaults,errors=remount-ro 0 1\n")
     (root / "etc" / "hostname").write_text("localhost\n")
-    (root / "etc" / "resolv.conf").write_text("")  # debootstrap copied the host's; cloud-init writes the node's
+    # debootstrap copied the host's: the node's is systemd-resolved's stub, as its package links it and as on Ubuntu
+    # cloud images (the kubelet then hands pods the upstream servers of /run/systemd/resolve/resolv.conf)
+    resolv = root / "etc" / "resolv.conf"
+    resolv.unlink(missing_ok=True)
+    resolv.symlink_to("../run/systemd/resolve/stub-resolv.conf")
     # predictable interface names (ens3 under QEMU, ens192 on vSphere), as on Ubuntu cloud images: spec 4.8's
     # network config matches ens*
     (root / "etc" / "network" / "interfaces.d").mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,9 @@ registry, no network beyond QEMU's user network), with a bridge CNI configuratio
 The script reports each step on the serial console, and on a failure the kubelet's and containerd's journal.
 
 The host then checks the node as a cluster's user would, with the image's own kubectl over a forwarded port on
-127.0.0.1: the node Ready, the control-plane pods Running, kubeadm's addons (kube-proxy, whose rules route the
-service network, and CoreDNS, which reaches the API server through them) Running, one pod of the preloaded pause
+127.0.0.1: the node Ready, the control-plane pods Running and ready, kubeadm's addons (kube-proxy, whose rules route
+the service network, and CoreDNS, which is ready only once it reaches the API server through them) Running and ready,
+one pod of the preloaded pause
 image Running and then deleted. The cluster's CA and an admin client certificate are made here (kubeadm uses a CA it
 finds in place), so nothing has to be copied out of the guest; keys live in a 0700 work folder removed with the
 check.
@@ -327,8 +328,14 @@ def _poll(what: str, check: Callable[[], tuple[bool, str]], timeout: float) -> t
 
 
 def _pod_phases(kubectl: _Kubectl) -> dict[str, str]:
+    """kube-system's pods: name -> ``Running, ready`` (its phase, and whether every container passed its probes)."""
     pods = kubectl.json("get", "pods", "-n", "kube-system")
-    return {p["metadata"]["name"]: p["status"].get("phase", "?") for p in pods["items"]}
+    out = {}
+    for pod in pods["items"]:
+        status = pod["status"]
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+        out[pod["metadata"]["name"]] = f"{status.get('phase', '?')}, {'ready' if ready else 'not ready'}"
+    return out
 
 
 def _node_ready(kubectl: _Kubectl) -> tuple[bool, str]:
@@ -345,7 +352,7 @@ def _node_ready(kubectl: _Kubectl) -> tuple[bool, str]:
 
 
 def _pods_running(kubectl: _Kubectl, prefixes: tuple[str, ...]) -> tuple[bool, str]:
-    """Every kube-system pod of each prefix Running (and at least one of each)."""
+    """Every kube-system pod of each prefix Running and ready (and at least one of each)."""
     try:
         phases = _pod_phases(kubectl)
     except ExternalError as exc:
@@ -355,7 +362,8 @@ def _pods_running(kubectl: _Kubectl, prefixes: tuple[str, ...]) -> tuple[bool, s
     absent = [c for c, pods in found.items() if not pods]
     if absent:
         detail += ("; " if detail else "") + "no pod of " + ", ".join(absent)
-    return not absent and all(p == "Running" for pods in found.values() for p in pods.values()), detail
+    states = [p for pods in found.values() for p in pods.values()]
+    return not absent and all(p == "Running, ready" for p in states), detail
 
 
 def _test_pod(pause: str) -> dict[str, Any]:
