@@ -311,6 +311,13 @@ def _crictl_version(go: _Go, minor: int) -> str:
     return (same or out)[-1]
 
 
+def needed_tools() -> tuple[str, ...]:
+    """The host tools a build needs: Go and gcc always (Go checks every cache hit's inputs), apt-get and dpkg-deb
+    while kube-proxy's iptables is not cached yet. The dry run asks for the same."""
+    cached = (source_cache() / "iptables-debian" / "bin" / "usr/sbin/xtables-nft-multi").is_file()
+    return ("go", "gcc") if cached else ("go", "gcc", "apt-get", "dpkg-deb")
+
+
 def _iptables(say: Say) -> Path:
     """Debian's iptables and its libraries unpacked into one folder, with the names kube-proxy runs."""
     folder = source_cache() / "iptables-debian"

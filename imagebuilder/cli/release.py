@@ -15,7 +15,8 @@ from imagebuilder.cli._common import cli_task, status_line
         "dest": "directory to lay the release out in, at its URLs' paths (default ./release)",
         "base_url": "where the release will be served from (default: a name that never resolves; read it from "
         "the directory or a mirror)",
-        "dry_run": "check the flags and the tools (go, gcc) and print what would be built; build nothing",
+        "dry_run": "check the flags and the tools (go, gcc; apt-get until kube-proxy's iptables is cached) and print "
+        "what would be built; build nothing",
     },
     auto_shortflags=False,
 )
@@ -24,12 +25,12 @@ def build(c: Context, kubernetes: str = "", dest: str = "release", base_url: str
     """Build a Kubernetes release from upstream source: binaries, etcd, CoreDNS, pause, crictl, CNI plugins and the
     control-plane images, in the distro's manifest format (cached by version)."""
     from imagebuilder.hostinfo import require_tools
-    from imagebuilder.sourcerelease import DEFAULT_BASE_URL, manifest_url, parse_version, source_cache
+    from imagebuilder.sourcerelease import DEFAULT_BASE_URL, manifest_url, needed_tools, parse_version, source_cache
 
     version, minor, _ = parse_version(flags.required(kubernetes, "--kubernetes", "v1.<minor>.<patch>"))
     out = flags.dest_dir(dest, "--dest")
     base = flags.url(base_url, "--base-url", ("http", "https")).geturl() if base_url else DEFAULT_BASE_URL
-    require_tools("go", "gcc")
+    require_tools(*needed_tools())
     url = manifest_url(base, f"1-{minor}")
     if dry_run:
         print(f"would build Kubernetes {version} from k8s.io/kubernetes@{version} (cache: {source_cache()})")
