@@ -24,6 +24,7 @@ _LEAF = struct.Struct("<IIII")  # flags, pos, ksize, vsize
 _BUCKET = struct.Struct("<QQ")  # root, sequence
 BRANCH, LEAF = 0x01, 0x02
 BUCKET_LEAF = 0x01
+MAX_DEPTH = 32
 CONTAINERD_DB = "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
 
 
@@ -69,14 +70,16 @@ class BoltFile:
         overflow = _PAGE_HEADER.unpack_from(self.data, start)[3]
         return memoryview(self.data)[start : start + (overflow + 1) * self.page_size]
 
-    def _items(self, page: memoryview) -> Iterator[tuple[bytes, bytes, int]]:
+    def _items(self, page: memoryview, depth: int = 0) -> Iterator[tuple[bytes, bytes, int]]:
         """(key, value, flags) of every leaf element under ``page``, in key order."""
+        if depth > MAX_DEPTH:  # a B+tree of a few levels: deeper is a loop of pages
+            raise ExternalError(f"{self.path}: its pages nest deeper than {MAX_DEPTH} levels (a damaged file)")
         _, flags, count, _ = _PAGE_HEADER.unpack_from(page, 0)
         for i in range(count):
             at = _PAGE_HEADER.size + i * _LEAF.size
             if flags & BRANCH:
                 pos, ksize, child = _BRANCH.unpack_from(page, at)
-                yield from self._items(self._page(child))
+                yield from self._items(self._page(child), depth + 1)
             elif flags & LEAF:
                 leaf_flags, pos, ksize, vsize = _LEAF.unpack_from(page, at)
                 key = bytes(page[at + pos : at + pos + ksize])
@@ -89,7 +92,14 @@ class BoltFile:
         return memoryview(value)[_BUCKET.size :] if root == 0 else self._page(root)  # root 0: an inline bucket
 
     def bucket(self, *path: str) -> dict[bytes, tuple[bytes, bool]]:
-        """The entries of the bucket at ``path`` (key -> (value, is a bucket)); empty when it does not exist."""
+        """The entries of the bucket at ``path`` (key -> (value, is a bucket)); empty when it does not exist. A
+        damaged file (an element or page beyond its end, a loop of pages) is an :class:`ExternalError`."""
+        try:
+            return self._bucket(*path)
+        except struct.error as exc:
+            raise ExternalError(f"{self.path}: a page ends before its elements do ({exc}): a damaged file") from None
+
+    def _bucket(self, *path: str) -> dict[bytes, tuple[bytes, bool]]:
         page = self._page(self.root)
         for name in path:
             found = next((v for k, v, f in self._items(page) if k == name.encode() and f & BUCKET_LEAF), None)

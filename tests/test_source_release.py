@@ -218,6 +218,27 @@ def test_containerds_own_metadata_is_read_back_by_the_bbolt_reader(
     assert got == sorted(listed) and set(refs) <= set(got)
     assert BoltFile(db).bucket("v1", "no-such-namespace", "images") == {}
 
+    # damaged copies (bytes changed past the meta pages, or cut short): names or a clear error, never a crash
+    import random
+
+    data = db.read_bytes()
+    rng = random.Random(26)
+    for trial in range(300):
+        damaged = bytearray(data)
+        if trial % 10 == 0:
+            damaged = damaged[: rng.randrange(8192, len(data))]
+        else:
+            for _ in range(rng.randrange(1, 40)):
+                damaged[rng.randrange(8192, len(data))] = rng.randrange(256)
+        copy = tmp_path / "damaged.db"
+        copy.write_bytes(bytes(damaged))
+        try:
+            names = BoltFile(copy).bucket("v1", "k8s.io", "images")
+        except ExternalError as exc:
+            assert str(copy) in str(exc)
+        else:
+            assert isinstance(names, dict)
+
 
 # --- the release built from source (slow: the Go module proxy, cached under ~/.cache) --------------------------
 
