@@ -193,7 +193,7 @@ def _cached(folder: Path, key: dict[str, Any], outputs: tuple[str, ...], build: 
     bin_dir = folder / "bin"
     want = json.dumps(key, sort_keys=True)
     if stamp.is_file() and stamp.read_text() == want and all((bin_dir / o).is_file() for o in outputs):
-        return bin_dir
+        return bin_dir  # built before from the same inputs
     _fresh(folder)
     bin_dir.mkdir()
     build(bin_dir)
@@ -227,6 +227,7 @@ def _kubernetes(go: _Go, version: str, minor: int, patch: int) -> Path:
     key = {"recipe": BUILD_RECIPE, "module": "k8s.io/kubernetes", "version": version, "go": go.version}
 
     def build(bin_dir: Path) -> None:
+        go.say(f"kubernetes {version}: building from source (about 7 minutes on 2 cores with an empty Go cache)")
         log = folder / "build.log"
         fetch = folder / "fetch"
         fetch.mkdir()
@@ -263,7 +264,6 @@ def _kubernetes(go: _Go, version: str, minor: int, patch: int) -> Path:
         shutil.rmtree(src)
         shutil.rmtree(fetch)
 
-    go.say(f"kubernetes {version}: building from source (the first time about 15 minutes on 2 cores)")
     return _cached(folder, key, (*KUBE_BINARIES, "pause"), build)
 
 
@@ -293,12 +293,20 @@ def _tag(ref: str) -> str:
 def _go_component(go: _Go, name: str, module: str, version: str, packages: Mapping[str, str]) -> Path:
     folder = source_cache() / f"{name}-{version}"
     key = {"recipe": BUILD_RECIPE, "module": module, "version": version, "go": go.version, "packages": dict(packages)}
-    go.say(f"{name} {version}: building {module}@{version}")
-    return _cached(folder, key, tuple(packages), lambda _: _wrapper_build(go, folder, module, version, packages))
+
+    def build(_: Path) -> None:
+        go.say(f"{name} {version}: building {module}@{version}")
+        _wrapper_build(go, folder, module, version, packages)
+
+    return _cached(folder, key, tuple(packages), build)
 
 
 def _crictl_version(go: _Go, minor: int) -> str:
-    """cri-tools is released per Kubernetes minor: the newest v1.<minor>.x the proxy has (else the newest)."""
+    """cri-tools is released per Kubernetes minor: the newest v1.<minor>.x the proxy has (else the newest), asked
+    once and remembered, so a rerun needs no proxy."""
+    remembered = source_cache() / f"crictl-for-1.{minor}.txt"
+    if remembered.is_file():
+        return remembered.read_text().strip()
     scratch = Path(tempfile.mkdtemp(prefix="crictl-"))
     try:
         (scratch / "go.mod").write_text("module image-builder.invalid/versions\n\ngo 1.21\n")
@@ -308,7 +316,10 @@ def _crictl_version(go: _Go, minor: int) -> str:
     same = [v for v in out if v.startswith(f"v1.{minor}.")]
     if not same and not out:
         raise ExternalError("the Go module proxy lists no sigs.k8s.io/cri-tools version")
-    return (same or out)[-1]
+    version = (same or out)[-1]
+    with atomic_write(remembered) as fh:
+        fh.write(version + "\n")
+    return version
 
 
 def needed_tools() -> tuple[str, ...]:
@@ -391,6 +402,20 @@ def _write(dest: Path, url: str, data: bytes) -> None:
         fh.write(data)
 
 
+def _publish(layout: Path, dest: Path) -> None:
+    """Copy the cached layout into ``dest``: a file already there with the same size and modification time (the
+    copy keeps it) is left alone, as rsync's quick check does; anything else is replaced atomically."""
+    for source in sorted(p for p in layout.rglob("*") if p.is_file()):
+        target = safe_join(dest, source.relative_to(layout).as_posix())
+        st = source.stat()
+        if target.is_file() and (target.stat().st_size, target.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.part")
+        shutil.copy2(source, tmp)
+        os.replace(tmp, target)
+
+
 def manifest_url(base_url: str, channel: str) -> str:
     return f"{base_url.rstrip('/')}/kubernetes-{channel}/kubernetes-{channel}-{DISTRO}-{RECIPE}.yaml"
 
@@ -417,91 +442,109 @@ def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_U
                         {p.rsplit("/", 1)[1]: f"{cni_module}/plugins/{p}" for p in CNI_PLUGINS})  # fmt: skip
 
     channel = f"1-{minor}"
-    say(f"laying out release kubernetes-{channel}-{DISTRO}-{RECIPE} under {dest}")
-    base = f"{base_url.rstrip('/')}/kubernetes-{channel}/releases/{RECIPE}/artifacts"
-    kube_base = f"{base}/kubernetes/{version}/bin/linux/amd64"
     k8s_source = f"k8s.io/kubernetes@{version}"
-    components: dict[str, list[dict[str, Any]]] = {"kubernetes": [], "etcd": [], "coredns": [], "cni-plugins": [],
-                                                   "cri-tools": []}  # fmt: skip
-    for binary in KUBE_BINARIES:
-        url = f"{kube_base}/{binary}"
-        data = (kube / binary).read_bytes()
-        _write(dest, url, data)
-        components["kubernetes"].append(
-            _asset(f"bin/linux/amd64/{binary}", url, data, f"{binary} binary for linux/amd64 from {k8s_source}")
-        )
-    image_files: dict[str, tuple[str, bytes, str]] = {}  # name -> (component, tar, url)
-    iptables = tree_entries(_iptables(say), skip=("usr/share",))
-    for name in CONTROL_PLANE_IMAGES:
-        under = iptables if name == "kube-proxy" else None
-        tar = _image(images[name], {f"usr/local/bin/{name}": kube / name}, f"/usr/local/bin/{name}", k8s_source,
-                     under=under)  # fmt: skip
-        image_files[name] = ("kubernetes", tar, f"{kube_base}/{name}.tar")
-    # upstream's pause image runs as 65535 and its binary sits at the root
-    pause = _image(images["pause"], {"pause": kube / "pause"}, "/pause", f"{k8s_source} build/pause", "65535:65535")
-    image_files["pause"] = ("kubernetes", pause, f"{kube_base}/pause.tar")
     etcd_source = f"go.etcd.io/etcd/server/v3@{etcd_version}"
-    etcd_files = {"usr/local/bin/etcd": etcd / "etcd", "usr/local/bin/etcdctl": etcdctl / "etcdctl"}
-    etcd_tar = _image(images["etcd"], etcd_files, "/usr/local/bin/etcd", etcd_source)
-    image_files["etcd"] = ("etcd", etcd_tar, f"{base}/etcd/{etcd_version}/bin/linux/amd64/etcd.tar")
     coredns_source = f"github.com/coredns/coredns@{coredns_version}"
-    coredns_tar = _image(images["coredns"], {"coredns": coredns / "coredns"}, "/coredns", coredns_source)
-    image_files["coredns"] = ("coredns", coredns_tar, f"{base}/coredns/{coredns_version}/bin/linux/amd64/coredns.tar")
-    for name, (component, tar, url) in image_files.items():
-        _write(dest, url, tar)
-        components[component].append(_asset(f"bin/linux/amd64/{name}.tar", url, tar,
-                                             f"{name} linux/amd64 image tar (docker-archive)"))  # fmt: skip
-        components[component].append(image_asset(name, images[name], f"{name} container image, {LABEL}"))
-
-    etcd_name = f"etcd-linux-amd64-{etcd_version}.tar.gz"
-    etcd_tgz = gzip.compress(layer_tar({
-        f"etcd-{etcd_version}-linux-amd64/etcd": Entry((etcd / "etcd").read_bytes(), 0o755),
-        f"etcd-{etcd_version}-linux-amd64/etcdctl": Entry((etcdctl / "etcdctl").read_bytes(), 0o755),
-    }), mtime=0)  # fmt: skip
-    url = f"{base}/etcd/{etcd_version}/{etcd_name}"
-    _write(dest, url, etcd_tgz)
-    components["etcd"].insert(0, _asset(etcd_name, url, etcd_tgz, f"etcd tarball for linux/amd64 from {etcd_source}"))
-    cni_name = f"cni-plugins-linux-amd64-{CNI_PLUGINS_VERSION}.tar.gz"
-    cni_tgz = gzip.compress(layer_tar({f"./{p.name}": Entry(p.read_bytes(), 0o755) for p in sorted(cni.iterdir())}),
-                            mtime=0)  # fmt: skip
-    url = f"{base}/plugins/{CNI_PLUGINS_VERSION}/{cni_name}"
-    _write(dest, url, cni_tgz)
-    components["cni-plugins"].append(
-        _asset(cni_name, url, cni_tgz, f"cni-plugins tarball for linux/amd64 from {cni_module}@{CNI_PLUGINS_VERSION}")
-    )
-    crictl_name = f"crictl-{crictl_version}-linux-amd64.tar.gz"
-    crictl_tgz = gzip.compress(layer_tar({"crictl": Entry((crictl / "crictl").read_bytes(), 0o755)}), mtime=0)
-    url = f"{base}/cri-tools/{crictl_version}/{crictl_name}"
-    _write(dest, url, crictl_tgz)
     crictl_source = f"sigs.k8s.io/cri-tools@{crictl_version}"
-    components["cri-tools"].append(
-        _asset(crictl_name, url, crictl_tgz, f"crictl tarball for linux/amd64 from {crictl_source}")
-    )
+    iptables_root = _iptables(say)
 
-    tags = {"kubernetes": version, "etcd": etcd_version, "coredns": coredns_version,
-            "cni-plugins": CNI_PLUGINS_VERSION, "cri-tools": crictl_version}  # fmt: skip
-    name = f"kubernetes-{channel}-{DISTRO}-{RECIPE}"
-    manifest = {
-        "apiVersion": load_profile().distro.manifest_api_version,
-        "kind": "Release",
-        "metadata": {
-            "name": name,
-            "annotations": {
-                "description": f"Kubernetes {version}, {LABEL}",
-                "image-builder/built-with": f"image-builder {load_profile().versions.image_builder}, {go.version}",
-                "image-builder/recipe": str(RECIPE),
+    def lay_out(out: Path) -> None:
+        """The release's files at their URLs' paths under ``out``: binaries, tarballs, image tars, the manifest."""
+        base = f"{base_url.rstrip('/')}/kubernetes-{channel}/releases/{RECIPE}/artifacts"
+        kube_base = f"{base}/kubernetes/{version}/bin/linux/amd64"
+        components: dict[str, list[dict[str, Any]]] = {"kubernetes": [], "etcd": [], "coredns": [], "cni-plugins": [],
+                                                       "cri-tools": []}  # fmt: skip
+        for binary in KUBE_BINARIES:
+            url = f"{kube_base}/{binary}"
+            data = (kube / binary).read_bytes()
+            _write(out, url, data)
+            components["kubernetes"].append(
+                _asset(f"bin/linux/amd64/{binary}", url, data, f"{binary} binary for linux/amd64 from {k8s_source}")
+            )
+        image_files: dict[str, tuple[str, bytes, str]] = {}  # name -> (component, tar, url)
+        iptables = tree_entries(iptables_root, skip=("usr/share",))
+        for name in CONTROL_PLANE_IMAGES:
+            under = iptables if name == "kube-proxy" else None
+            tar = _image(images[name], {f"usr/local/bin/{name}": kube / name}, f"/usr/local/bin/{name}", k8s_source,
+                         under=under)  # fmt: skip
+            image_files[name] = ("kubernetes", tar, f"{kube_base}/{name}.tar")
+        # upstream's pause image runs as 65535 and its binary sits at the root
+        pause = _image(images["pause"], {"pause": kube / "pause"}, "/pause", f"{k8s_source} build/pause", "65535:65535")
+        image_files["pause"] = ("kubernetes", pause, f"{kube_base}/pause.tar")
+        etcd_files = {"usr/local/bin/etcd": etcd / "etcd", "usr/local/bin/etcdctl": etcdctl / "etcdctl"}
+        etcd_tar = _image(images["etcd"], etcd_files, "/usr/local/bin/etcd", etcd_source)
+        image_files["etcd"] = ("etcd", etcd_tar, f"{base}/etcd/{etcd_version}/bin/linux/amd64/etcd.tar")
+        coredns_tar = _image(images["coredns"], {"coredns": coredns / "coredns"}, "/coredns", coredns_source)
+        image_files["coredns"] = (
+            "coredns",
+            coredns_tar,
+            f"{base}/coredns/{coredns_version}/bin/linux/amd64/coredns.tar",
+        )
+        for name, (component, tar, url) in image_files.items():
+            _write(out, url, tar)
+            components[component].append(_asset(f"bin/linux/amd64/{name}.tar", url, tar,
+                                                 f"{name} linux/amd64 image tar (docker-archive)"))  # fmt: skip
+            components[component].append(image_asset(name, images[name], f"{name} container image, {LABEL}"))
+
+        etcd_name = f"etcd-linux-amd64-{etcd_version}.tar.gz"
+        etcd_tgz = gzip.compress(layer_tar({
+            f"etcd-{etcd_version}-linux-amd64/etcd": Entry((etcd / "etcd").read_bytes(), 0o755),
+            f"etcd-{etcd_version}-linux-amd64/etcdctl": Entry((etcdctl / "etcdctl").read_bytes(), 0o755),
+        }), mtime=0)  # fmt: skip
+        url = f"{base}/etcd/{etcd_version}/{etcd_name}"
+        _write(out, url, etcd_tgz)
+        components["etcd"].insert(
+            0, _asset(etcd_name, url, etcd_tgz, f"etcd tarball for linux/amd64 from {etcd_source}")
+        )
+        cni_name = f"cni-plugins-linux-amd64-{CNI_PLUGINS_VERSION}.tar.gz"
+        cni_tgz = gzip.compress(layer_tar({f"./{p.name}": Entry(p.read_bytes(), 0o755) for p in sorted(cni.iterdir())}),
+                                mtime=0)  # fmt: skip
+        url = f"{base}/plugins/{CNI_PLUGINS_VERSION}/{cni_name}"
+        _write(out, url, cni_tgz)
+        components["cni-plugins"].append(
+            _asset(
+                cni_name, url, cni_tgz, f"cni-plugins tarball for linux/amd64 from {cni_module}@{CNI_PLUGINS_VERSION}"
+            )
+        )
+        crictl_name = f"crictl-{crictl_version}-linux-amd64.tar.gz"
+        crictl_tgz = gzip.compress(layer_tar({"crictl": Entry((crictl / "crictl").read_bytes(), 0o755)}), mtime=0)
+        url = f"{base}/cri-tools/{crictl_version}/{crictl_name}"
+        _write(out, url, crictl_tgz)
+        components["cri-tools"].append(
+            _asset(crictl_name, url, crictl_tgz, f"crictl tarball for linux/amd64 from {crictl_source}")
+        )
+
+        tags = {"kubernetes": version, "etcd": etcd_version, "coredns": coredns_version,
+                "cni-plugins": CNI_PLUGINS_VERSION, "cri-tools": crictl_version}  # fmt: skip
+        name = f"kubernetes-{channel}-{DISTRO}-{RECIPE}"
+        manifest = {
+            "apiVersion": load_profile().distro.manifest_api_version,
+            "kind": "Release",
+            "metadata": {
+                "name": name,
+                "annotations": {
+                    "description": f"Kubernetes {version}, {LABEL}",
+                    "image-builder/built-with": f"image-builder {load_profile().versions.image_builder}, {go.version}",
+                    "image-builder/recipe": str(RECIPE),
+                },
             },
-        },
-        "spec": {"channel": channel, "number": RECIPE},
-        "status": {
-            "components": [{"assets": assets, "gitTag": tags[n], "name": n} for n, assets in components.items()],
-            "date": dt.datetime.fromtimestamp(max(p.stat().st_mtime for p in kube.iterdir()), dt.UTC).strftime(
-                "%Y-%m-%dT%H:%M:%SZ"
-            ),
-        },
-    }
+            "spec": {"channel": channel, "number": RECIPE},
+            "status": {
+                "components": [{"assets": assets, "gitTag": tags[n], "name": n} for n, assets in components.items()],
+                "date": dt.datetime.fromtimestamp(max(p.stat().st_mtime for p in kube.iterdir()), dt.UTC).strftime(
+                    "%Y-%m-%dT%H:%M:%SZ"
+                ),
+            },
+        }
+        _write(out, manifest_url(base_url, channel), yaml.safe_dump(manifest, sort_keys=False).encode())
+
+    # the laid-out release is cached too, by every component's inputs: a rerun only copies what the folder lacks
     url = manifest_url(base_url, channel)
-    _write(dest, url, yaml.safe_dump(manifest, sort_keys=False).encode())
+    rel = urlsplit(url).path.lstrip("/")
+    folders = (kube, etcd, etcdctl, coredns, crictl, cni, iptables_root)
+    key = {"recipe": RECIPE, "base_url": base_url, "inputs": [(f.parent / "inputs.json").read_text() for f in folders]}
+    say(f"laying out release kubernetes-{channel}-{DISTRO}-{RECIPE} under {dest}")
+    _publish(_cached(source_cache() / f"release-{version}", key, (rel,), lay_out), dest)
     built = (
         Component("kubernetes", version, k8s_source, kube),
         Component("etcd", etcd_version, etcd_source, etcd),
