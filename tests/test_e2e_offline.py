@@ -28,8 +28,9 @@ from tests.support.pki import make_ca
 if TYPE_CHECKING:
     from imagebuilder.sourcerelease import SourceRelease
 
-# a QEMU build under TCG takes minutes; the first test also pays for the base image fixture
-pytestmark = pytest.mark.timeout(1800)
+# a QEMU build under TCG takes minutes; the first test also pays for the base image fixture, and the bare-metal
+# test builds twice, boots a node (the node check) and customizes (about 20 minutes alone, more beside other tests)
+pytestmark = pytest.mark.timeout(3600)
 REG_SECRET = "reg-Pa55-never-logged-3319"
 
 
