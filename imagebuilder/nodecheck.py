@@ -17,8 +17,11 @@ check.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import hashlib
 import json
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -40,7 +43,14 @@ from imagebuilder.progress import Say, silent
 #: what the guest says on its serial console, one line each: ``NODE-CHECK <event> [detail]``
 MARK = "NODE-CHECK"
 POD_SUBNET = "10.244.0.0/16"
+#: each node's part of the pod range (the bridge plugin's host-local addresses)
+NODE_SUBNETS = ("10.244.0.0/24", "10.244.1.0/24")
 NODE_NAME = "node-check"
+WORKER_NAME = "node-check-2"
+#: the private wire between the two guests of a join: RFC 2544's benchmarking range, inside the guests only
+WIRE_IPS = ("198.18.0.10", "198.18.0.11")
+#: the guests' NICs: on QEMU's user network, and on the wire
+MACS = (("52:54:00:6e:63:01", "52:54:00:6e:63:11"), ("52:54:00:6e:63:02", "52:54:00:6e:63:12"))
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 ADDONS = ("kube-proxy", "coredns")
 
@@ -103,8 +113,10 @@ def _ca_and_admin(work: Path) -> dict[str, bytes]:
         return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
                                  serialization.NoEncryption())  # fmt: skip
 
+    spki = ca.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return {
         "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+        "ca.hash": hashlib.sha256(spki).hexdigest().encode(),
         "ca.key": pem_key(ca_key),
         "admin.crt": admin.public_bytes(serialization.Encoding.PEM),
         "admin.key": pem_key(admin_key),
@@ -117,23 +129,47 @@ def _split(ref: str) -> tuple[str, str]:
     return name.rsplit("/", 1)[0], tag
 
 
-def kubeadm_config(images: dict[str, str], kubernetes_version: str) -> str:
+@dataclass(frozen=True)
+class Join:
+    """A second node joining the first over a private wire between the two guests: the bootstrap token kubeadm
+    init creates and the join presents, and the CA's public-key hash the join pins."""
+
+    token: str
+    ca_hash: str
+
+
+def _api(kubernetes_version: str) -> tuple[str, int]:
+    minor = int(kubernetes_version.lstrip("v").split(".")[1])
+    return ("kubeadm.k8s.io/v1beta4" if minor >= 31 else "kubeadm.k8s.io/v1beta3"), minor
+
+
+def _node_registration(name: str, ip: str | None, minor: int) -> dict[str, Any]:
+    registration: dict[str, Any] = {"name": name, "criSocket": "unix:///run/containerd/containerd.sock"}
+    if ip is not None:  # the kubelet's address on the wire, not QEMU's user network (the same 10.0.2.15 on both)
+        # v1beta4 takes a list of name/value pairs where v1beta3 took a map
+        registration["kubeletExtraArgs"] = [{"name": "node-ip", "value": ip}] if minor >= 31 else {"node-ip": ip}
+    return registration
+
+
+def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join | None = None) -> str:
     """kubeadm's configuration for a node of these images: the repository and tags the manifest names, so kubeadm
-    asks for exactly what the image preloaded (a distro's ``v1.24.8-eks-1-24-5`` tags included)."""
+    asks for exactly what the image preloaded (a distro's ``v1.24.8-eks-1-24-5`` tags included); with ``join``,
+    the API server advertised on the wire and a bootstrap token for the second node."""
     repo, tag = _split(images["kube-apiserver"])
     etcd_repo, etcd_tag = _split(images["etcd"])
     dns_repo, dns_tag = _split(images["coredns"])
-    minor = int(kubernetes_version.lstrip("v").split(".")[1])
-    api = "kubeadm.k8s.io/v1beta4" if minor >= 31 else "kubeadm.k8s.io/v1beta3"
+    api, minor = _api(kubernetes_version)
+    init: dict[str, Any] = {
+        "apiVersion": api,
+        "kind": "InitConfiguration",
+        "nodeRegistration": _node_registration(NODE_NAME, WIRE_IPS[0] if join else None, minor),
+    }
+    if join is not None:
+        init["localAPIEndpoint"] = {"advertiseAddress": WIRE_IPS[0], "bindPort": 6443}
+        init["bootstrapTokens"] = [{"token": join.token, "ttl": "2h", "usages": ["signing", "authentication"],
+                                    "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]  # fmt: skip
     docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": api,
-            "kind": "InitConfiguration",
-            "nodeRegistration": {
-                "name": NODE_NAME,
-                "criSocket": "unix:///run/containerd/containerd.sock",
-            },
-        },
+        init,
         {
             "apiVersion": api,
             "kind": "ClusterConfiguration",
@@ -153,15 +189,31 @@ def kubeadm_config(images: dict[str, str], kubernetes_version: str) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-CNI_CONFIG = {
-    "cniVersion": "1.0.0",
-    "name": "node-check",
-    "plugins": [
-        {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": True, "hairpinMode": True,
-         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-        {"type": "portmap", "capabilities": {"portMappings": True}},
-    ],
-}  # fmt: skip
+def join_config(kubernetes_version: str, join: Join) -> str:
+    """The second node's ``kubeadm join`` configuration: the first node's API server on the wire, the token, the
+    CA pinned by its public-key hash."""
+    api, minor = _api(kubernetes_version)
+    return yaml.safe_dump({
+        "apiVersion": api,
+        "kind": "JoinConfiguration",
+        "discovery": {"bootstrapToken": {"apiServerEndpoint": f"{WIRE_IPS[0]}:6443", "token": join.token,
+                                         "caCertHashes": [f"sha256:{join.ca_hash}"]}},
+        "nodeRegistration": _node_registration(WORKER_NAME, WIRE_IPS[1], minor),
+    }, sort_keys=False)  # fmt: skip
+
+
+def _cni_config(subnet: str) -> dict[str, Any]:
+    """The bridge network of one node, from the installed CNI plugins (each node its own part of the pod range)."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": "node-check",
+        "plugins": [
+            {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": True, "hairpinMode": True,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }  # fmt: skip
+
 
 #: the guest's side, run once by cloud-init; every line it says goes to the serial console the host reads
 GUEST_SCRIPT = f"""#!/bin/sh
@@ -206,20 +258,67 @@ say ready
 """
 
 
-def _seed(files: dict[str, bytes], kubeadm: str) -> dict[str, str]:
+#: the second node's side: wait for the first node's API server on the wire, then kubeadm join
+WORKER_SCRIPT = f"""#!/bin/sh
+out=/dev/ttyS0
+say() {{ echo "{MARK} $*" > $out; }}
+journal() {{
+  say journal-begin
+  journalctl -u containerd -u kubelet --no-pager -n 120 -o cat > $out 2>&1
+  say journal-end
+}}
+cd /root/node-check || exit 1
+say started
+i=0
+until curl -ks --max-time 5 https://{WIRE_IPS[0]}:6443/healthz | grep -qx ok; do
+  i=$((i + 1)); [ $i -lt 400 ] || {{ say api-unreachable; ip addr > $out; exit 1; }}; sleep 5
+done
+say api-reachable
+if kubeadm join --config join.yaml > join.log 2>&1; then
+  say join-ok
+else
+  say join-failed
+  tail -n 40 join.log > $out
+  journal
+  exit 1
+fi
+"""
+
+
+def _network_config(index: int) -> str:
+    """netplan for guest ``index``: DHCP on QEMU's user network, its fixed address on the wire (NICs by MAC)."""
+    uplink, wire = MACS[index]
+    return yaml.safe_dump({"version": 2, "ethernets": {
+        "uplink": {"match": {"macaddress": uplink}, "dhcp4": True},
+        "wire": {"match": {"macaddress": wire}, "dhcp4": False, "addresses": [f"{WIRE_IPS[index]}/24"]},
+    }}, sort_keys=False)  # fmt: skip
+
+
+def _seed(files: dict[str, bytes], kubeadm: str, *, index: int = 0, joined: bool = False) -> dict[str, str]:
+    """The NoCloud seed of guest ``index``: 0 runs kubeadm init (with the CA), 1 joins it."""
     write = [
-        {"path": "/etc/kubernetes/pki/ca.crt", "content": files["ca.crt"].decode(), "permissions": "0644"},
-        {"path": "/etc/kubernetes/pki/ca.key", "content": files["ca.key"].decode(), "permissions": "0600"},
-        {"path": "/root/node-check/kubeadm.yaml", "content": kubeadm, "permissions": "0600"},
-        {"path": "/etc/cni/net.d/10-node-check.conflist", "content": json.dumps(CNI_CONFIG, indent=2),
-         "permissions": "0644"},
-        {"path": "/root/node-check/run.sh", "content": GUEST_SCRIPT, "permissions": "0700"},
+        {"path": "/etc/cni/net.d/10-node-check.conflist", "content": json.dumps(_cni_config(NODE_SUBNETS[index]),
+                                                                                indent=2), "permissions": "0644"},
+        {"path": f"/root/node-check/{'kubeadm' if index == 0 else 'join'}.yaml", "content": kubeadm,
+         "permissions": "0600"},
+        {"path": "/root/node-check/run.sh", "content": GUEST_SCRIPT if index == 0 else WORKER_SCRIPT,
+         "permissions": "0700"},
     ]  # fmt: skip
+    if index == 0:
+        write += [
+            {"path": "/etc/kubernetes/pki/ca.crt", "content": files["ca.crt"].decode(), "permissions": "0644"},
+            {"path": "/etc/kubernetes/pki/ca.key", "content": files["ca.key"].decode(), "permissions": "0600"},
+        ]
     user_data = {"write_files": write, "runcmd": [["/root/node-check/run.sh"]]}
-    return {
-        "meta-data": yaml.safe_dump({"instance-id": "node-check-1", "local-hostname": NODE_NAME}),
+    seed = {
+        "meta-data": yaml.safe_dump(
+            {"instance-id": f"node-check-{index + 1}", "local-hostname": NODE_NAME if index == 0 else WORKER_NAME}
+        ),
         "user-data": "#cloud-config\n" + yaml.safe_dump(user_data, sort_keys=False),
     }
+    if joined:
+        seed["network-config"] = _network_config(index)
+    return seed
 
 
 def _kubeconfig(files: dict[str, bytes], work: Path, port: int) -> Path:
@@ -338,9 +437,9 @@ def _pod_phases(kubectl: _Kubectl) -> dict[str, str]:
     return out
 
 
-def _node_ready(kubectl: _Kubectl) -> tuple[bool, str]:
+def _node_ready(kubectl: _Kubectl, name: str = NODE_NAME) -> tuple[bool, str]:
     try:
-        node = kubectl.json("get", "node", NODE_NAME)
+        node = kubectl.json("get", "node", name)
     except ExternalError as exc:
         return False, str(exc)
     conditions = {c["type"]: c for c in node["status"].get("conditions", [])}
@@ -366,12 +465,13 @@ def _pods_running(kubectl: _Kubectl, prefixes: tuple[str, ...]) -> tuple[bool, s
     return not absent and all(p == "Running, ready" for p in states), detail
 
 
-def _test_pod(pause: str) -> dict[str, Any]:
+def _test_pod(pause: str, node: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "node-check", "namespace": "default"},
         "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
             "automountServiceAccountToken": False,
             "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
                              "effect": "NoSchedule"}],
@@ -400,10 +500,12 @@ def node_check(
     *,
     firmware: Firmware = "bios",
     timeout: float = 2400,
+    join: bool = False,
     say: Say = silent,
 ) -> list[Step]:
-    """Boot ``raw`` (left untouched), bring a single-node cluster up on it and check it; one :class:`Step` each,
-    timed. Steps after a failed one are not run (the failure's detail carries the guest's journal)."""
+    """Boot ``raw`` (left untouched), bring a single-node cluster up on it and check it; ``join``: a second copy
+    joins it as a worker over a private wire between the two guests, and the test pod runs there. One
+    :class:`Step` each, timed; steps after a failed one are not run (its detail carries the guest's journal)."""
     steps: list[Step] = []
     images = _images(expected)
     version = expected["plan"].get("kubernetes_version") or _split(images["kube-apiserver"])[1]
@@ -416,65 +518,93 @@ def node_check(
         if not ok:
             raise _Failed(done)
 
-    with tempfile.TemporaryDirectory(prefix="node-check-") as tmp:
+    def left() -> float:
+        return max(60.0, timeout - (time.monotonic() - began))
+
+    with tempfile.TemporaryDirectory(prefix="node-check-") as tmp, contextlib.ExitStack() as guests:
         work = Path(tmp)
         work.chmod(0o700)
         with mounted_root(raw) as root:
             kubectl_binary = _image_kubectl(root, work, expected)
         files = _ca_and_admin(work)
-        seed = qemu.seed_iso(_seed(files, kubeadm_config(images, version)), work)
+        token = f"{secrets.token_hex(3)}.{secrets.token_hex(8)}"
+        joining = Join(token, files["ca.hash"].decode()) if join else None
+        (work / "first").mkdir()
+        seed = qemu.seed_iso(_seed(files, kubeadm_config(images, version, joining), joined=join), work / "first")
         port = qemu.free_port()
+        wire = qemu.free_port() if join else 0
         kubectl = _Kubectl(kubectl_binary, _kubeconfig(files, work, port))
         say(f"node check: booting the image under QEMU with kubeadm's seed (API server on 127.0.0.1:{port})")
-        with qemu.running(raw, serial=work / "serial.log", snapshot=True, cdrom=seed, memory_mb=3072,
-                          firmware=firmware, forwards=((port, 6443),)) as guest:  # fmt: skip
-            console = _Console(guest)
-            try:
+        guest = guests.enter_context(qemu.running(
+            raw, serial=work / "serial.log", snapshot=True, cdrom=seed, memory_mb=3072, firmware=firmware,
+            forwards=((port, 6443),), mac=MACS[0][0] if join else None,
+            link=qemu.Link(wire, MACS[0][1], listen=True) if join else None))  # fmt: skip
+        console = _Console(guest)
+        try:
+            t = time.monotonic()
+            event, detail = console.wait(("started",), (), min(900.0, timeout))
+            step("boot and cloud-init", event == "started",
+                 f"the seed's script started ({guest.accelerator})" if event == "started" else
+                 f"{detail}; console ends: {guest.console(600)}", t)  # fmt: skip
+            if joining is not None:  # the second guest boots while the first runs kubeadm init
+                (work / "second").mkdir()
+                second_seed = qemu.seed_iso(_seed(files, join_config(version, joining), index=1, joined=True),
+                                            work / "second")  # fmt: skip
+                worker = guests.enter_context(qemu.running(
+                    raw, serial=work / "serial-2.log", snapshot=True, cdrom=second_seed, memory_mb=2048,
+                    firmware=firmware, mac=MACS[1][0], link=qemu.Link(wire, MACS[1][1], listen=False)))  # fmt: skip
+            t = time.monotonic()
+            event, detail = console.wait(("images-ok",), ("images-missing", "images-failed", "containerd-down"),
+                                         300)  # fmt: skip
+            step("preloaded images", event == "images-ok",
+                 f"every image kubeadm {version} asks for is in containerd: {detail}" if event == "images-ok"
+                 else f"{event}: {detail}", t)  # fmt: skip
+            t = time.monotonic()
+            event, detail = console.wait(("init-ok",), ("init-failed",), left())
+            step("kubeadm init", event == "init-ok",
+                 "control plane, offline, from the preloaded images" if event == "init-ok"
+                 else f"{event}: {detail}\n{console.journal()}", t)  # fmt: skip
+            t = time.monotonic()
+            ok, detail = _poll("node Ready", lambda: _node_ready(kubectl), 600)
+            step("node Ready", ok, detail if ok else f"{detail}\n{console.journal()}", t)
+            t = time.monotonic()
+            ok, detail = _poll("control-plane pods", lambda: _pods_running(kubectl, CONTROL_PLANE), 600)
+            step("control-plane pods Running", ok, detail, t)
+            pod_node = NODE_NAME
+            if joining is not None:
+                second = _Console(worker)
                 t = time.monotonic()
-                event, detail = console.wait(("started",), (), min(900.0, timeout))
-                step("boot and cloud-init", event == "started",
-                     f"the seed's script started ({guest.accelerator})" if event == "started" else
-                     f"{detail}; console ends: {guest.console(600)}", t)  # fmt: skip
+                event, detail = second.wait(("join-ok",), ("join-failed", "api-unreachable"), left())
+                step("second node joined", event == "join-ok",
+                     f"kubeadm join over the wire ({WIRE_IPS[1]} -> {WIRE_IPS[0]}:6443), token and pinned CA"
+                     if event == "join-ok" else f"{event}: {detail}\n{second.journal()}", t)  # fmt: skip
                 t = time.monotonic()
-                event, detail = console.wait(("images-ok",), ("images-missing", "images-failed", "containerd-down"),
-                                             300)  # fmt: skip
-                step("preloaded images", event == "images-ok",
-                     f"every image kubeadm {version} asks for is in containerd: {detail}" if event == "images-ok"
-                     else f"{event}: {detail}", t)  # fmt: skip
-                t = time.monotonic()
-                event, detail = console.wait(("init-ok",), ("init-failed",), timeout - (time.monotonic() - began))
-                step("kubeadm init", event == "init-ok",
-                     "single-node control plane, offline, from the preloaded images" if event == "init-ok"
-                     else f"{event}: {detail}\n{console.journal()}", t)  # fmt: skip
-                t = time.monotonic()
-                ok, detail = _poll("node Ready", lambda: _node_ready(kubectl), 600)
-                step("node Ready", ok, detail if ok else f"{detail}\n{console.journal()}", t)
-                t = time.monotonic()
-                ok, detail = _poll("control-plane pods", lambda: _pods_running(kubectl, CONTROL_PLANE), 600)
-                step("control-plane pods Running", ok, detail, t)
-                t = time.monotonic()
-                ok, detail = _poll("kube-proxy and CoreDNS", lambda: _pods_running(kubectl, ADDONS), 600)
-                step("kube-proxy and CoreDNS Running", ok, detail, t)
-                t = time.monotonic()
-                pod = json.dumps(_test_pod(images["pause"]))
+                ok, detail = _poll("second node Ready", lambda: _node_ready(kubectl, WORKER_NAME), 900)
+                step("second node Ready", ok, detail if ok else f"{detail}\n{second.journal()}", t)
+                pod_node = WORKER_NAME
+            t = time.monotonic()
+            ok, detail = _poll("kube-proxy and CoreDNS", lambda: _pods_running(kubectl, ADDONS), 600)
+            step("kube-proxy and CoreDNS Running", ok, detail, t)
+            t = time.monotonic()
+            pod = json.dumps(_test_pod(images["pause"], pod_node))
 
-                def create() -> tuple[bool, str]:  # the default service account appears a little after init
-                    proc = kubectl.run("apply", "-f", "-", stdin=pod)
-                    return proc.returncode == 0, proc.stderr.strip()[-200:]
+            def create() -> tuple[bool, str]:  # the default service account appears a little after init
+                proc = kubectl.run("apply", "-f", "-", stdin=pod)
+                return proc.returncode == 0, proc.stderr.strip()[-200:]
 
-                ok, detail = _poll("test pod created", create, 300)
-                if ok:
-                    ok, detail = _poll("test pod Running", lambda: _pod_state(kubectl), 600)
-                step("test pod Running", ok, f"{images['pause']} (preloaded, never pulled): {detail}", t)
-                t = time.monotonic()
-                gone = kubectl.run("delete", "pod", "node-check", "-n", "default", "--wait=true", "--timeout=300s")
-                ok = gone.returncode == 0 and kubectl.run("get", "pod", "node-check", "-n", "default").returncode != 0
-                step("test pod deleted", ok, "deleted and gone" if ok else gone.stderr.strip()[-300:], t)
-            except _Failed:
-                pass
+            ok, detail = _poll("test pod created", create, 300)
+            if ok:
+                ok, detail = _poll("test pod Running", lambda: _pod_state(kubectl), 600)
+            step("test pod Running", ok, f"{images['pause']} on {pod_node} (preloaded, never pulled): {detail}", t)
+            t = time.monotonic()
+            gone = kubectl.run("delete", "pod", "node-check", "-n", "default", "--wait=true", "--timeout=300s")
+            ok = gone.returncode == 0 and kubectl.run("get", "pod", "node-check", "-n", "default").returncode != 0
+            step("test pod deleted", ok, "deleted and gone" if ok else gone.stderr.strip()[-300:], t)
+        except _Failed:
+            pass
     total = time.monotonic() - began
     steps.append(Step("node check", all(s.ok for s in steps), f"{len(steps)} steps in {total:.0f} s", total))
     return steps
 
 
-__all__ = ["Step", "kubeadm_config", "node_check"]
+__all__ = ["Join", "Step", "join_config", "kubeadm_config", "node_check"]

@@ -41,6 +41,19 @@ def seed_iso(files: dict[str, str], work: Path) -> Path:
     return iso
 
 
+@dataclass(frozen=True)
+class Link:
+    """One end of a private Ethernet wire between two guests: QEMU's socket network over a TCP port on 127.0.0.1
+    (the first guest listens, the second connects), so nothing of it reaches a network of the host."""
+
+    port: int
+    mac: str
+    listen: bool
+
+    def netdev(self, name: str) -> str:
+        return f"socket,id={name},{'listen' if self.listen else 'connect'}=127.0.0.1:{self.port}"
+
+
 @dataclass
 class Guest:
     proc: subprocess.Popen[bytes]
@@ -81,10 +94,13 @@ def running(
     kvm: KvmStatus | None = None,
     firmware: Firmware = "bios",
     forwards: tuple[tuple[int, int], ...] = (),
+    mac: str | None = None,
+    link: Link | None = None,
 ) -> Iterator[Guest]:
     """Start a guest on ``disk`` (``snapshot``: writes go to a throwaway overlay) and stop it after the block;
     ``firmware="efi"``: OVMF in place of SeaBIOS, the guest boots by UEFI; ``forwards``: more (host port, guest
-    port) pairs reached on 127.0.0.1, beside ``ssh_port`` (the node check's API server)."""
+    port) pairs reached on 127.0.0.1, beside ``ssh_port`` (the node check's API server); ``mac``: the first NIC's
+    address; ``link``: a second NIC on a private wire to another guest (the node check's second node)."""
     kvm = kvm or kvm_status()
     qemu = require_tools("qemu-system-x86_64")["qemu-system-x86_64"]
     serial.touch()
@@ -93,7 +109,9 @@ def running(
     cmd = [qemu, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", "2", "-display", "none",
            "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
            "-drive", f"file={disk},if=virtio,format={fmt}",
-           "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"]  # fmt: skip
+           "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0" + (f",mac={mac}" if mac else "")]  # fmt: skip
+    if link is not None:
+        cmd += ["-netdev", link.netdev("n1"), "-device", f"virtio-net-pci,netdev=n1,mac={link.mac}"]
     if firmware == "efi":
         cmd += ["-bios", str(ovmf_firmware())]
     if snapshot:

@@ -216,6 +216,7 @@ def verify_image(
     boot_timeout: float = 600,
     kubernetes: bool = False,
     node_timeout: float = 2400,
+    join: bool = False,
     say: Say = silent,
 ) -> list[Finding]:
     """Every check of an image; ``kubernetes``: the node check (:mod:`imagebuilder.nodecheck`) in place of the
@@ -237,7 +238,7 @@ def verify_image(
         if kubernetes:
             from imagebuilder.nodecheck import node_check
 
-            steps = node_check(raw, expected, firmware=firmware, timeout=node_timeout, say=say)
+            steps = node_check(raw, expected, firmware=firmware, timeout=node_timeout, join=join, say=say)
             findings += [Finding(s.name, s.ok, f"{s.detail} [{s.seconds:.0f} s]") for s in steps]
         elif boot:
             findings.append(boot_raw(raw, timeout=boot_timeout, firmware=firmware))

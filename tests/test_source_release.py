@@ -323,3 +323,36 @@ def test_the_source_cache_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert source_cache() == tmp_path / "image-builder" / "source-release"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert source_cache() == Path(os.path.expanduser("~/.cache/image-builder/source-release"))
+
+
+def test_a_second_node_joins_with_the_token_and_the_pinned_ca_hash(tmp_path: Path) -> None:
+    """The join's configuration: the first node's address on the wire, the bootstrap token the init creates, and
+    the CA's public-key hash computed the way kubeadm's documentation computes it with openssl."""
+    from imagebuilder.nodecheck import WIRE_IPS, Join, _ca_and_admin, _seed, join_config
+
+    files = _ca_and_admin(tmp_path)
+    (tmp_path / "ca.pem").write_bytes(files["ca.crt"])
+    pub = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "ca.pem"), "-pubkey", "-noout"],
+                         capture_output=True, check=True).stdout  # fmt: skip
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pub, capture_output=True,
+                         check=True).stdout  # fmt: skip
+    assert files["ca.hash"].decode() == hashlib.sha256(der).hexdigest()
+    join = Join("abcdef.0123456789abcdef", files["ca.hash"].decode())
+    images = _images(reference("eksd", "kubernetes-1-21-eks-4.yaml"))
+    init = next(yaml.safe_load_all(kubeadm_config(images, "v1.34.2", join)))
+    assert init["localAPIEndpoint"]["advertiseAddress"] == WIRE_IPS[0]
+    assert init["bootstrapTokens"][0]["token"] == join.token
+    assert init["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "node-ip", "value": WIRE_IPS[0]}]
+    joined = yaml.safe_load(join_config("v1.30.0", join))
+    assert joined["apiVersion"] == "kubeadm.k8s.io/v1beta3" and joined["kind"] == "JoinConfiguration"
+    token = joined["discovery"]["bootstrapToken"]
+    assert token["apiServerEndpoint"] == f"{WIRE_IPS[0]}:6443" and token["caCertHashes"] == [f"sha256:{join.ca_hash}"]
+    assert joined["nodeRegistration"]["kubeletExtraArgs"] == {"node-ip": WIRE_IPS[1]}
+    # the second guest's seed: no CA key, its own address on the wire, the join configuration
+    seed = _seed(files, join_config("v1.34.2", join), index=1, joined=True)
+    user_data = yaml.safe_load(seed["user-data"])
+    paths = {f["path"] for f in user_data["write_files"]}
+    assert "/etc/kubernetes/pki/ca.key" not in paths and "/root/node-check/join.yaml" in paths
+    assert f"{WIRE_IPS[1]}/24" in yaml.safe_load(seed["network-config"])["ethernets"]["wire"]["addresses"]
+    first = yaml.safe_load(_seed(files, "x", index=0)["user-data"])
+    assert "/etc/kubernetes/pki/ca.key" in {f["path"] for f in first["write_files"]}

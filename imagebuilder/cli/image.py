@@ -71,6 +71,8 @@ def print_findings(findings: list[Finding]) -> None:
         "kubernetes": "the node check: boot it, kubeadm init a single-node cluster offline from the preloaded images, "
         "and check the node Ready, the control plane and a test pod Running (needs a real release's image)",
         "node_timeout": "seconds the node check may take in all (default 2400; TCG is slow)",
+        "join": "with --kubernetes: a second copy of the image joins the first as a worker (kubeadm join over a "
+        "private wire between the two guests) and the test pod runs there",
     },
     auto_shortflags=False,
 )
@@ -83,6 +85,7 @@ def verify(
     boot_timeout: str = "600",
     kubernetes: bool = False,
     node_timeout: str = "2400",
+    join: bool = False,
 ) -> None:
     """Check a built image with testinfra (mounted read-only) and boot it to a login prompt; with --kubernetes,
     bring a node up on it and check it is Ready."""
@@ -92,6 +95,8 @@ def verify(
     if kubernetes and no_boot:
         raise InputError("--kubernetes boots the image, --no-boot says not to", field="--no-boot",
                          expected="one of them")  # fmt: skip
+    if join and not kubernetes:
+        raise InputError("--join is a part of the node check", field="--join", expected="--kubernetes --join")
     node_seconds = flags.duration(node_timeout, "--node-timeout", 60, 14400)
     with status_line("image.verify") as status:
         findings = verify_image(
@@ -101,6 +106,7 @@ def verify(
             boot_timeout=flags.duration(boot_timeout, "--boot-timeout", 10, 7200),
             kubernetes=kubernetes,
             node_timeout=node_seconds,
+            join=join,
             say=status,
         )
     print_findings(findings)
