@@ -1,10 +1,11 @@
 """The offline flow end to end, as ``invoke demo`` runs it: base image, release, mirror, bare-metal build, verify.
 
 By default the release is Kubernetes built from upstream source (``release.build``, cached: about 15 minutes the
-first time on 2 cores, seconds after) and the image is proven by a node: ``image.verify --kubernetes`` brings a
-single-node cluster up on it. ``--standin`` keeps the quick flow on a stand-in release whose binaries are scripts
-(labelled so), verified to a login prompt. Each step is the same library call a user's command makes. Steps
-converge: a rerun reuses a base image, release and mirror whose checksums still match.
+first time on 2 cores, seconds after) and the image is proven by nodes: ``image.verify --kubernetes --join`` brings
+a control plane up on one copy of it and joins a second copy as a worker. ``--standin`` keeps the quick flow on a
+stand-in release whose binaries are scripts (labelled so), verified to a login prompt. Each step is the same library
+call a user's command makes. Steps converge: a rerun reuses a base image, release and mirror whose checksums still
+match.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def demo_steps(
         release = f"release.build --kubernetes {kubernetes} --dest {root}/upstream-source (from source, cached)"
         manifest = f" --release-manifest {manifest_url(DEFAULT_BASE_URL, channel)}"
     upstream = f"{root}/upstream" if standin else f"{root}/upstream-source"
-    verify = "image.verify" + ("" if boot else " --no-boot") + ("" if standin or not boot else " --kubernetes")
+    verify = "image.verify" + ("" if boot else " --no-boot") + ("" if standin or not boot else " --kubernetes --join")
     return [
         f"image.base --dest {root}/base/debian-base.qcow2 (reused when its sha256 still matches)",
         release,
@@ -149,7 +150,10 @@ def run_demo(
     assert build.artifact is not None
     say(f"image: {build.artifact}  sha256 {build.sha256}")
     if boot and not standin:
-        say("node check: kubeadm init on the image under QEMU, then the node, the control plane and a pod")
+        say(
+            "node check: kubeadm init on the image under QEMU, a second copy joins it, then both nodes, the control "
+            "plane, kube-proxy, CoreDNS and a pod on the second node"
+        )
     findings = verify_image(build.artifact, manifest=build.manifest, boot=boot, kubernetes=boot and not standin,
-                            say=status)  # fmt: skip
+                            join=boot and not standin, say=status)  # fmt: skip
     return DemoResult(base, mirror_dir, build, findings)

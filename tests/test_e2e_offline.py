@@ -228,7 +228,8 @@ def test_offline_bare_metal_build_is_verified(
     assert all(d.kind == "etc" for d in report.differences), "same packages, units, binaries and preloaded images"
     # the node check, once for both engines' image (image.diff found nothing between them that a node sees):
     # booted under OVMF, kubeadm init offline from the preloaded images, node Ready, a pod Running
-    findings = verify_image(chroot_gz, kubernetes=True, node_timeout=2400)
+    # (and a second copy of it joins the first as a worker, where the test pod runs)
+    findings = verify_image(chroot_gz, kubernetes=True, node_timeout=2400, join=True)
     assert not [f for f in findings if not f.ok], "\n".join(f"{f.name}: {f.detail}" for f in findings if not f.ok)
     assert {f.name for f in findings} >= {
         "sandbox image",
@@ -236,9 +237,13 @@ def test_offline_bare_metal_build_is_verified(
         "kubeadm init",
         "node Ready",
         "control-plane pods Running",
+        "second node joined",
+        "second node Ready",
+        "kube-proxy and CoreDNS Running",
         "test pod Running",
         "test pod deleted",
     }
+    assert "on node-check-2" in next(f.detail for f in findings if f.name == "test pod Running")
     with raw_view(chroot_gz, work_dir=tmp_path / "raw") as raw, mounted_root(raw) as root:
         assert (root / "usr/share" / PROBE_PACKAGE / "marker").is_file(), "the extra package is installed"
         # nothing the chroot run needed stays: policy-rc.d, Ansible's files, the host's resolv.conf
