@@ -215,8 +215,9 @@ def _cni_config(subnet: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-#: the guest's side, run once by cloud-init; every line it says goes to the serial console the host reads
-GUEST_SCRIPT = f"""#!/bin/sh
+#: how both guests' scripts begin: ``say`` reports a step on the serial console the host reads, ``journal`` shows
+#: the kubelet's and containerd's
+SCRIPT_HEAD = f"""#!/bin/sh
 out=/dev/ttyS0
 say() {{ echo "{MARK} $*" > $out; }}
 journal() {{
@@ -225,7 +226,10 @@ journal() {{
   say journal-end
 }}
 cd /root/node-check || exit 1
-export KUBECONFIG=/etc/kubernetes/admin.conf
+"""
+
+#: the first guest's side, run once by cloud-init: preloaded images, kubeadm init, the node Ready
+GUEST_SCRIPT = SCRIPT_HEAD + f"""export KUBECONFIG=/etc/kubernetes/admin.conf
 say started
 i=0
 until ctr version >/dev/null 2>&1; do
@@ -259,16 +263,7 @@ say ready
 
 
 #: the second node's side: wait for the first node's API server on the wire, then kubeadm join
-WORKER_SCRIPT = f"""#!/bin/sh
-out=/dev/ttyS0
-say() {{ echo "{MARK} $*" > $out; }}
-journal() {{
-  say journal-begin
-  journalctl -u containerd -u kubelet --no-pager -n 120 -o cat > $out 2>&1
-  say journal-end
-}}
-cd /root/node-check || exit 1
-say started
+WORKER_SCRIPT = SCRIPT_HEAD + f"""say started
 i=0
 until curl -ks --max-time 5 https://{WIRE_IPS[0]}:6443/healthz | grep -qx ok; do
   i=$((i + 1)); [ $i -lt 400 ] || {{ say api-unreachable; ip addr > $out; exit 1; }}; sleep 5
