@@ -229,7 +229,9 @@ cd /root/node-check || exit 1
 """
 
 #: the first guest's side, run once by cloud-init: preloaded images, kubeadm init, the node Ready
-GUEST_SCRIPT = SCRIPT_HEAD + f"""export KUBECONFIG=/etc/kubernetes/admin.conf
+GUEST_SCRIPT = (
+    SCRIPT_HEAD
+    + f"""export KUBECONFIG=/etc/kubernetes/admin.conf
 say started
 i=0
 until ctr version >/dev/null 2>&1; do
@@ -260,10 +262,13 @@ until kubectl get node {NODE_NAME} -o jsonpath="$ready" 2>/dev/null | grep -qx T
 done
 say ready
 """
+)
 
 
 #: the second node's side: wait for the first node's API server on the wire, then kubeadm join
-WORKER_SCRIPT = SCRIPT_HEAD + f"""say started
+WORKER_SCRIPT = (
+    SCRIPT_HEAD
+    + f"""say started
 i=0
 until curl -ks --max-time 5 https://{WIRE_IPS[0]}:6443/healthz | grep -qx ok; do
   i=$((i + 1)); [ $i -lt 400 ] || {{ say api-unreachable; ip addr > $out; exit 1; }}; sleep 5
@@ -278,6 +283,7 @@ else
   exit 1
 fi
 """
+)
 
 
 def _network_config(index: int) -> str:
