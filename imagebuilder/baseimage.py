@@ -177,10 +177,11 @@ def assemble_disk(
         disk.loop_device(raw, part.offset, part.length) as dev,
     ):
         _run("mkfs.vfat", "-F", "32", "-n", "ESP", esp_dev, log=log)
-        esp_uuid = _run("blkid", "-s", "UUID", "-o", "value", esp_dev).strip()
+        # -p: the device itself, never blkid's cache (which may still hold a reused loop device's last filesystem)
+        esp_uuid = _run("blkid", "-p", "-s", "UUID", "-o", "value", esp_dev).strip()
         # extlinux reads ext4 without the 64bit and metadata_csum_seed features
         _run("mkfs.ext4", "-q", "-F", "-L", "root", "-O", "^64bit,^metadata_csum_seed", dev, log=log)
-        uuid = _run("blkid", "-s", "UUID", "-o", "value", dev).strip()
+        uuid = _run("blkid", "-p", "-s", "UUID", "-o", "value", dev).strip()
         with disk.mounted(dev, raw.parent / "mnt", log=log) as root:
             populate(root, uuid)
             _install_efi_loader(root, uuid, esp_dev, esp_uuid, raw.parent, log)

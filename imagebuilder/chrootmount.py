@@ -49,7 +49,9 @@ def attached(raw: Path, mountpoint: Path, *, log: Say) -> Iterator[Path]:
         ids: dict[str, str] = {}
         for dev in devices.values():
             for key in ("UUID", "LABEL"):
-                value = subprocess.run(["blkid", "-s", key, "-o", "value", dev], capture_output=True, text=True)
+                # -p: probe the device itself. blkid's cache trusts an entry probed moments ago, and loop devices are
+                # reused at once (builds and tests in parallel): it named this device by the last one's label
+                value = subprocess.run(["blkid", "-p", "-s", key, "-o", "value", dev], capture_output=True, text=True)
                 if value.stdout.strip():
                     ids[f"{key}={value.stdout.strip()}"] = dev
         for source, where, fstype in _fstab_mounts(root):
