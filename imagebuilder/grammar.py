@@ -170,11 +170,14 @@ def domain_name(text: object) -> str:
     return name
 
 
-_URL_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*)?://)([^/\s:@]*):([^\s]*)@")
+#: ``scheme://user:password@``, also as a path spells it once normalised (``scheme:/user:password@``: pathlib and
+#: os.path fold the double slash of a URL given where a file was expected, and a message then quotes the path)
+_URL_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*)?:/{1,2})([^/\s:@]*):([^\s]*)@")
 
 
 def redact_urls_in(text: str) -> str:
-    """Every ``scheme://user:password@`` in a free text with its password replaced (for messages of any kind)."""
+    """Every ``scheme://user:password@`` in a free text with its password replaced (for messages of any kind), in
+    the folded form a path gives it too."""
     return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:********@", text)
 
 

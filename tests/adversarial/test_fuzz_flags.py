@@ -59,3 +59,11 @@ def test_any_flag_value_gets_an_answer_not_a_crash(tmp_path: Path, task: str, da
     # a secret typed as a plain value (what the redactor would not hide as a URL's password) is echoed as such
     typed_bare = any("fuzz-S3CRET" in redact_urls_in(a) for a in args)
     assert typed_bare or "fuzz-S3CRET" not in res.text, (args, res.text)
+
+
+@pytest.mark.parametrize("value", ["://:fuzz-S3CRET@", "https://user:fuzz-S3CRET@host/list.yaml"])
+def test_a_url_with_a_password_given_as_a_file_is_not_echoed(tmp_path: Path, value: str) -> None:
+    """Found by the fuzzer above: a path quoted in a message is normalised (``://`` folds to ``:/``), and the
+    password in it must still be hidden."""
+    res = cli("template.import", "--dry-run", "--from-file", value, env=ENV, cwd=tmp_path)
+    assert res.code == 2 and "fuzz-S3CRET" not in res.text, res.text
