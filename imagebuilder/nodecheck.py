@@ -78,18 +78,26 @@ def _ca_and_admin(work: Path) -> dict[str, bytes]:
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, True, False, False, True, True, False, False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+
+    def issue(subject: x509.Name, key: rsa.RSAPrivateKey, extension: x509.ExtensionType, critical: bool) -> Any:
+        """A certificate of ``key`` for ``subject``, signed by the CA's key, valid for the day of the check."""
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(extension, critical=critical)
+        )
+        if key is ca_key:
+            builder = builder.add_extension(
+                x509.KeyUsage(True, False, True, False, False, True, True, False, False), critical=True
+            )
+        return builder.sign(ca_key, hashes.SHA256())
+
+    ca = issue(ca_name, ca_key, x509.BasicConstraints(ca=True, path_length=None), True)
     admin_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     admin_name = x509.Name(
         [
@@ -97,17 +105,7 @@ def _ca_and_admin(work: Path) -> dict[str, bytes]:
             x509.NameAttribute(NameOID.COMMON_NAME, "image-builder-node-check"),
         ]
     )
-    admin = (
-        x509.CertificateBuilder()
-        .subject_name(admin_name)
-        .issuer_name(ca_name)
-        .public_key(admin_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    admin = issue(admin_name, admin_key, x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), False)
 
     def pem_key(key: rsa.RSAPrivateKey) -> bytes:
         return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
