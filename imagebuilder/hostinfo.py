@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: the preflight checks, by name (imagebuilder.preflight runs them; here so the CLI can name them cheaply)
-CHECKS = ("host-os", "arch", "disk", "cpus", "memory", "tools", "kvm", "ssh-rsa", "proxy")
+CHECKS = ("host-os", "arch", "disk", "cpus", "memory", "tools", "packer", "kvm", "ssh-rsa", "proxy")
 
 KVM_GET_API_VERSION = 0xAE00
 KVM_API_VERSION = 12

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from imagebuilder.catalog import load_catalog
 from imagebuilder.hostinfo import KvmStatus
-from imagebuilder.packer import EXTERNAL_ONLY, PackerInfo, RenderedBuild, fmt_check, render_build, validate
+from imagebuilder.packer import EXTERNAL_ONLY, RenderedBuild, fmt_check, render_build, validate
+from imagebuilder.packerplugins import PLUGINS, PackerInfo, prepare_plugins
 from imagebuilder.paths import config_dir
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
+from imagebuilder.progress import Say, silent
 
 #: linting renders without probing KVM (the accelerator does not change what Packer validates)
 LINT_KVM = KvmStatus(False, "not probed for linting")
@@ -51,10 +53,17 @@ def render_pair(os_name: str, provider: str, directory: Path, packer: PackerInfo
     return render_build(plan, directory, packer, kvm=LINT_KVM, require_artifacts=False)
 
 
-def lint_templates(workdir: Path, packer: PackerInfo | None = None) -> list[LintResult]:
+def lint_templates(
+    workdir: Path, packer: PackerInfo | None = None, *, plugins: Path | None = None, say: Say = silent
+) -> list[LintResult]:
+    """Render every pair and run ``packer validate`` and ``fmt -check`` on it. On Packer 1.7+ the plugins every
+    template requires are checked first and the missing ones installed from ``plugins`` (``--packer-plugins``),
+    else with ``packer init``: Packer validates a template only with its plugins."""
     packer = packer or PackerInfo.detect()
+    pairs = load_catalog().builds
+    prepare_plugins(packer, sorted(PLUGINS), binaries=plugins, say=say)
     results = []
-    for pair in load_catalog().builds:
+    for pair in pairs:
         os_name, provider = pair.os.name, pair.provider.name
         rendered = render_pair(os_name, provider, workdir / f"{os_name}-{provider}", packer)
         checked = validate(rendered, packer)

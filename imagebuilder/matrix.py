@@ -38,6 +38,7 @@ from imagebuilder.errors import ExternalError, ImageBuilderError, InputError
 from imagebuilder.files import atomic_write, parse_json, read_text, run_checked
 from imagebuilder.grammar import Redactor
 from imagebuilder.gzipdisk import Base, MemberStore, prime
+from imagebuilder.packerplugins import PluginCheck
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest
 from imagebuilder.planner import make_plan
@@ -263,6 +264,7 @@ def run_matrix(
     say: Say = silent,
     keep_on_error: bool = False,
     build: Callable[..., Any] | None = None,
+    plugins: PluginCheck | None = None,
 ) -> list[MatrixRow]:
     """Build every plan (OS layers first, once each), skipping outputs already built from the same inputs."""
     from imagebuilder.runner import run_build
@@ -285,7 +287,7 @@ def run_matrix(
         try:
             result = build(row.plan, customization=customization, os_layer=chosen.get(i), say=say,
                            inputs_sha256=inputs_digest(row.plan, customization),
-                           keep_on_error=keep_on_error)  # fmt: skip
+                           keep_on_error=keep_on_error, plugins=plugins)  # fmt: skip
             row.status, row.detail = "built", str(result.artifact or result.manifest)
         except ImageBuilderError as exc:
             row.status, row.detail = "failed", str(exc).splitlines()[0]

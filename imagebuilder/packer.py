@@ -15,20 +15,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from imagebuilder.catalog import load_catalog
 from imagebuilder.customize import Customization
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.errors import InputError
 from imagebuilder.files import atomic_write
 from imagebuilder.hostinfo import KvmStatus, kvm_status, ovmf_firmware, tool_search_path
+from imagebuilder.packerplugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
 from imagebuilder.plan import BuildPlan
+from imagebuilder.progress import Say, silent
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
 from imagebuilder.render import ROOT, template_env
@@ -40,44 +40,29 @@ def builder_for(plan: BuildPlan) -> str:
     return registry.get(plan.provider).builder_for(plan.config)
 
 
-#: plugins a Packer >= 1.7 template declares (built into Packer 1.6), by builder folder
-PLUGINS = {
-    "vsphere": [("vsphere", "github.com/hashicorp/vsphere", ">= 1.2.0")],
-    "qemu": [("qemu", "github.com/hashicorp/qemu", ">= 1.0.9")],
-    "amazon": [("amazon", "github.com/hashicorp/amazon", ">= 1.2.0")],
-    "nutanix": [("nutanix", "github.com/nutanix-cloud-native/nutanix", ">= 0.8.0")],
-}
-ANSIBLE_PLUGIN = ("ansible", "github.com/hashicorp/ansible", ">= 1.1.0")
-
 #: builders the installed Packer cannot load (a plugin not installable here): validated with -syntax-only
 EXTERNAL_ONLY = {"nutanix"}
 
 
-@dataclass(frozen=True)
-class PackerInfo:
-    path: str
-    version: tuple[int, int, int]
-
-    @property
-    def version_text(self) -> str:
-        return ".".join(map(str, self.version))
-
-    @property
-    def has_plugin_blocks(self) -> bool:
-        """``packer { required_plugins {...} }`` and ``packer init`` exist from Packer 1.7."""
-        return self.version >= (1, 7, 0)
-
-    @classmethod
-    def detect(cls, packer: str | None = None) -> PackerInfo:
-        path = packer or shutil.which("packer")
-        if not path:
-            raise ExternalError("packer is not installed", hint="run ./scripts/setup.sh (installs Debian's packer)")
-        proc = subprocess.run([path, "version"], capture_output=True, text=True, timeout=60, check=False)
-        match = re.search(r"v?(\d+)\.(\d+)\.(\d+)", proc.stdout)
-        if proc.returncode != 0 or not match:
-            raise ExternalError(f"cannot read the Packer version from '{path} version': {proc.stdout or proc.stderr}")
-        major, minor, patch = (int(g) for g in match.groups())
-        return cls(path, (major, minor, patch))
+def prepare_packer(
+    plans: Sequence[BuildPlan],
+    *,
+    packer: str | None = None,
+    plugins: Path | None = None,
+    install: bool = True,
+    say: Say = silent,
+) -> PluginCheck | None:
+    """The Packer that runs these plans (``--packer PATH``, else ``packer`` on PATH) and the plugins their templates
+    require, checked before anything starts; with ``install`` the missing ones are installed (``--packer-plugins
+    DIR``, else the mirror's copy, else ``packer init`` unless the build is offline). None when no plan runs
+    Packer (the chroot engine)."""
+    builders = sorted({builder_for(p) for p in plans if p.engine == "packer"})
+    if not builders:
+        return None
+    info = PackerInfo.detect(packer)
+    mirror = next((p.mirror for p in plans if p.mirror is not None), None)
+    offline = any(p.offline for p in plans)
+    return prepare_plugins(info, builders, binaries=plugins, mirror=mirror, offline=offline, install=install, say=say)
 
 
 @dataclass
@@ -167,7 +152,6 @@ def _context(
     key, public_key = pair.private, pair.public
     config = plan.config
     os_version = plan.os_version
-    plugins = [*PLUGINS[builder], ANSIBLE_PLUGIN]
     ctx: dict[str, Any] = {
         "plan": plan,
         "builder": builder,
@@ -195,7 +179,7 @@ def _context(
         "firmware": plan.firmware,
         "boot_command": list(os_version.boot_command_for(plan.firmware)),
         **(BUILDER_FIRMWARE[builder](plan) if builder in BUILDER_FIRMWARE else {}),
-        "required_plugins": plugins if packer.has_plugin_blocks else [],
+        "required_plugins": list(requirements_for([builder])) if packer.has_plugin_blocks else [],
         "secrets": [],
         "manifest_output": str(provider.packer_manifest_path(plan, directory)),
         "stages": (),

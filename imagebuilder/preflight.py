@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Literal
 
 from imagebuilder.catalog import BuildPair, load_catalog
-from imagebuilder.errors import ExternalError, InputError, did_you_mean
+from imagebuilder.errors import ExternalError, ImageBuilderError, InputError, did_you_mean
 from imagebuilder.hostconfig import load_host_config
 from imagebuilder.hostinfo import CHECKS, KvmStatus, kvm_status, machine, os_release, tool_version
+from imagebuilder.packerplugins import PackerInfo, PluginCheck, check_plugins, requirements_for
 from imagebuilder.paths import workspace_root
 from imagebuilder.progress import Say, silent
+from imagebuilder.providers import registry
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
@@ -40,9 +42,20 @@ class HostFacts:
     kvm: KvmStatus | None
     ssh_config: str
     env: dict[str, str] = field(default_factory=dict)
+    #: the Packer a build runs and its plugins' states, or why they could not be read
+    packer: PluginCheck | str | None = None
 
     @classmethod
-    def gather(cls, pair: BuildPair, *, home: Path | None = None, workspace: Path | None = None) -> HostFacts:
+    def gather(
+        cls,
+        pair: BuildPair,
+        *,
+        home: Path | None = None,
+        workspace: Path | None = None,
+        packer: str | None = None,
+        plugins: Path | None = None,
+        checked: PluginCheck | None = None,
+    ) -> HostFacts:
         cfg = load_host_config()
         qemu = pair.provider.name in cfg.qemu_providers
         tools = cfg.tools.all + (cfg.tools.qemu if qemu else [])
@@ -59,7 +72,19 @@ class HostFacts:
             kvm=kvm_status() if qemu else None,
             ssh_config=ssh_config.read_text() if ssh_config.is_file() else "",
             env={k: v for k in PROXY_VARS for v in [os.environ.get(k) or os.environ.get(k.lower())] if v},
+            packer=checked or _packer_facts(pair, packer, plugins),
         )
+
+
+def _packer_facts(pair: BuildPair, packer: str | None, plugins: Path | None) -> PluginCheck | str | None:
+    """The Packer and plugin states of the pair's builds (None: no Packer to ask; a str: why it could not)."""
+    if packer is None and shutil.which("packer") is None:
+        return None  # the tools check names the missing Packer
+    try:
+        info = PackerInfo.detect(packer)
+        return check_plugins(info, requirements_for(registry.get(pair.provider.name).builders()), binaries=plugins)
+    except ImageBuilderError as exc:
+        return str(exc).splitlines()[0]
 
 
 @dataclass(frozen=True)
@@ -178,6 +203,8 @@ def run_checks(
         )
     )
 
+    checks.append(check_packer(facts))
+
     if facts.kvm is None:
         checks.append(Check("kvm", "ok", f"not needed for {pair.provider.name} builds"))
     elif facts.kvm.usable:
@@ -213,6 +240,24 @@ def run_checks(
     return [Check(c.name, "skipped", c.detail) if c.name in skip else c for c in checks]
 
 
+def check_packer(facts: HostFacts) -> Check:
+    """Packer's version and each plugin its templates require: installed, to install, or missing (with the fix)."""
+    if facts.packer is None:
+        return Check("packer", "fail", "no packer on PATH", "run ./scripts/setup.sh, or pass --packer PATH")
+    if isinstance(facts.packer, str):
+        return Check("packer", "fail", facts.packer, "pass --packer PATH to a working Packer")
+    lines = facts.packer.lines()
+    detail = lines[0] + "".join(f"\n           {line.strip()}" for line in lines[1:])
+    missing = facts.packer.missing
+    if missing:
+        names = ", ".join(s.requirement.name for s in missing)
+        return Check("packer", "fail", detail, f"install {names} (packer init online, or --packer-plugins DIR offline)")
+    todo = [s for s in facts.packer.states if s.action in ("install from folder", "packer init")]
+    if todo:
+        return Check("packer", "warn", detail, "the build installs them first (see above)")
+    return Check("packer", "ok", detail)
+
+
 def failed(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.status == "fail"]
 
@@ -235,11 +280,17 @@ def require(
     skip: list[str] | tuple[str, ...] = (),
     min_disk_gb: int | None = None,
     say: Say = silent,
+    *,
+    packer: str | None = None,
+    plugins: Path | None = None,
+    checked: PluginCheck | None = None,
 ) -> list[Check]:
-    """The gate before a build: gather, check, report; :class:`ExternalError` when a check fails."""
+    """The gate before a build: gather, check, report; :class:`ExternalError` when a check fails. ``checked`` is
+    the build's own Packer check (:func:`imagebuilder.packer.prepare_packer`), for the plugins its template needs."""
     catalog = load_catalog()
     pair = catalog.build_pair(catalog.os(os_name), catalog.provider(hypervisor))
-    checks = run_checks(pair, HostFacts.gather(pair), skip=tuple(skip), min_disk_gb=min_disk_gb)
+    facts = HostFacts.gather(pair, packer=packer, plugins=plugins, checked=checked)
+    checks = run_checks(pair, facts, skip=tuple(skip), min_disk_gb=min_disk_gb)
     say(format_checks(checks))
     bad = failed(checks)
     if bad:

@@ -33,14 +33,15 @@ from imagebuilder.grammar import Redactor
 from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_version
 from imagebuilder.outputs import sharing
 from imagebuilder.packer import (
-    PackerInfo,
     RenderedBuild,
     builder_for,
     check_buildable,
     effective_customization,
     packer_env,
+    prepare_packer,
     render_build,
 )
+from imagebuilder.packerplugins import PackerInfo, PluginCheck
 from imagebuilder.plan import BuildPlan
 from imagebuilder.progress import Say, follow, silent
 from imagebuilder.providers import registry
@@ -92,6 +93,7 @@ def _tool_versions(packer: PackerInfo | None) -> dict[str, str | None]:
     return {
         "image-builder": __version__,
         "packer": packer.version_text if packer else None,
+        "packer_path": packer.path if packer else None,
         "ansible": tool_version("ansible-playbook"),
         "qemu": tool_version("qemu-system-x86_64"),
         "zlib": zlib.ZLIB_RUNTIME_VERSION,
@@ -108,12 +110,14 @@ def run_build(
     say: Say = silent,
     os_layer: OsLayer | None = None,
     inputs_sha256: str | None = None,
+    plugins: PluginCheck | None = None,
 ) -> BuildResult:
     """Execute ``plan``, saying each step as it starts (the progress protocol). Raises :class:`ExternalError` with
     the log's path when something outside us fails. ``customization`` (``build --customize``) adds the customize
     role; its secrets reach Ansible through Packer's environment only and are redacted from the log. ``os_layer``
     (chroot engine, from ``build.matrix``) is a cached OS layer of this plan: the build runs only its Kubernetes
-    part on a copy of it."""
+    part on a copy of it. ``plugins`` is the Packer and plugin check the caller made (:func:`prepare_packer`); without
+    it the build makes its own, with ``packer`` (default: ``packer`` on PATH), before anything else starts."""
     check_buildable(plan)  # bad input fails here, before anything is written
     if os_layer is not None and plan.engine != "chroot":
         raise InputError("an OS layer is provisioned by the chroot engine only", field="--engine", expected="chroot")
@@ -121,7 +125,9 @@ def run_build(
         check_engine()
         packer = None
     else:
-        packer = packer or PackerInfo.detect()
+        plugins = plugins or prepare_packer([plan], packer=packer.path if packer else None, say=say)
+        assert plugins is not None
+        packer = plugins.packer
     out_dir = plan.output_path.parent if plan.output_path else Path("output").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
@@ -200,6 +206,7 @@ def run_build(
         "finished": finished.isoformat(),
         "plan": plan.to_json(),
         "tools": _tool_versions(packer),
+        "packer_plugins": [s.to_json() for s in plugins.states] if plugins and packer else [],
         "engine": plan.engine,
         "os_layer": os_layer.image.name if os_layer else None,
         "inputs_sha256": inputs_sha256 or inputs_digest(plan, customization),

@@ -43,6 +43,9 @@ HELP = {
     "firmware": "bios or efi (UEFI: ubuntu on baremetal, where it is the default, and vsphere; redhat on baremetal)",
     "engine": "packer (default: a VM), chroot (a build from a source image, provisioned without a VM) or auto"
     " (chroot for such a build when KVM is unusable here)",
+    "packer": "the packer binary to run (default: packer on PATH); 1.6.6, 1.9.4 and 1.16.0 are tested",
+    "packer_plugins": "folder of Packer plugin binaries (packer-plugin-<name>) to install missing plugins from, for"
+    " air-gapped sites (default: the mirror's copy, else 'packer init'); Packer 1.7+",
     "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
 }
 
@@ -125,9 +128,12 @@ def build(
     eksa_release: str | None = None,
     firmware: str | None = None,
     engine: str | None = None,
+    packer: str | None = None,
+    packer_plugins: str | None = None,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     from imagebuilder.customize import load_customization
+    from imagebuilder.packer import prepare_packer
     from imagebuilder.planner import make_plan
     from imagebuilder.preflight import require
     from imagebuilder.runner import check_source_image, run_build
@@ -157,6 +163,9 @@ def build(
             engine=engine,
         )
     )
+    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
+    # Packer and its plugins, before anything starts: a missing plugin exits 2 here, offline included
+    tools = prepare_packer([plan], packer=packer, plugins=plugin_dir, install=not dry_run, say=print)
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
     checked = check_source_image(plan) if dry_run else None
     if dry_run and plan.engine == "chroot":
@@ -165,9 +174,12 @@ def build(
         check_engine()  # root, the tools, Ansible's chroot connection: what the real run checks first
     if output == "json":
         summary = customization.summary() if customization else None
-        print_json({"dry_run": dry_run, **plan.to_json(), "source_image_check": checked, "customization": summary})
+        print_json({"dry_run": dry_run, **plan.to_json(), "source_image_check": checked, "customization": summary,
+                    "packer": tools.to_json() if tools else None})  # fmt: skip
     else:
         print(plan.render_text())
+        if tools:
+            print("\n".join(tools.lines()))
         if checked:
             print(f"source image: {checked}")
         if customization:
@@ -176,9 +188,11 @@ def build(
                   f"packages {c_['packages'] or 'none'}")  # fmt: skip
     if dry_run:
         return
-    require(plan.os, plan.provider, skip_check or [], min_disk, say=print)
+    # the chroot engine runs no Packer; a Packer build's plugins were checked (and installed) above
+    skips = [*(skip_check or []), *(["packer"] if tools is None else [])]
+    require(plan.os, plan.provider, skips, min_disk, say=print, checked=tools)
     with status_line(f"building {plan.output_name}") as say:
-        result = run_build(plan, keep_on_error=keep_on_error, customization=customization, say=say)
+        result = run_build(plan, keep_on_error=keep_on_error, customization=customization, say=say, plugins=tools)
     if result.artifact:
         print(f"image:    {result.artifact}\nsha256:   {result.sha256}")
     print(f"manifest: {result.manifest}\nlog:      {result.log}")
@@ -240,6 +254,8 @@ def matrix(
     emit_file: str | None = None,
     runs_on: str | None = None,
     dry_run: bool = False,
+    packer: str | None = None,
+    packer_plugins: str | None = None,
 ) -> None:
     """Build many images at once: every pair and channel, one OS layer per OS shared by its channels."""
     from pathlib import Path
@@ -295,6 +311,12 @@ def matrix(
         else:
             print(text, end="")
         return
+    from imagebuilder.packer import prepare_packer
+
+    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
+    tools = prepare_packer(plans, packer=packer, plugins=plugin_dir, install=not dry_run, say=print)
+    if tools:
+        print("\n".join(tools.lines()))
     if dry_run:
         if any(p.engine == "chroot" for p in plans):
             from imagebuilder.chrootbuild import check_engine
@@ -308,7 +330,7 @@ def matrix(
     cache = Path(layer_cache).resolve() if layer_cache else None
     with status_line("matrix") as say:
         rows = run_matrix(plans, customization=customization, jobs=n_jobs, force=force, layer_cache=cache,
-                          layer_only=layer_only, say=say, keep_on_error=keep_on_error)  # fmt: skip
+                          layer_only=layer_only, say=say, keep_on_error=keep_on_error, plugins=tools)  # fmt: skip
     print_matrix(rows)
     failed = [r.plan.output_name for r in rows if r.status == "failed"]
     if failed:

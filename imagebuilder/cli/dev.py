@@ -18,12 +18,24 @@ BIN = Path(sys.executable).parent
 HEAVY_MARKERS = ("root", "netns", "qemu", "vcsim", "slow")
 
 
-@task(auto_shortflags=False)
+@task(
+    help={
+        "packer": "the packer binary that validates the templates (default: packer on PATH)",
+        "packer_plugins": "folder of Packer plugin binaries to install missing plugins from (Packer 1.7+; default:"
+        " 'packer init')",
+    },
+    auto_shortflags=False,
+)
 @cli_task
-def lint(c: Context) -> None:
+def lint(c: Context, packer: str | None = None, packer_plugins: str | None = None) -> None:
     """Static checks: ruff, mypy, ansible-lint (in a checkout), and all seven pairs rendered, packer validate'd and
     fmt-checked (anywhere: an installed package checks the templates it ships)."""
+    from imagebuilder.cli import flags
     from imagebuilder.lint import lint_templates
+    from imagebuilder.packerplugins import PackerInfo
+
+    info = PackerInfo.detect(packer)
+    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
 
     root = paths.checkout_root()
     if root is None:
@@ -39,7 +51,8 @@ def lint(c: Context) -> None:
                 hint="their output is above; 'ruff format .' fixes formatting",
             )
     with tempfile.TemporaryDirectory(prefix="image-builder-lint-") as tmp:
-        results = lint_templates(Path(tmp))
+        results = lint_templates(Path(tmp), info, plugins=plugin_dir, say=print)
+        print(f"packer {info.version_text} ({info.path})")
         for r in results:
             mode = "validate -syntax-only" if r.syntax_only else "validate"
             status = "ok" if r.ok else "FAILED"

@@ -18,6 +18,8 @@ from imagebuilder.cli._common import cli_task, transfer_bars
         "release_manifest": "mirror this manifest (URL) instead of the channel's",
         "source": "read from this mirror (directory or URL) instead of upstream",
         "dry_run": "read the manifest and list what would be downloaded; write nothing",
+        "packer_plugins": "also copy the Packer plugin binaries in this folder into the mirror (packer-plugins/), where"
+        " builds from the mirror find them",
     },
     auto_shortflags=False,
 )
@@ -29,18 +31,27 @@ def create(
     release_manifest: str = "",
     source: str = "",
     dry_run: bool = False,
+    packer_plugins: str = "",
 ) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
     from imagebuilder.catalog import load_catalog
+    from imagebuilder.errors import InputError
     from imagebuilder.fetch import Mirror
     from imagebuilder.mirror import create_mirror, file_sha256, mirror_items
+    from imagebuilder.packerplugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
     from imagebuilder.release_manifest import load_manifest
 
     channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-21 to 1-35"))
     out = flags.dest_dir(dest, "--dest")
     url = flags.url_or_file(release_manifest, "--release-manifest") if release_manifest else channel.manifest_url
     src = Mirror.parse(source, "--source") if source else None
+    plugins = plugin_binaries(flags.existing_dir(packer_plugins, "--packer-plugins")) if packer_plugins else {}
+    if packer_plugins and not plugins:
+        raise InputError(f"{packer_plugins} holds no Packer plugin binaries", field="--packer-plugins",
+                         expected="a folder of packer-plugin-<name> binaries")  # fmt: skip
     if dry_run:
+        for kind, plugin in sorted(plugins.items()):
+            print(f"{'would copy':<15} {out / MIRROR_FOLDER / plugin.path.name}  ({kind} {plugin.version})")
         manifest = load_manifest(url, src)
         target = Mirror(str(out.resolve()))
         for item_url, sha in mirror_items(manifest):
@@ -50,8 +61,11 @@ def create(
         return
     with transfer_bars() as transfers:
         manifest, items = create_mirror(url, out, source=src, transfers=transfers)
+    copied = copy_plugins(plugins, out) if plugins else []
     for item in items:
         print(f"{item.status:<10} {item.size:>12} {item.path}")
+    for plugin in copied:
+        print(f"{'plugin':<10} {plugin.path.stat().st_size:>12} {plugin.path}  ({plugin.type} {plugin.version})")
     fetched = sum(1 for i in items if i.status == "downloaded")
     print(f"mirror of {manifest.name} in {dest}: {len(items)} artifacts ({fetched} downloaded, all sha256-verified)")
     print(f"use it: image-builder build ... --mirror {dest}")

@@ -16,15 +16,24 @@ from imagebuilder.hostinfo import CHECKS
         "hypervisor": "provider: vsphere, cloudstack, nutanix, baremetal or ami (or the spec's kind names)",
         "skip_check": f"skip this check (repeatable): {', '.join(CHECKS)}",
         "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
+        "packer": "the packer binary builds run (default: packer on PATH): its version and plugins are shown",
+        "packer_plugins": "folder of Packer plugin binaries a build would install missing plugins from",
     },
     iterable=["skip_check"],
     auto_shortflags=False,
 )
 @cli_task
 def preflight(
-    c: Context, os: str = "", hypervisor: str = "", skip_check: list[str] | None = None, min_disk_gb: str | None = None
+    c: Context,
+    os: str = "",
+    hypervisor: str = "",
+    skip_check: list[str] | None = None,
+    min_disk_gb: str | None = None,
+    packer: str | None = None,
+    packer_plugins: str | None = None,
 ) -> None:
-    """Check this host before a build: OS, arch, disk, CPUs, memory, tools, /dev/kvm, SSH config, proxy."""
+    """Check this host before a build: OS, arch, disk, CPUs, memory, tools, Packer and its plugins, /dev/kvm, SSH
+    config, proxy."""
     flags.required(os, "--os", "ubuntu or redhat")
     flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
     from imagebuilder.preflight import require
@@ -35,4 +44,6 @@ def preflight(
         skip_check or [],
         flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None,
         say=print,
+        packer=packer,
+        plugins=flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None,
     )

@@ -57,6 +57,10 @@ class Provider:
         """The Packer builder folder for this config (vSphere builds a local OVA with QEMU)."""
         return self.builder
 
+    def builders(self) -> tuple[str, ...]:
+        """Every Packer builder folder a build of this provider may render (what ``preflight`` checks plugins for)."""
+        return (self.builder,)
+
     def steps(self, plan: BuildPlan) -> list[str]:
         """What the build does between rendering and the checksum, in order (shown by ``build --dry-run``)."""
         raise NotImplementedError

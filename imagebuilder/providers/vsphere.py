@@ -115,6 +115,9 @@ class Vsphere(Provider):
     def builder_for(self, config: ProviderConfig | None) -> str:
         return "qemu" if isinstance(config, VsphereConfig) and config.is_local else self.builder
 
+    def builders(self) -> tuple[str, ...]:
+        return (self.builder, "qemu")  # vCenter, or the local OVA
+
     def steps(self, plan: BuildPlan) -> list[str]:
         config, name = self._config(plan), plan.output_name
         node = node_step(plan.kubernetes_version) + ", open-vm-tools, VMware guestinfo datasource"

@@ -1,0 +1,337 @@
+"""Packer 1.9 and 1.16 (built from their release sources) and their plugins: the version constraint grammar, where
+Packer keeps plugins, the check before a build (a missing plugin is exit 2 before anything starts, offline
+included), offline installation from --packer-plugins and from a mirror, preflight's report, and every pair
+validated and fmt-checked on both Packers with the newest and with the floor plugin versions. The real builds on
+them are in tests/test_e2e_packers.py."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from imagebuilder.errors import InputError, InputErrors
+from imagebuilder.fetch import Mirror
+from imagebuilder.lint import lint_templates
+from imagebuilder.packerplugins import (
+    PLUGINS,
+    Constraint,
+    PackerInfo,
+    Requirement,
+    Version,
+    check_plugins,
+    installed_plugins,
+    mirror_index,
+    plugin_binaries,
+    plugin_folder,
+    prepare_plugins,
+    requirements_for,
+)
+from tests.support import packers
+from tests.support.common import run
+
+# --- the constraint grammar (hashicorp/go-version, as required_plugins uses it) -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("constraint", "version", "allowed"),
+    [
+        (">= 1.0.9", "1.0.9", True),
+        (">= 1.0.9", "1.0.8", False),
+        (">= 1.0.9", "v1.1.4", True),
+        ("~> 1.1", "1.9.0", True),
+        ("~> 1.1", "2.0.0", False),
+        ("~> 1.1.2", "1.1.9", True),
+        ("~> 1.1.2", "1.2.0", False),
+        ("~> 1.1.2", "1.1.1", False),
+        (">= 1.2, < 2", "1.9.9", True),
+        (">= 1.2, < 2", "2.0.0", False),
+        ("= 1.0.3", "1.0.3", True),
+        ("1.0.3", "1.0.4", False),
+        ("!= 1.0.3", "1.0.4", True),
+        (">= 1.0.0", "1.1.0-dev", False),  # a pre-release meets only a constraint that names one
+        (">= 1.1.0-dev", "1.1.0-dev", True),
+    ],
+)
+def test_constraints_hold_as_packer_checks_them(constraint: str, version: str, allowed: bool) -> None:
+    assert Constraint.parse(constraint).allows(Version.parse(version)) is allowed
+
+
+@pytest.mark.parametrize("text", ["", ">=", "1.x", ">= 1.0.0 || 2", "=> 1.0", "~> ", "1.0.0.0", "v", ">= -1"])
+def test_malformed_constraints_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not a version"):
+        Constraint.parse(text)
+
+
+numbers = st.tuples(st.integers(0, 30), st.integers(0, 30), st.integers(0, 30))
+
+
+@given(numbers, numbers)
+def test_a_floor_admits_exactly_what_is_not_lower(floor: tuple[int, int, int], version: tuple[int, int, int]) -> None:
+    text = ".".join(map(str, version))
+    assert Constraint.parse(">= " + ".".join(map(str, floor))).allows(Version.parse(text)) is (version >= floor)
+    assert Constraint.parse("< " + ".".join(map(str, floor))).allows(Version.parse(text)) is (version < floor)
+
+
+@given(numbers, numbers)
+def test_pessimistic_constraints_pin_all_but_the_last_number(
+    bound: tuple[int, int, int], version: tuple[int, int, int]
+) -> None:
+    v = Version.parse(".".join(map(str, version)))
+    three = Constraint.parse("~> " + ".".join(map(str, bound)))
+    assert three.allows(v) is (version >= bound and version[:2] == bound[:2])
+    two = Constraint.parse(f"~> {bound[0]}.{bound[1]}")
+    assert two.allows(v) is (version >= (bound[0], bound[1], 0) and version[0] == bound[0])
+
+
+@given(st.text(max_size=60))
+def test_any_text_parses_or_is_refused_as_a_version(text: str) -> None:
+    try:
+        Constraint.parse(text)
+    except ValueError as exc:
+        assert "not a version" in str(exc) or "empty" in str(exc)
+
+
+def test_every_requirement_has_a_floor_and_the_catalog_builders() -> None:
+    for req in requirements_for(PLUGINS):
+        assert req.constraint.floor is not None and str(req.constraint) == req.version
+    assert [r.name for r in requirements_for(["qemu"])] == ["qemu", "ansible"]
+
+
+# --- where Packer keeps its plugins (as hashicorp/packer-plugin-sdk's pathing finds its folder) ----------------
+
+P19 = PackerInfo("/p/packer-1.9.4", (1, 9, 4))
+P116 = PackerInfo("/p/packer-1.16.0", (1, 16, 0))
+
+
+def test_plugin_folder_follows_packers_own_rules(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    assert plugin_folder(P116, {"HOME": str(home)}) == home / ".config/packer/plugins"
+    assert plugin_folder(P116, {"HOME": str(home), "XDG_CONFIG_HOME": "/x"}) == Path("/x/packer/plugins")
+    assert plugin_folder(P116, {"HOME": str(home), "PACKER_CONFIG_DIR": "/c"}) == Path("/c/.packer.d/plugins")
+    assert plugin_folder(P116, {"HOME": str(home), "PACKER_PLUGIN_PATH": "/pp"}) == Path("/pp")
+    (home / ".packer.d").mkdir()  # an old config folder wins over XDG
+    assert plugin_folder(P116, {"HOME": str(home), "XDG_CONFIG_HOME": "/x"}) == home / ".packer.d/plugins"
+    # Packer 1.9 installs into the last folder of a list; 1.10+ refuses a list
+    assert plugin_folder(P19, {"HOME": str(home), "PACKER_PLUGIN_PATH": "/a:/b"}) == Path("/b")
+    with pytest.raises(InputError, match=r"PACKER_PLUGIN_PATH: Packer 1\.16\.0 takes one folder"):
+        plugin_folder(P116, {"HOME": str(home), "PACKER_PLUGIN_PATH": "/a:/b"})
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        {"qemu": {"file": "../../etc/passwd", "source": "github.com/hashicorp/qemu", "sha256": "a" * 64}},
+        {"qemu": {"file": "packer-plugin-qemu", "source": "github.com/hashicorp/qemu", "sha256": "nothex"}},
+        {"../x": {"file": "packer-plugin-../x", "source": "s", "sha256": "a" * 64}},
+        {"qemu": "packer-plugin-qemu"},
+        ["packer-plugin-qemu"],
+    ],
+)
+def test_a_hostile_mirror_index_is_refused(index: object) -> None:
+    with pytest.raises(InputError, match=r"index\.json"):
+        mirror_index(json.dumps(index), "index.json")
+
+
+# --- with the real Packers -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=packers.MODERN)
+def modern(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PackerInfo:
+    """A modern Packer with an empty plugin folder of its own (PACKER_PLUGIN_PATH, as a site may set it)."""
+    monkeypatch.setenv("PACKER_PLUGIN_PATH", str(tmp_path / "plugins"))
+    return PackerInfo.detect(str(packers.packer(request.param)))
+
+
+def test_the_version_is_read_from_the_binary(modern: PackerInfo) -> None:
+    assert modern.version_text in packers.MODERN and modern.has_plugin_blocks
+
+
+def test_a_missing_plugin_offline_exits_2_before_anything_starts(modern: PackerInfo, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = run("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-34", "--offline",
+              "--packer", modern.path, "--output-dir", str(out), "--dry-run")  # fmt: skip
+    assert res.code == 2, res.out + res.err
+    for needed in ("Packer plugin qemu (github.com/hashicorp/qemu) offline", "needs >= 1.0.9", "installed in",
+                   "Packer plugin ansible", "--packer-plugins"):  # fmt: skip
+        assert needed in res.err, res.err
+    fix = "packer plugins install --path packer-plugin-qemu github.com/hashicorp/qemu"
+    assert (fix in res.err) is modern.installs_from_path
+    assert not out.exists() and not (tmp_path / "plugins").exists(), "nothing created"
+    # the real run stops at the same place, before preflight, a download or a VM
+    real = run("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-34", "--offline",
+               "--packer", modern.path, "--output-dir", str(out))  # fmt: skip
+    assert real.code == 2 and "Packer plugin qemu" in real.err and "[ok  ]" not in real.out
+    assert not out.exists()
+
+
+def test_a_plugin_below_the_constraint_names_what_was_found(modern: PackerInfo) -> None:
+    newest = packers.newest_plugins()
+    prepare_plugins(modern, ["qemu"], binaries=newest)
+    too_new = Requirement("qemu", "github.com/hashicorp/qemu", ">= 99.0")
+    check = check_plugins(modern, [too_new], binaries=newest, offline=True)
+    with pytest.raises(InputError) as err:
+        check.raise_missing()
+    text = str(err.value)
+    assert "needs >= 99.0" in text and "installed in" in text and ": 1.1.4" in text, text
+    assert f"{newest}/packer-plugin-qemu is 1.1.4" in text
+
+
+def test_plugins_install_offline_and_a_rerun_installs_nothing(modern: PackerInfo, tmp_path: Path) -> None:
+    newest = packers.newest_plugins()
+    said: list[str] = []
+    check = prepare_plugins(modern, ["qemu", "vsphere"], binaries=newest, say=said.append)
+    assert {s.requirement.name: s.action for s in check.states} == dict.fromkeys(("qemu", "vsphere", "ansible"),
+                                                                                  "installed")  # fmt: skip
+    assert len([s for s in said if s.startswith("installing Packer plugin")]) == 3
+    # Packer itself lists them, from the folder it uses, with their _SHA256SUM files
+    listed = {i.source: i for i in installed_plugins(modern)}
+    assert {str(listed[r.source].version) for r in requirements_for(["qemu"])} == {"1.1.4", "1.1.6"}
+    assert all(i.path.is_relative_to(tmp_path / "plugins") for i in listed.values())
+    assert all(Path(f"{i.path}_SHA256SUM").is_file() for i in listed.values())
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "plugins").rglob("*")}
+    said.clear()
+    again = prepare_plugins(modern, ["qemu", "vsphere"], binaries=newest, say=said.append)
+    assert not said and {s.action for s in again.states} == {"installed"}
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "plugins").rglob("*")} == before
+
+
+def test_not_a_plugin_in_the_folder_is_refused(modern: PackerInfo, tmp_path: Path) -> None:
+    folder = tmp_path / "bins"
+    folder.mkdir()
+    fake = folder / "packer-plugin-qemu"
+    fake.write_text("#!/bin/sh\necho not a plugin\n")
+    fake.chmod(0o755)
+    with pytest.raises(InputError, match="is not a Packer plugin"):
+        prepare_plugins(modern, ["qemu"], binaries=folder)
+    assert not (tmp_path / "plugins").exists()
+
+
+@pytest.mark.parametrize("plugins", ["newest", "floor"])
+def test_every_pair_validates_and_is_formatted(modern: PackerInfo, plugins: str, tmp_path: Path) -> None:
+    """Each pair rendered, ``packer validate`` (full, plugins loaded: nutanix too) and ``fmt -check``, with the
+    newest plugin releases and with exactly the floor versions the templates' required_plugins name."""
+    folder = packers.newest_plugins() if plugins == "newest" else packers.floor_plugins()
+    results = lint_templates(tmp_path / "work", modern, plugins=folder)
+    assert len(results) == 7 and not [r for r in results if r.syntax_only]
+    failed = [f"{r.os}+{r.provider}: {r.output}" for r in results if not r.ok]
+    assert not failed, "\n".join(failed)
+    versions = {i.source: str(i.version) for i in installed_plugins(modern)}
+    if plugins == "floor":  # the floors themselves were loaded, not something newer
+        assert versions == {r.source: str(r.constraint.floor) for r in requirements_for(PLUGINS)}
+    else:
+        assert versions == {
+            r.source: str(v.version) for r in requirements_for(PLUGINS) for v in [plugin_binaries(folder)[r.type]]
+        }
+
+
+def test_preflight_shows_packer_and_each_plugin(modern: PackerInfo, tmp_path: Path) -> None:
+    newest = packers.newest_plugins()
+    preflight = ("preflight", "--os", "ubuntu", "--hypervisor", "baremetal", "--packer", modern.path, "--skip-check",
+                 "disk")  # fmt: skip
+    online = run(*preflight)
+    head = f"packer {modern.version_text} ({modern.path}), plugins in {tmp_path / 'plugins'}"
+    assert f"[WARN] packer   {head}" in online.out, online.out
+    assert "qemu: not installed (found: none); 'packer init' will install github.com/hashicorp/qemu >= 1.0.9" in (
+        online.out
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    offline = run(*preflight, "--packer-plugins", str(empty))
+    assert f"[FAIL] packer   {head}" in offline.out, offline.out
+    assert "qemu: MISSING, needs github.com/hashicorp/qemu >= 1.0.9, installed: none" in offline.out
+    assert offline.code == 1 and "preflight failed: packer" in offline.err
+    res = run(*preflight, "--packer-plugins", str(newest))
+    assert f"qemu: will install 1.1.4 from {newest}/packer-plugin-qemu" in res.out, res.out
+    assert "[WARN] packer" in res.out
+    prepare_plugins(modern, ["qemu"], binaries=newest)
+    res = run(*preflight)
+    assert "[ok  ] packer" in res.out and "qemu 1.1.4 installed" in res.out and "ansible 1.1.6 installed" in res.out
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A folder served over HTTP on 127.0.0.1 (a mirror as a site serves it)."""
+    root = tmp_path / "served"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_mirror_carries_the_plugins(modern: PackerInfo, tmp_path: Path, served: tuple[Path, str]) -> None:
+    """mirror.create --packer-plugins copies them beside the release; a build from that mirror, as a folder or
+    served over HTTP, finds them there with no --packer-plugins."""
+    from imagebuilder.catalog import load_catalog
+    from imagebuilder.standin import make_standin_release
+
+    upstream = tmp_path / "upstream"
+    make_standin_release(upstream, load_catalog().channel("1-24"))
+    root, url = served
+    newest = packers.newest_plugins()
+    dry = run("mirror.create", "--release-channel", "1-24", "--source", str(upstream), "--dest", str(root),
+              "--packer-plugins", str(newest), "--dry-run")  # fmt: skip
+    assert dry.code == 0 and dry.out.count("would copy") == 6 and not (root / "packer-plugins").exists()
+    made = run("mirror.create", "--release-channel", "1-24", "--source", str(upstream), "--dest", str(root),
+               "--packer-plugins", str(newest))  # fmt: skip
+    assert made.code == 0, made.err
+    assert "plugin" in made.out and (root / "packer-plugins" / "index.json").is_file()
+    index = json.loads((root / "packer-plugins" / "index.json").read_text())
+    assert index["qemu"]["version"] == "1.1.4" and index["qemu"]["source"] == "github.com/hashicorp/qemu"
+    build = ("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--packer",
+             modern.path, "--dry-run")  # fmt: skip
+    local = run(*build, "--mirror", str(root))
+    assert local.code == 0, local.err
+    assert f"qemu: will install 1.1.4 from {root}/packer-plugins/packer-plugin-qemu" in local.out, local.out
+    remote = run(*build, "--mirror", url, "--output", "json")
+    assert remote.code == 0, remote.err
+    states = {p["name"]: p for p in json.loads(remote.out)["packer"]["plugins"]}
+    assert states["qemu"]["action"] == "install from folder" and states["ansible"]["constraint"] == ">= 1.0.3"
+    # the real install from the served mirror: each binary downloaded and checked against the index first
+    check = prepare_plugins(modern, ["qemu"], mirror=Mirror.parse(url))
+    assert {str(s.chosen) for s in check.states} == {"1.1.4", "1.1.6"}
+    # a tampered binary at the mirror is refused, and nothing of it is installed
+    (root / "packer-plugins" / "packer-plugin-vsphere").write_bytes(b"#!/bin/sh\n")
+    with pytest.raises(InputError, match="does not match the index"):
+        prepare_plugins(modern, ["vsphere"], mirror=Mirror.parse(str(root)))
+    assert "github.com/hashicorp/vsphere" not in {i.source for i in installed_plugins(modern)}
+
+
+def test_the_plan_and_matrix_name_the_packer(modern: PackerInfo, tmp_path: Path) -> None:
+    newest = packers.newest_plugins()
+    res = run("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-34", "--offline",
+              "--packer", modern.path, "--packer-plugins", str(newest), "--dry-run", "--output", "json")  # fmt: skip
+    assert res.code == 0, res.err
+    plan = json.loads(res.out)
+    assert plan["packer"]["version"] == modern.version_text and plan["packer"]["path"] == modern.path
+    assert {p["name"] for p in plan["packer"]["plugins"]} == {"qemu", "ansible"}
+    assert not (tmp_path / "plugins").exists(), "a dry run installs nothing"
+    matrix = run("build.matrix", "--pairs", "ubuntu:baremetal,ubuntu:ami", "--release-channel", "1-34",
+                 "--offline", "--packer", modern.path, "--packer-plugins", str(newest), "--dry-run",
+                 "--ami-config", str(Path("config/examples/ami-ubuntu.json").resolve()))  # fmt: skip
+    assert matrix.code == 0, matrix.err
+    assert f"packer {modern.version_text}" in matrix.out and "amazon: will install 1.8.2" in matrix.out
+
+
+def test_errors_name_every_missing_plugin_at_once(modern: PackerInfo) -> None:
+    check = check_plugins(modern, requirements_for(["vsphere"]), offline=True)
+    with pytest.raises(InputErrors) as err:
+        check.raise_missing()
+    assert [e.detail.split(" (")[0] for e in err.value.errors] == ["Packer plugin vsphere", "Packer plugin ansible"]
