@@ -4,7 +4,8 @@ network namespace that has nothing but loopback (with the reference tool's build
 APT repository, the public sources disabled, a file from files.json; and build --customize), the same build by the
 chroot engine, compared by image.diff, a node brought up on it (image.verify --kubernetes: kubeadm init, node
 Ready, a pod Running), then image.customize on its output and image.verify. The local OVA (on the stand-in
-release) is in tests/test_e2e_ova.py. Slow by nature (QEMU; TCG where KVM cannot run guests)."""
+release) and the builds on Packer 1.9 and 1.16 are in tests/test_e2e_packers.py. Slow by nature (QEMU; TCG where
+KVM cannot run guests)."""
 
 from __future__ import annotations
 

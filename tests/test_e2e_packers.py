@@ -1,12 +1,22 @@
-"""Real builds on the Packers users run, 1.9.4 and 1.16.0 (built from their release sources with their real
-plugins), offline in a network namespace with nothing but loopback: the bare-metal build (``--engine packer``: the
-qemu and ansible plugins) and the local OVA, the plugins installed from ``--packer-plugins`` into the user's own
-plugin folder, image.verify on each output (checks on disk and a boot to a login prompt), and image.diff against
-Debian's Packer 1.6.6 output of the same inputs (tests/test_e2e_ova.py keeps 1.6.6's own OVA run)."""
+"""Local OVAs and bare-metal images built offline for real on every Packer users run, inside a network namespace with
+nothing but loopback, from image.base's image and the mirror:
+
+- Debian's Packer 1.6.6 (plugins built in): the local OVA, its OVF and manifest checked, image.verify (testinfra on
+  the mounted image, then a boot to a login prompt), then imported into vcsim as a tagged template that
+  template.validate accepts (its bare-metal build is tests/test_e2e_offline.py's);
+- Packer 1.9.4 and 1.16.0, built from their release sources with their real plugins: the bare-metal build
+  (``--engine packer``: the qemu and ansible plugins) and the local OVA, the plugins installed offline from
+  ``--packer-plugins`` into the user's own plugin folder, image.verify on each, and image.diff of each OVA against
+  1.6.6's (the same inputs: no unexpected difference between the Packer generations).
+
+Apart from the bare-metal source-release build (tests/test_e2e_offline.py) so that a parallel run builds both at
+once."""
 
 from __future__ import annotations
 
 import json
+import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,71 +24,106 @@ import pytest
 from imagebuilder.imagediff import diff_images
 from imagebuilder.verify import verify_image
 from tests.support import packers
-from tests.support.offline import build, in_ns
+from tests.support.common import ArgvWatcher, run
+from tests.support.offline import build, in_ns, scan_for
+from tests.support.vcsim import Vcsim
 
 pytestmark = pytest.mark.timeout(3600)
+SECRET = "vc-Pa55-never-logged-7731"
 NAME = "ubuntu-v1.24.8-eks-5-amd64"
 
 
 def _config(path: Path, base_image: tuple[Path, str]) -> Path:
+    """A local OVA or bare-metal config: a source image and no vCenter; the unused password must never show up."""
     image, digest = base_image
-    path.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}"}))
+    path.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}",
+                                "password": SECRET}))  # fmt: skip
     return path
 
 
+@dataclass(frozen=True)
+class LegacyOva:
+    ova: Path
+    out: Path
+    output: str
+    argv: frozenset[str]
+
+
 @pytest.fixture(scope="module")
-def legacy(offline_ns: str, home: Path, base_image: tuple[Path, str], mirror: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Path:  # fmt: skip
-    """The bare-metal image of the same inputs built by Debian's Packer 1.6.6 (plugins built in)."""
+def legacy_ova(offline_ns: str, home: Path, base_image: tuple[Path, str], mirror: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> LegacyOva:  # fmt: skip
+    """The local OVA built by Debian's Packer 1.6.6 (the mirror directory), with every child's argv watched."""
     work = tmp_path_factory.mktemp("legacy")
-    config = _config(work / "baremetal.json", base_image)
-    res = build(offline_ns, home, "baremetal", config, mirror, work / "out", "--engine", "packer")
+    out = work / "out"
+    with ArgvWatcher() as argv:
+        res = build(offline_ns, home, "vsphere", _config(work / "vsphere.json", base_image), mirror, out)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    manifest = json.loads((work / "out" / f"{NAME}.build-manifest.json").read_text())
+    return LegacyOva(out / f"{NAME}.ova", out, res.stdout + res.stderr, frozenset(argv.seen))
+
+
+def test_offline_local_ova_is_valid_and_verified(legacy_ova: LegacyOva, home: Path, vcsim: Vcsim) -> None:
+    ova = legacy_ova.ova
+    manifest = json.loads((legacy_ova.out / f"{NAME}.build-manifest.json").read_text())
     assert manifest["tools"]["packer"] == "1.6.6"
     assert {p["action"] for p in manifest["packer_plugins"]} == {"not needed"}, "built into Packer 1.6"
-    return work / "out" / f"{NAME}.gz"
+    with tarfile.open(ova) as tar:
+        names = tar.getnames()
+        assert names[0].endswith(".ovf") and names[1].endswith(".mf") and names[2].endswith(".vmdk")
+        ovf = tar.extractfile(names[0]).read().decode()  # type: ignore[union-attr]
+        mf = tar.extractfile(names[1]).read().decode()  # type: ignore[union-attr]
+    assert 'ovf:capacity="4294967296"' in ovf and "streamOptimized" in ovf
+    assert f"SHA256({names[0]})=" in mf and f"SHA256({names[2]})=" in mf
+    findings = verify_image(ova)
+    assert not [f for f in findings if not f.ok], findings
+    assert SECRET not in legacy_ova.output
+    assert not scan_for(SECRET, legacy_ova.out, home / "work"), "a secret leaked into a file"
+    assert not [c for c in legacy_ova.argv if SECRET in c], "a secret was in a child's argv"
+    # the built OVA becomes a tagged template on vCenter (vcsim) and passes template validation
+    imported = run("template.import", "--ova", str(ova), "--os", "ubuntu", "--kubernetes", "1.24", env=vcsim.env)
+    assert imported.code == 0, imported.err
+    path = "/DC0/vm/Templates/ubuntu-kubernetes-1-24-eks-5"
+    valid = run("template.validate", "--template", path, "--os", "ubuntu", "--kubernetes", "1.24", env=vcsim.env)
+    assert valid.code == 0, valid.err
 
 
 @pytest.mark.parametrize("version", packers.MODERN)
 def test_a_modern_packer_builds_and_verifies_both_images(
-    version: str, offline_ns: str, home: Path, base_image: tuple[Path, str], mirror: Path, legacy: Path,
+    version: str, offline_ns: str, home: Path, base_image: tuple[Path, str], mirror: Path, legacy_ova: LegacyOva,
     tmp_path: Path,
 ) -> None:  # fmt: skip
     packer = packers.packer(version)
     plugins = packers.newest_plugins()
-    # the user's own plugin folder (Packer's default under HOME), empty: the build installs into it, offline
+    # the user's own plugin folder (Packer's default under HOME): the first build installs into it, offline
     user_plugins = home / ".config/packer/plugins"
-    with_packer = ("--engine", "packer", "--packer", str(packer), "--packer-plugins", str(plugins))
+    for old in user_plugins.rglob("packer-plugin-*") if user_plugins.exists() else ():
+        old.unlink()  # the other Packer's run installed them: this one installs its own way (1.9 layout, 1.16 CLI)
     out = tmp_path / "out"
     res = build(offline_ns, home, "baremetal", _config(tmp_path / "baremetal.json", base_image), mirror, out,
-                *with_packer)  # fmt: skip
+                "--engine", "packer", "--packer", str(packer), "--packer-plugins", str(plugins))  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert (
+        "installing Packer plugin qemu 1.1.4" in res.stdout and "installing Packer plugin ansible 1.1.6" in res.stdout
+    )
     manifest = json.loads((out / f"{NAME}.build-manifest.json").read_text())
     assert manifest["tools"]["packer"] == version and manifest["tools"]["packer_path"] == str(packer)
-    used = {p["name"]: p["version"] for p in manifest["packer_plugins"]}
-    assert used == {"qemu": "1.1.4", "ansible": "1.1.6"}
-    assert list(user_plugins.glob("github.com/hashicorp/*/packer-plugin-*_SHA256SUM"))
+    assert {p["name"]: p["version"] for p in manifest["packer_plugins"]} == {"qemu": "1.1.4", "ansible": "1.1.6"}
+    assert len(list(user_plugins.glob("github.com/hashicorp/*/packer-plugin-*_SHA256SUM"))) == 2
     gz = out / f"{NAME}.gz"
     findings = verify_image(gz)
     assert not [f for f in findings if not f.ok], findings
-    # Packer's generation changes nothing a node sees
-    report = diff_images(legacy, gz, work_dir=tmp_path / "diff")
-    assert not report.unexpected, "\n".join(map(str, report.unexpected))
 
-    # the local OVA (vSphere without vCenter) on the same Packer; its plugins are installed already
+    # the local OVA on the same Packer: its plugins are installed already, so the build finds them (no flag)
     ova_out = tmp_path / "ova"
     res = build(offline_ns, home, "vsphere", _config(tmp_path / "vsphere.json", base_image), mirror, ova_out,
                 "--packer", str(packer))  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "installing Packer plugin" not in res.stdout, "installed once, found on the next build"
+    assert "installing Packer plugin" not in res.stdout and "qemu 1.1.4 installed" in res.stdout
     ova = ova_out / f"{NAME}.ova"
     findings = verify_image(ova)
     assert not [f for f in findings if not f.ok], findings
-
-
-def test_the_user_plugin_folder_is_packers_default(offline_ns: str, home: Path) -> None:
-    """What the builds above installed is where Packer itself looks, with no PACKER_PLUGIN_PATH set."""
-    packer = packers.packer(packers.MODERN[-1])
-    res = in_ns(offline_ns, str(packer), "plugins", "installed", home=home, env={"CHECKPOINT_DISABLE": "1"})
-    assert res.returncode == 0 and str(home / ".config/packer/plugins/github.com/hashicorp/qemu") in res.stdout
+    # Packer's generation changes nothing a node sees: the same inputs as 1.6.6's OVA
+    report = diff_images(legacy_ova.ova, ova, work_dir=tmp_path / "diff")
+    assert not report.unexpected, "\n".join(map(str, report.unexpected))
+    # Packer itself lists what the builds installed, from its default folder (no PACKER_PLUGIN_PATH)
+    listed = in_ns(offline_ns, str(packer), "plugins", "installed", home=home, env={"CHECKPOINT_DISABLE": "1"})
+    assert listed.returncode == 0 and str(user_plugins / "github.com/hashicorp/qemu") in listed.stdout

@@ -10,6 +10,7 @@ import pytest
 from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import InputError
 from imagebuilder.hostinfo import KvmStatus, kvm_status
+from imagebuilder.packerplugins import PackerInfo, PluginCheck, PluginState, Version, requirements_for
 from imagebuilder.preflight import CHECKS, GIB, HostFacts, mask_url, run_checks
 from tests.support.common import run
 
@@ -28,11 +29,37 @@ GOOD = HostFacts(
     tools={"packer": "Packer v1.9.4", "ansible-playbook": "2.15", "ssh-keygen": "/usr/bin/ssh-keygen"},
     kvm=KvmStatus(True, "usable"),
     ssh_config="Host *\nHostKeyAlgorithms +ssh-rsa\nPubkeyAcceptedKeyTypes +ssh-rsa\n",
+    packer=PluginCheck(
+        PackerInfo("/usr/bin/packer", (1, 9, 4)),
+        Path("/root/.config/packer/plugins"),
+        (
+            PluginState(requirements_for(["qemu"])[0], "installed", (Version.parse("1.1.4"),)),
+            PluginState(requirements_for(["qemu"])[1], "installed", (Version.parse("1.1.6"),)),
+        ),
+    ),
 )
 
 
 def by_name(checks: list) -> dict:  # type: ignore[type-arg]
     return {c.name: c for c in checks}
+
+
+def test_the_packer_check_shows_each_plugin_and_fails_on_a_missing_one() -> None:
+    assert GOOD.packer is not None and not isinstance(GOOD.packer, str)
+    ok = by_name(run_checks(UBUNTU_BM, GOOD))["packer"]
+    assert ok.status == "ok" and "packer 1.9.4 (/usr/bin/packer)" in ok.detail and "qemu 1.1.4 installed" in ok.detail
+    qemu, ansible = requirements_for(["qemu"])
+    missing = dataclasses.replace(GOOD.packer, states=(PluginState(qemu, "missing", (Version.parse("1.0.5"),)),
+                                                      PluginState(ansible, "packer init")))  # fmt: skip
+    check = by_name(run_checks(UBUNTU_BM, dataclasses.replace(GOOD, packer=missing)))["packer"]
+    assert check.status == "fail" and "qemu: MISSING, needs github.com/hashicorp/qemu >= 1.0.9, installed: 1.0.5" in (
+        check.detail
+    )
+    assert "install qemu" in (check.fix or "") and "'packer init' will install" in check.detail
+    pending = dataclasses.replace(GOOD.packer, states=(PluginState(ansible, "packer init"),))
+    assert by_name(run_checks(UBUNTU_BM, dataclasses.replace(GOOD, packer=pending)))["packer"].status == "warn"
+    broken = by_name(run_checks(UBUNTU_BM, dataclasses.replace(GOOD, packer="'x version' printed nothing")))
+    assert broken["packer"].status == "fail" and "--packer PATH" in (broken["packer"].fix or "")
 
 
 def test_a_good_host_passes_every_check() -> None:
