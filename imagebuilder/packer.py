@@ -24,6 +24,7 @@ from typing import Any
 from imagebuilder.catalog import load_catalog
 from imagebuilder.customize import Customization
 from imagebuilder.errors import InputError
+from imagebuilder.fetch import Mirror
 from imagebuilder.files import atomic_write
 from imagebuilder.hostinfo import KvmStatus, kvm_status, ovmf_firmware, tool_search_path
 from imagebuilder.packerplugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
@@ -59,9 +60,25 @@ def prepare_packer(
     builders = sorted({builder_for(p) for p in plans if p.engine == "packer"})
     if not builders:
         return None
-    info = PackerInfo.detect(packer)
     mirror = next((p.mirror for p in plans if p.mirror is not None), None)
     offline = any(p.offline for p in plans)
+    return packer_check(builders, packer=packer, plugins=plugins, mirror=mirror, offline=offline, install=install,
+                        say=say)  # fmt: skip
+
+
+def packer_check(
+    builders: Sequence[str],
+    *,
+    packer: str | None = None,
+    plugins: Path | None = None,
+    mirror: Mirror | None = None,
+    offline: bool = False,
+    install: bool = True,
+    say: Say = silent,
+) -> PluginCheck:
+    """:func:`prepare_packer` for the builder folders themselves (what ``build`` knows before the plan is
+    complete: see :func:`imagebuilder.planner.make_plan`'s ``before_fetch``)."""
+    info = PackerInfo.detect(packer)
     return prepare_plugins(info, builders, binaries=plugins, mirror=mirror, offline=offline, install=install, say=say)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from imagebuilder.catalog import ReleaseChannel, load_catalog
@@ -168,8 +169,14 @@ def _load_manifest_for(
     return manifest, ManifestState(manifest.source, True)
 
 
-def make_plan(request: BuildRequest) -> BuildPlan:
-    """Resolve and validate every input of a build; raises :class:`InputError` (exit 2) on any bad input."""
+#: what a caller checks once the plan's Packer builder is known and before the release manifest is fetched: the
+#: builder folder, the mirror and whether the build is offline (``build`` checks Packer's plugins there)
+BeforeFetch = Callable[[str, Mirror | None, bool], None]
+
+
+def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None) -> BuildPlan:
+    """Resolve and validate every input of a build; raises :class:`InputError` (exit 2) on any bad input.
+    ``before_fetch`` runs for a Packer build once its builder is known, before anything is downloaded."""
     catalog = load_catalog()
     missing = [
         flag
@@ -231,6 +238,12 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     # a build without a config file (ubuntu on bare metal) may still bring --files-config
     source = Path(config_path) if config_path else (files_config or Path("."))
     extras = (extras_config or BuildExtras()).customization(os_.name, source, files_config)
+    disk_gb = catalog.build_vm["disk_gb"] if request.disk_gb is None else request.disk_gb
+    if not 4 <= disk_gb <= 2048:
+        raise InputError(f"{disk_gb} GiB is not a usable disk size", field="--disk-gb", expected="4 to 2048")
+    engine, engine_reason = choose_engine(request.engine, provider.name, config)
+    if before_fetch is not None and engine == "packer":
+        before_fetch(registry.get(provider.name).builder_for(config), mirror, request.offline)
     if request.eksa_release:
         if request.release_manifest:
             raise InputError(
@@ -257,10 +270,6 @@ def make_plan(request: BuildRequest) -> BuildPlan:
     local = registry.get(provider.name).local_artifact
     output_path = Path(request.output_dir).resolve() / name if local else None
     ws = workspace_root()
-    disk_gb = catalog.build_vm["disk_gb"] if request.disk_gb is None else request.disk_gb
-    if not 4 <= disk_gb <= 2048:
-        raise InputError(f"{disk_gb} GiB is not a usable disk size", field="--disk-gb", expected="4 to 2048")
-    engine, engine_reason = choose_engine(request.engine, provider.name, config)
     plan = BuildPlan(
         pair=pair,
         os_version=os_version,

@@ -34,10 +34,11 @@ NAME = "ubuntu-v1.24.8-eks-5-amd64"
 
 
 def _config(path: Path, base_image: tuple[Path, str]) -> Path:
-    """A local OVA or bare-metal config: a source image and no vCenter; the unused password must never show up."""
+    """A bare-metal or local OVA config: a source image (and for the OVA no vCenter, and a password that is not
+    used and must never show up anywhere)."""
     image, digest = base_image
-    path.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}",
-                                "password": SECRET}))  # fmt: skip
+    config = {"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}"}
+    path.write_text(json.dumps({**config, "password": SECRET} if path.name == "vsphere.json" else config))
     return path
 
 

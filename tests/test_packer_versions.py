@@ -171,6 +171,14 @@ def test_a_missing_plugin_offline_exits_2_before_anything_starts(modern: PackerI
                "--packer", modern.path, "--output-dir", str(out))  # fmt: skip
     assert real.code == 2 and "Packer plugin qemu" in real.err and "[ok  ]" not in real.out
     assert not out.exists()
+    # online, with a folder that lacks them: still before the release manifest is fetched (a download)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    online = run("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-34",
+                 "--release-manifest", "http://127.0.0.1:9/never-fetched.yaml", "--packer", modern.path,
+                 "--packer-plugins", str(empty), "--output-dir", str(out))  # fmt: skip
+    assert online.code == 2 and f"no packer-plugin-qemu in {empty}" in online.err, online.err
+    assert "never-fetched" not in online.err and not out.exists()
 
 
 def test_a_plugin_below_the_constraint_names_what_was_found(modern: PackerInfo) -> None:

@@ -133,7 +133,9 @@ def build(
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     from imagebuilder.customize import load_customization
-    from imagebuilder.packer import prepare_packer
+    from imagebuilder.fetch import Mirror
+    from imagebuilder.packer import packer_check
+    from imagebuilder.packerplugins import PluginCheck
     from imagebuilder.planner import make_plan
     from imagebuilder.preflight import require
     from imagebuilder.runner import check_source_image, run_build
@@ -142,7 +144,16 @@ def build(
     customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     flags.dest_dir(output_dir, "--output-dir")
+    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
     given = _config_flags(locals())
+    packer_checks: list[PluginCheck] = []
+
+    def packer_first(builder: str, mirror: Mirror | None, offline: bool) -> None:
+        # Packer and its plugins, once the builder is known and before anything is downloaded: a missing plugin
+        # exits 2 here, offline included; the real run installs what it can
+        packer_checks.append(packer_check([builder], packer=packer, plugins=plugin_dir, mirror=mirror, offline=offline,
+                                    install=not dry_run, say=print))  # fmt: skip
+
     plan = make_plan(
         _request(
             given,
@@ -161,11 +172,10 @@ def build(
             ansible_verbosity=ansible_verbosity,
             firmware=firmware,
             engine=engine,
-        )
+        ),
+        before_fetch=packer_first,
     )
-    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    # Packer and its plugins, before anything starts: a missing plugin exits 2 here, offline included
-    tools = prepare_packer([plan], packer=packer, plugins=plugin_dir, install=not dry_run, say=print)
+    tools = packer_checks[0] if packer_checks else None
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
     checked = check_source_image(plan) if dry_run else None
     if dry_run and plan.engine == "chroot":
