@@ -13,15 +13,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from imagebuilder.errors import InputError, InputErrors, did_you_mean
 
 
 class StrictModel(BaseModel):
-    """Base of every model a file is validated against: an unknown key is an error, a loaded value never changes."""
+    """Base of every model a file is validated against: an unknown key is an error, a loaded value never changes,
+    and an optional field given as an empty (or blank) string is not set, as the reference tool reads its files:
+    ``""`` is its "unset" (a required field given empty is still refused, naming it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_unset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            k: v
+            for k, v in data.items()
+            if not (isinstance(v, str) and not v.strip() and k in fields and not fields[k].is_required())
+        }
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -582,10 +582,27 @@ def load_provider_config(model: type[ProviderConfig], path: str | Path, ctx: Con
     return validate_provider_config(model, raw, ctx)
 
 
+def drop_empty(data: dict[str, Any], required: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """Remove the fields whose value is an empty (or blank) string, as the reference tool reads them: it hands every
+    config value to Packer as a variable whose default is ``""``, so ``""`` means "not set" (its documented vSphere
+    file carries ``"template": ""``: build from the ISO). ``required`` fields stay, to be refused as empty. Returns
+    the names removed, so a rule that then finds one missing can say it was given empty."""
+    empty = {k for k, v in data.items() if isinstance(v, str) and not v.strip() and k not in required}
+    for key in empty:
+        del data[key]
+    return empty
+
+
 def validate_provider_config(model: type[ProviderConfig], raw: dict[str, Any], ctx: ConfigContext) -> ProviderConfig:
     data, given_as, problems = canonical_keys(raw, model)
+    emptied = drop_empty(data, {k for k, f in model.model_fields.items() if f.is_required()})
     model.fill_defaults(data, ctx)
-    problems += model.cross_check(data, ctx)
+    problems += [
+        Problem(p.field, "is empty, and it is required here", p.expected)
+        if p.field in emptied and p.message.startswith("required")
+        else p
+        for p in model.cross_check(data, ctx)
+    ]
     config: ProviderConfig | None = None
     try:
         config = model.model_validate(data, context={"ctx": ctx})

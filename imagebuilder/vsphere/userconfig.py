@@ -111,6 +111,8 @@ def load_user_config(path: str | Path) -> UserConfig:
 
     def text(key: str, default: str | None, expected: str) -> str:
         value = spec.get(key, default)
+        if isinstance(value, str) and not value.strip() and default is not None:
+            value = default  # an optional field given empty is not set (the reference tool's files do that)
         if value is None:
             problem(f"spec.{key}", "required field is missing", expected)
             return ""
@@ -120,9 +122,10 @@ def load_user_config(path: str | Path) -> UserConfig:
         return value.strip()
 
     username = text("username", load_profile().product.short_name, "the SSO user name")
+    group = text("group", vu.group, "the SSO group name")
     name_rule = "letters, digits and . _ - (no '@', spaces or other punctuation)"
-    for key, value in (("username", username), ("group", spec.get("group"))):
-        if isinstance(value, str) and value and not SSO_NAME.fullmatch(value.strip()):
+    for key, value in (("username", username), ("group", group)):
+        if value and not SSO_NAME.fullmatch(value):
             problem(f"spec.{key}", f"{value[:60]!r} is not an SSO name", name_rule)
     if len(username) > MAX_USERNAME:
         problem(
@@ -130,7 +133,6 @@ def load_user_config(path: str | Path) -> UserConfig:
             f"is {len(username)} characters long",
             f"at most {MAX_USERNAME} (it cannot be changed later)",
         )
-    group = text("group", vu.group, "the SSO group name")
     global_role = text("globalRole", vu.global_role, "a role name")
     user_role = text("userRole", vu.user_role, "a role name")
     admin_role = text("adminRole", vu.admin_role, "a role name")
