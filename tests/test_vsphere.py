@@ -594,3 +594,37 @@ def test_corrupt_ova_is_refused_and_leaves_no_item(vcsim: Vcsim, small_ovas: dic
     files = vcsim.govc("library.info", "-l", "/eksa-templates/ubuntu-kubernetes-1-24-eks-5/*")
     for suffix in (".ovf", ".mf", "-disk1.vmdk"):  # unpacked into the content library's OVF layout
         assert suffix in files
+
+
+@pytest.mark.parametrize(
+    ("key", "path", "found"),
+    [
+        ("folders", f"/{DC}/vm/DC0_H0_VM0", "VirtualMachine"),
+        ("templates", f"/{DC}/vm/DC0_H0_VM1", "VirtualMachine"),
+        ("networks", f"/{DC}/network/DVS0", "DistributedVirtualSwitch"),
+        ("datastores", f"/{DC}/datastore/not-a-datastore", "Folder"),
+        ("resourcePools", f"/{DC}/host/DC0_C0/DC0_C0_H0", "HostSystem"),
+    ],
+)
+def test_an_object_of_the_wrong_kind_is_refused(tmp_path: Path, vcsim: Vcsim, key: str, path: str,
+                                                 found: str) -> None:  # fmt: skip
+    """Each object list names objects of one kind: a VM listed as a folder (it would get the admin role) and the
+    like are refused on the dry run and the real run alike, naming the path, the kind found and the kind expected,
+    and nothing is changed."""
+    if key == "datastores":
+        vcsim.govc("folder.create", path)  # a folder in the datastore folder: the right place, the wrong kind
+    objects = {
+        "networks": [f"/{DC}/network/VM Network"],
+        "datastores": [f"/{DC}/datastore/LocalDS_0"],
+        "resourcePools": [f"/{DC}/host/DC0_C0"],
+        "folders": [f"/{DC}/vm/eksa"],
+        "templates": [TEMPLATES],
+    }
+    objects[key] = [*objects[key], path]
+    user = user_yaml(tmp_path, vcsim, objects=objects)
+    for args in (("--dry-run",), ()):
+        code, out, err = setup_user(vcsim, user, "--password", "env:NEW_PW", *args)
+        assert code == 2, out + err
+        assert f"spec.objects.{key}[1]: {path} is a {found} on vCenter (expected a " in err, err
+        assert str(user) in err and "Traceback" not in err
+    assert "EKSAUserRole" not in roles(vcsim), "nothing was changed"

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.errors import ExternalError, InputError, InputErrors
 from imagebuilder.paths import config_dir
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.session import VSphere
@@ -155,6 +155,7 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
     folders = list(dict.fromkeys(cfg.folders + cfg.templates))
     entities = {p: inventory.find(vs, p) for p in [*folders, *cfg.networks, *cfg.datastores, *cfg.resource_pools]}
     entities["/"] = vs.content.rootFolder
+    _check_kinds(cfg, entities)
     for path in folders:
         if entities[path] is None:
             plan.add("+", f"create folder {path}", lambda path=path: inventory.ensure_folder(vs, path))
@@ -199,6 +200,41 @@ def plan_setup_user(vs: VSphere, cfg: UserConfig, password: str | None, force: b
                 f"not {role_name} (--force overwrites)",
             )
     return plan
+
+
+#: user.yaml's object lists -> the vSphere types each may name (a resource pool may be given as its cluster or host)
+OBJECT_KINDS: dict[str, tuple[str, ...]] = {
+    "folders": ("Folder",),
+    "templates": ("Folder",),
+    "networks": ("Network",),  # a standard port group, a distributed port group, an opaque network
+    "datastores": ("Datastore", "StoragePod"),
+    "resourcePools": ("ResourcePool", "ComputeResource"),  # a cluster (its Resources), a vApp
+}
+
+
+def _check_kinds(cfg: UserConfig, entities: dict[str, Any]) -> None:
+    """Every object user.yaml lists is of the kind its list names (a VM listed as a folder would get the admin role
+    granted on it): one exit 2 naming each path, the kind found and the kind expected. Only vCenter knows the kind,
+    so this runs on the dry run's plan too."""
+    from pyVmomi import vim
+
+    lists = {"folders": cfg.folders, "templates": cfg.templates, "networks": cfg.networks,
+             "datastores": cfg.datastores, "resourcePools": cfg.resource_pools}  # fmt: skip
+    problems = []
+    for key, paths in lists.items():
+        kinds = OBJECT_KINDS[key]
+        for i, path in enumerate(paths):
+            entity = entities.get(path)
+            if entity is None or any(isinstance(entity, getattr(vim, k)) for k in kinds):
+                continue
+            found = type(entity).__name__.rsplit(".", 1)[-1]
+            problems.append(InputError(f"{path} is a {found} on vCenter", source=cfg.source,
+                                       field=f"spec.objects.{key}[{i}]",
+                                       expected=f"a {' or '.join(kinds)}"))  # fmt: skip
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise InputErrors(problems)
 
 
 def _diff(missing: set[str], extra: set[str]) -> str:
