@@ -16,7 +16,6 @@ from typing import Any, Literal, TypeVar
 from imagebuilder.errors import InputError, did_you_mean
 from imagebuilder.files import load_yaml_mapping
 from imagebuilder.paths import config_dir
-from imagebuilder.profile import load_profile
 
 ConfigNeed = Literal["required", "optional"]
 Firmware = Literal["bios", "efi"]
@@ -177,10 +176,14 @@ class ReleaseChannel:
 
     @property
     def manifest_url(self) -> str:
+        from imagebuilder.profile import load_profile  # pydantic: imported when a manifest is named, not at start-up
+
         return load_profile().manifest_url(self.name, self.release)
 
     @property
     def release_name(self) -> str:
+        from imagebuilder.profile import load_profile
+
         return load_profile().release_name(self.name, self.release)
 
 

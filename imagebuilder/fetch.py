@@ -7,8 +7,9 @@ Three shapes of read, one HTTP stack (urllib3, with the environment's proxies), 
   transform applied (lz4 -> gzip for the bare-metal image), a dropped connection resumed with an HTTP ``Range``
   request, and only a verified result renamed into place (python-tuf's ``download_target`` writes, re-reads and
   copies: three passes over gigabytes; this is one);
-- :class:`TufFetcher` -- python-tuf's ``FetcherInterface`` over the same stack, so TUF metadata travels the way
-  every other download does.
+- :class:`imagebuilder.tuffetch.TufFetcher` -- python-tuf's ``FetcherInterface`` over the same stack (``_get``),
+  so TUF metadata travels the way every other download does; apart, so that only OS-1 downloads import python-tuf
+  (and the signers it pulls in).
 
 A location is an ``http(s)://`` URL, a ``file://`` URL or a path. A mirror (:class:`Mirror`) maps upstream URLs to
 a directory or a base URL, keeping their paths. A missing local document is bad input (exit 2); an unreachable
@@ -22,14 +23,10 @@ import hashlib
 import os
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlsplit
-
-from tuf.api import exceptions as tuf_exceptions
-from tuf.ngclient.fetcher import FetcherInterface
 
 from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
@@ -317,27 +314,3 @@ def _fetch_from(state: _State, timeout: float) -> None:
             state.feed(chunk)
     finally:
         _done(res)
-
-
-# --- python-tuf ------------------------------------------------------------------------------------------------
-
-
-class TufFetcher(FetcherInterface):
-    """python-tuf's network interface over this module's HTTP stack (proxies, timeouts, one connection pool)."""
-
-    def __init__(self, timeout: float = 30.0) -> None:
-        self.timeout = timeout
-
-    def _fetch(self, url: str) -> Iterator[bytes]:
-        res = _get(url, timeout=self.timeout)
-        if res.status != 200:
-            _done(res)
-            raise tuf_exceptions.DownloadHTTPError(f"HTTP {res.status} for {url}", res.status)
-        return self._chunks(res)
-
-    @staticmethod
-    def _chunks(res: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
-        try:
-            yield from res.stream(CHUNK)
-        finally:
-            _done(res)

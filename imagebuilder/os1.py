@@ -19,12 +19,13 @@ from urllib.parse import quote
 from imagebuilder import fetch, grammar
 from imagebuilder import progress as _progress
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.fetch import Expected, TufFetcher
+from imagebuilder.fetch import Expected
 from imagebuilder.paths import workspace_root
 from imagebuilder.profile import load_profile
 from imagebuilder.progress import Transfers
 from imagebuilder.safepath import safe_join
 from imagebuilder.stream import Copy, Lz4ToGzip, Transform
+from imagebuilder.tuffetch import TufFetcher
 
 VARIANTS = ("vsphere", "baremetal")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from invoke.context import Context
 from invoke.tasks import task
@@ -10,7 +10,9 @@ from invoke.tasks import task
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json, status_line
 from imagebuilder.errors import InputError
-from imagebuilder.plan import BuildRequest
+
+if TYPE_CHECKING:
+    from imagebuilder.plan import BuildRequest
 
 HELP = {
     "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
@@ -72,12 +74,20 @@ def _request(
     import os as os_env
 
     from imagebuilder.catalog import load_catalog
+
+    catalog = load_catalog()
+    # the names first: a mistyped --os is answered before anything heavy is imported (the start-up benchmark)
+    for value, lookup in ((fields.get("os"), catalog.os), (fields.get("hypervisor"), catalog.provider),
+                          (fields.get("release_channel"), catalog.channel)):  # fmt: skip
+        if value:
+            lookup(value)
+
+    from imagebuilder.plan import BuildRequest
     from imagebuilder.productrelease import check_version, env_name
 
     env_release = os_env.environ.get(env_name()) or None  # the reference tool's variable; the flag wins
     if env_release:
         check_version(env_release, env_name())
-    catalog = load_catalog()
     configs: dict[str, str] = {}
     for key, path in given.items():
         if path:
@@ -132,6 +142,30 @@ def build(
     packer_plugins: str | None = None,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
+    flags.choice(output, "--output", ("text", "json"))
+    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
+    flags.dest_dir(output_dir, "--output-dir")
+    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
+    given = _config_flags(locals())
+    request = _request(
+        given,
+        os=os,
+        hypervisor=hypervisor,
+        release_channel=release_channel,
+        os_version=os_version,
+        release_manifest=release_manifest,
+        mirror=mirror,
+        name=name,
+        output_dir=output_dir,
+        offline=offline,
+        disk_gb=disk_gb,
+        files_config=files_config,
+        eksa_release=eksa_release,
+        ansible_verbosity=ansible_verbosity,
+        firmware=firmware,
+        engine=engine,
+    )
+    # imported once the flags are known good: a mistyped flag is answered without them
     from imagebuilder.customize import load_customization
     from imagebuilder.fetch import Mirror
     from imagebuilder.packer import packer_check
@@ -140,12 +174,7 @@ def build(
     from imagebuilder.preflight import require
     from imagebuilder.runner import check_source_image, run_build
 
-    flags.choice(output, "--output", ("text", "json"))
     customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
-    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
-    flags.dest_dir(output_dir, "--output-dir")
-    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    given = _config_flags(locals())
     packer_checks: list[PluginCheck] = []
 
     def packer_first(builder: str, mirror: Mirror | None, offline: bool) -> None:
@@ -155,24 +184,7 @@ def build(
                                     install=not dry_run, say=print))  # fmt: skip
 
     plan = make_plan(
-        _request(
-            given,
-            os=os,
-            hypervisor=hypervisor,
-            release_channel=release_channel,
-            os_version=os_version,
-            release_manifest=release_manifest,
-            mirror=mirror,
-            name=name,
-            output_dir=output_dir,
-            offline=offline,
-            disk_gb=disk_gb,
-            files_config=files_config,
-            eksa_release=eksa_release,
-            ansible_verbosity=ansible_verbosity,
-            firmware=firmware,
-            engine=engine,
-        ),
+        request,
         before_fetch=packer_first,
     )
     tools = packer_checks[0] if packer_checks else None
