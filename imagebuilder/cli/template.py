@@ -54,6 +54,10 @@ def import_ova(
     thumbprint: str = "",
 ) -> None:
     """Import OVAs as tagged templates: library, deploy (thin, off), OS-1 disk resize, snapshot, template, tags."""
+    tgt = _vsphere.target(server, insecure, thumbprint)
+    if not from_file:  # the flags first: a mistyped one is answered before the vSphere modules load
+        flags.url_or_file(flags.required(ova, "--ova", "a local OVA path or an http(s) URL"), "--ova")
+        _vsphere.os_channel(os, kubernetes)
     from imagebuilder.ova import check_ova
     from imagebuilder.vsphere.session import connect
     from imagebuilder.vsphere.templates import (
@@ -80,7 +84,7 @@ def import_ova(
     for entry in entries:  # every local OVA is read whole before anything is created on vCenter
         if "://" not in entry.source:
             check_ova(Path(entry.source))
-    with connect(_vsphere.target(server, insecure, thumbprint), f"importing {entries[0].source}") as vs:
+    with connect(tgt, f"importing {entries[0].source}") as vs:
         reqs = plan_imports(
             vs,
             entries,
@@ -122,16 +126,18 @@ def tag(
     thumbprint: str = "",
 ) -> None:
     """Attach the OS and distro-release tags (categories created when missing) to a self-built template (spec 2.6)."""
+    os_, channel = _vsphere.template_args(template, os, kubernetes)
+    tgt = None if dry_run else _vsphere.target(server, insecure, thumbprint)
     from imagebuilder.vsphere.session import connect
     from imagebuilder.vsphere.tags import expected_tags
     from imagebuilder.vsphere.templates import tag_template
 
-    os_, channel = _vsphere.template_args(template, os, kubernetes)
     if dry_run:
         for t in expected_tags(os_, channel):
             print(f"would tag {template} with {t.name} (category {t.category})")
         return
-    with connect(_vsphere.target(server, insecure, thumbprint), f"tagging {template}") as vs:
+    assert tgt is not None
+    with connect(tgt, f"tagging {template}") as vs:
         out = tag_template(vs, template, os_, channel)
     _vsphere.report(out.path, out.done, out.kept, out.warnings)
 
@@ -148,11 +154,12 @@ def validate(
     thumbprint: str = "",
 ) -> None:
     """Check that a template carries exactly the two tags the product expects (spec 7.1); exit 1 naming the fix."""
+    os_, channel = _vsphere.template_args(template, os, kubernetes)
+    tgt = _vsphere.target(server, insecure, thumbprint)
     from imagebuilder.vsphere.session import connect
     from imagebuilder.vsphere.templates import fix_command, validate_template
 
-    os_, channel = _vsphere.template_args(template, os, kubernetes)
-    with connect(_vsphere.target(server, insecure, thumbprint), f"validating {template}") as vs:
+    with connect(tgt, f"validating {template}") as vs:
         problems = validate_template(vs, template, os_, channel)
     if problems:
         raise ExternalError(
@@ -202,20 +209,22 @@ def customize(
 ) -> None:
     """Customize a template (spec 4.8): clone, cloud-init via guestinfo, SSH + the customize role, clean up, seal,
     snapshot, template, tags; the user, its key and the user data do not stay in the template."""
+    os_, channel = _vsphere.template_args(template, os, kubernetes)
+    customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")
+    seconds = flags.duration(timeout, "--timeout", 30, 86400)
+    tgt = _vsphere.target(server, insecure, thumbprint)
     from imagebuilder.customize import load_customization
     from imagebuilder.hostinfo import require_tools
     from imagebuilder.vsphere.customize import customize_template, plan_customize, plan_text
     from imagebuilder.vsphere.session import connect
 
-    os_, channel = _vsphere.template_args(template, os, kubernetes)
-    customization = load_customization(flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f"))
-    seconds = flags.duration(timeout, "--timeout", 30, 86400)
+    customization = load_customization(customize_file)
     if name:
         from imagebuilder.vsphere.templates import check_name
 
         check_name(name)
     require_tools("ssh", "ssh-keygen", "ansible-playbook")
-    with connect(_vsphere.target(server, insecure, thumbprint), f"customizing {template}") as vs:
+    with connect(tgt, f"customizing {template}") as vs:
         req = plan_customize(
             vs, template=template, os=os_, channel=channel, name=name or None, resource_pool=resource_pool or None,
             snapshot=snapshot, keep_user=keep_user, keep_on_error=keep_on_error, force=force, timeout=seconds,

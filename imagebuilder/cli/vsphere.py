@@ -26,9 +26,7 @@ def setup_user(
     c: Context, file: str = "", password: str = "", force: bool = False, dry_run: bool = False, thumbprint: str = ""
 ) -> None:
     """Create the SSO user, group, three roles and their permissions from user.yaml (spec 2.4, 4.6, 4.7)."""
-    from imagebuilder.vsphere.access import apply, global_permission_step, plan_setup_user
     from imagebuilder.vsphere.connection import target_from
-    from imagebuilder.vsphere.session import connect
     from imagebuilder.vsphere.userconfig import load_user_config
 
     cfg = load_user_config(flags.existing_file(flags.required(file, "--file", "-f user.yaml"), "--file"))
@@ -40,6 +38,9 @@ def setup_user(
         )
     secret = flags.secret(password, "--password") if password else None
     target = target_from(cfg.server, cfg.insecure, thumbprint or None, {})  # user.yaml names its vCenter
+    from imagebuilder.vsphere.access import apply, global_permission_step, plan_setup_user  # pyVmomi: once needed
+    from imagebuilder.vsphere.session import connect
+
     with connect(target, f"setting up {cfg.username}@{cfg.domain} on {target.server}") as vs:
         plan = plan_setup_user(vs, cfg, secret, force)
         for note in plan.notes:
