@@ -191,15 +191,6 @@ class MatrixRow:
     detail: str = ""
 
 
-def parse_list(value: str | None, flag: str) -> list[str]:
-    items = [v.strip() for v in (value or "").split(",") if v.strip()]
-    if not items:
-        raise InputError("is empty", field=flag, expected="a comma-separated list")
-    if len(set(items)) != len(items):
-        raise InputError(f"lists a value twice: {value}", field=flag, expected="each value once")
-    return items
-
-
 def expand(request: BuildRequest, pairs: list[tuple[str, str]], channels: list[str]) -> list[BuildPlan]:
     """One plan per (os, provider) pair and channel, each validated as ``build`` validates it."""
     catalog = load_catalog()

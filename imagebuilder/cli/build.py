@@ -82,12 +82,6 @@ def _request(
         if value:
             lookup(value)
 
-    from imagebuilder.plan import BuildRequest
-    from imagebuilder.productrelease import check_version, env_name
-
-    env_release = os_env.environ.get(env_name()) or None  # the reference tool's variable; the flag wins
-    if env_release:
-        check_version(env_release, env_name())
     configs: dict[str, str] = {}
     for key, path in given.items():
         if path:
@@ -95,12 +89,21 @@ def _request(
             if real in configs:
                 raise InputError(f"--{real}-config given twice (once as --{key}-config)", field=f"--{key}-config")
             configs[real] = path
+    disk = flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None
+    files = str(flags.existing_file(files_config, "--files-config")) if files_config else None
+    verbosity = flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0
+    from imagebuilder.plan import BuildRequest
+    from imagebuilder.productrelease import check_version, env_name
+
+    env_release = os_env.environ.get(env_name()) or None  # the reference tool's variable; the flag wins
+    if env_release:
+        check_version(env_release, env_name())
     return BuildRequest(
         configs=configs,
-        disk_gb=flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None,
-        files_config=str(flags.existing_file(files_config, "--files-config")) if files_config else None,
+        disk_gb=disk,
+        files_config=files,
         eksa_release=check_version(eksa_release) if eksa_release else env_release,
-        ansible_verbosity=flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0,
+        ansible_verbosity=verbosity,
         **fields,
     )
 
@@ -282,8 +285,9 @@ def matrix(
     """Build many images at once: every pair and channel, one OS layer per OS shared by its channels."""
     from pathlib import Path
 
-    from imagebuilder.customize import load_customization
-    from imagebuilder.matrix import expand, parallelism, parse_list, run_matrix
+    from imagebuilder.catalog import load_catalog
+
+    parse_list = flags.comma_list
 
     if pairs and (os or hypervisor):
         raise InputError("--pairs and --os/--hypervisor both list what to build", field="--pairs", expected="one")
@@ -297,7 +301,19 @@ def matrix(
     else:
         pair_list = [(o, h) for o in parse_list(os, "--os") for h in parse_list(hypervisor, "--hypervisor")]
     channels = parse_list(release_channel, "--release-channel")
-    customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
+    catalog = load_catalog()  # the names first: a mistyped one is answered before the build modules load
+    for os_name, provider in pair_list:
+        catalog.os(os_name)
+        catalog.provider(provider)
+    for channel in channels:
+        catalog.channel(channel)
+    n_jobs = flags.integer(jobs, "--jobs", 1, 64) if jobs else None
+    if emit:
+        flags.choice(emit, "--emit", ("github-actions", "gitlab-ci"))
+    labels = parse_list(runs_on, "--runs-on") if runs_on else ["self-hosted", "linux", "x64"]
+    if emit_file:
+        flags.dest_file(emit_file, "--emit-file")
+    customize_file = flags.existing_file(customize, "--customize") if customize else None
     flags.dest_dir(output_dir, "--output-dir")
     given = _config_flags(locals())
     request = _request(
@@ -316,13 +332,14 @@ def matrix(
         firmware=firmware,
         engine=engine,
     )
+    from imagebuilder.customize import load_customization
+    from imagebuilder.matrix import expand, parallelism, run_matrix
+
+    customization = load_customization(customize_file) if customize_file else None
     plans = expand(request, pair_list, channels)
-    n_jobs = flags.integer(jobs, "--jobs", 1, 64) if jobs else None
     if emit:
         from imagebuilder.ciemit import emit_ci
 
-        flags.choice(emit, "--emit", ("github-actions", "gitlab-ci"))
-        labels = parse_list(runs_on, "--runs-on") if runs_on else ["self-hosted", "linux", "x64"]
         text = emit_ci(emit, plans, request=request, customize=customize, runs_on=labels)
         if emit_file:
             from imagebuilder.files import atomic_write

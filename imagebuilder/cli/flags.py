@@ -122,6 +122,16 @@ def grammar_of(parse: Callable[[str], str], value: str, flag: str) -> str:
     return _typed(flag, value, parse)
 
 
+def comma_list(value: str | None, flag: str) -> list[str]:
+    """A comma-separated list of distinct values (``--os ubuntu,redhat``)."""
+    items = [v.strip() for v in (value or "").split(",") if v.strip()]
+    if not items:
+        raise InputError("is empty", field=flag, expected="a comma-separated list")
+    if len(set(items)) != len(items):
+        raise InputError(f"lists a value twice: {value}", field=flag, expected="each value once")
+    return items
+
+
 def choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise InputError(
