@@ -11,7 +11,9 @@ os1: lz4 -> gzip, the whole TUF download, and the image server, against their pe
 
 engines: the chroot engine against Packer, and build.matrix against single builds (see bench/engines.py).
 
-``--only e2e|vsphere|os1|engines`` runs one and keeps the others' last results.
+startup: CPU time of ``--list``, every task's ``--help`` and the first error of every bad flag (see bench/startup.py).
+
+``--only e2e|vsphere|os1|engines|startup`` runs one and keeps the others' last results.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.engines import bench_engines  # noqa: E402
 from bench.os1 import bench_os1  # noqa: E402
+from bench.startup import TARGET_S, bench_startup  # noqa: E402
 from bench.vsphere import bench_vsphere  # noqa: E402
 from imagebuilder.demo import run_demo  # noqa: E402
 from imagebuilder.hostinfo import kvm_status  # noqa: E402
@@ -119,12 +122,25 @@ def _engine_rows(e: dict[str, object]) -> list[str]:
     ]
 
 
+def _startup_rows(s: dict[str, object]) -> list[str]:
+    over = s["over_target"]
+    assert isinstance(over, dict)
+    return [
+        f"| start-up: `python -c pass` | {s['python_pass_cpu_s']} s of CPU |",
+        f"| `image-builder --list` | {s['list_cpu_s']} s of CPU |",
+        f"| `--list`, every task's `--help` and the first error of every bad flag ({s['commands']} commands, "
+        f"median of {s['rounds']}): median / slowest | {s['median_cpu_s']} s / {s['max_cpu_s']} s "
+        f"(`{s['max_command']}`, {s['max_vs_python']}x `python -c pass`); over {TARGET_S} s: {len(over)} |",
+    ]
+
+
 def write_readme(results: dict[str, object]) -> None:
     e2e = results["e2e"]
     assert isinstance(e2e, dict)
     vsphere = results.get("vsphere")
     os1 = results.get("os1")
     engines = results.get("engines")
+    startup = results.get("startup")
     table = "\n".join(
         [
             START,
@@ -151,6 +167,7 @@ def write_readme(results: dict[str, object]) -> None:
             *(_vsphere_rows(vsphere) if isinstance(vsphere, dict) else []),
             *(_os1_rows(os1) if isinstance(os1, dict) else []),
             *(_engine_rows(engines) if isinstance(engines, dict) else []),
+            *(_startup_rows(startup) if isinstance(startup, dict) else []),
             "",
             END,
         ]
@@ -165,7 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
     parser.add_argument("--readme-only", action="store_true", help="rewrite the README table from bench/results.json")
-    only = ("e2e", "vsphere", "os1", "engines")
+    only = ("e2e", "vsphere", "os1", "engines", "startup")
     parser.add_argument("--only", choices=only, help="run one benchmark, keep the others' results")
     args = parser.parse_args()
     saved = ROOT / "bench" / "results.json"
@@ -184,6 +201,8 @@ def main() -> None:
         results["os1"] = bench_os1(Path(args.work))
     if args.only in (None, "engines"):
         results["engines"] = bench_engines(Path(args.work))
+    if args.only in (None, "startup"):
+        results["startup"] = bench_startup()
     saved.write_text(json.dumps(results, indent=2) + "\n")
     write_readme(results)
     print(json.dumps(results, indent=2))

@@ -22,6 +22,17 @@ from pathlib import Path
 #: the preflight checks, by name (imagebuilder.preflight runs them; here so the CLI can name them cheaply)
 CHECKS = ("host-os", "arch", "disk", "cpus", "memory", "tools", "packer", "kvm", "ssh-rsa", "proxy")
 
+
+def check_skips(names: tuple[str, ...] | list[str]) -> None:
+    """``--skip-check`` names must be checks (a typo would silently skip nothing)."""
+    from imagebuilder.errors import InputError, did_you_mean
+
+    for name in names:
+        if name not in CHECKS:
+            raise InputError(f"unknown check '{name[:40]}'{did_you_mean(name, CHECKS)}", field="--skip-check",
+                             expected=f"one of {', '.join(CHECKS)}")  # fmt: skip
+
+
 KVM_GET_API_VERSION = 0xAE00
 KVM_API_VERSION = 12
 

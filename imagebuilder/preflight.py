@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Literal
 
 from imagebuilder.catalog import BuildPair, load_catalog
-from imagebuilder.errors import ExternalError, ImageBuilderError, InputError, did_you_mean
+from imagebuilder.errors import ExternalError, ImageBuilderError
 from imagebuilder.hostconfig import load_host_config
-from imagebuilder.hostinfo import CHECKS, KvmStatus, kvm_status, machine, os_release, tool_version
+from imagebuilder.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
 from imagebuilder.packerplugins import PackerInfo, PluginCheck, check_plugins, requirements_for
 from imagebuilder.paths import workspace_root
 from imagebuilder.progress import Say, silent
@@ -140,13 +140,7 @@ def run_checks(
     pair: BuildPair, facts: HostFacts, *, skip: tuple[str, ...] = (), min_disk_gb: int | None = None
 ) -> list[Check]:
     """Every check, in a fixed order; skipped ones are reported as skipped."""
-    for name in skip:
-        if name not in CHECKS:
-            raise InputError(
-                f"unknown check '{name}'{did_you_mean(name, CHECKS)}",
-                field="--skip-check",
-                expected=f"one of {', '.join(CHECKS)}",
-            )
+    check_skips(skip)
     cfg = load_host_config()
     req = cfg.requirements
     min_disk = req.min_disk_gb if min_disk_gb is None else min_disk_gb

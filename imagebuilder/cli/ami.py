@@ -34,16 +34,14 @@ def export(
     dry_run: bool = False,
 ) -> None:
     """Export the AMI a build made to a raw disk in S3 (spec 4.4); AWS credentials from boto3's usual chain."""
-    from imagebuilder.amiexport import export_ami, plan_export
-
     path = flags.existing_file(flags.required(manifest, "--manifest", "the Packer manifest"), "--manifest")
-    plan = plan_export(
-        path,
-        bucket=flags.grammar_of(grammar.s3_bucket, flags.required(bucket, "--bucket", "an S3 bucket"), "--bucket"),
-        prefix=flags.grammar_of(grammar.s3_prefix, prefix, "--prefix"),
-        role_name=flags.grammar_of(grammar.iam_role_name, role_name, "--role-name"),
-        region=flags.grammar_of(grammar.aws_region, region, "--region") if region else None,
-    )
+    s3_bucket = flags.grammar_of(grammar.s3_bucket, flags.required(bucket, "--bucket", "an S3 bucket"), "--bucket")
+    s3_prefix = flags.grammar_of(grammar.s3_prefix, prefix, "--prefix")
+    role = flags.grammar_of(grammar.iam_role_name, role_name, "--role-name")
+    aws_region = flags.grammar_of(grammar.aws_region, region, "--region") if region else None
+    from imagebuilder.amiexport import export_ami, plan_export  # boto3: once the flags are known good
+
+    plan = plan_export(path, bucket=s3_bucket, prefix=s3_prefix, role_name=role, region=aws_region)
     print(plan.describe())
     with status_line(f"exporting {plan.image_id}") as say, transfer_bars() as bars:
         result = export_ami(plan, dry_run=dry_run, wait=wait, say=say, transfers=bars)

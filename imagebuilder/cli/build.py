@@ -145,7 +145,10 @@ def build(
     packer_plugins: str | None = None,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
+    from imagebuilder.hostinfo import check_skips
+
     flags.choice(output, "--output", ("text", "json"))
+    check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     flags.dest_dir(output_dir, "--output-dir")
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None

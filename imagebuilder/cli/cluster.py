@@ -21,10 +21,11 @@ from imagebuilder.cli._common import cli_task
 @cli_task
 def validate(c: Context, file: list[str] | None = None, offline: bool = False) -> None:
     """Check the vSphere fields of cluster specs (spec 2.5, 7.2): endpoint, thumbprint, pool, folder, template."""
+    given = flags.required(file or [], "--file", "-f cluster.yaml (repeatable)")
+    files = [str(flags.existing_file(f, "--file")) for f in given]
     from imagebuilder.vsphere.clusterspec import check_all_online, load_cluster_specs
 
-    given = flags.required(file or [], "--file", "-f cluster.yaml (repeatable)")
-    specs = load_cluster_specs([str(flags.existing_file(f, "--file")) for f in given])
+    specs = load_cluster_specs(files)
     if offline:
         print(f"{len(specs)} cluster spec(s) pass the static checks (--offline: vCenter not contacted)")
         return

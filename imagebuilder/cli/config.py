@@ -33,14 +33,14 @@ def _provider_name(value: str) -> str:
 @cli_task
 def schema(c: Context, provider: str = "", dest: str = "", customize: bool = False) -> None:
     """Print the JSON Schema of a provider config file (or of customize.yaml), for editors."""
+    if customize and provider:
+        raise InputError("give --provider or --customize, not both", field="--customize")
+    target = flags.dest_file(dest, "--dest") if dest else None
     from imagebuilder.customize import CustomizeFile
     from imagebuilder.files import atomic_write
     from imagebuilder.providers.config import json_schema
     from imagebuilder.providers.registry import config_models
 
-    if customize and provider:
-        raise InputError("give --provider or --customize, not both", field="--customize")
-    target = flags.dest_file(dest, "--dest") if dest else None
     if customize:
         data = CustomizeFile.model_json_schema()
     else:

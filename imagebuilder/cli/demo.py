@@ -41,13 +41,17 @@ def demo(
 ) -> None:
     """Run the offline flow end to end: base image, Kubernetes built from source, mirror, bare-metal build, and a
     node brought up on the image (--standin: a stand-in release, verified to a login prompt)."""
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.demo import DEMO_KUBERNETES, STANDIN_CHANNEL, demo_steps, run_demo
     from imagebuilder.errors import InputError
-    from imagebuilder.sourcerelease import parse_version
+    from imagebuilder.hostinfo import check_skips
 
     out = flags.dest_dir(dest, "--dest")
     size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
+    flags.choice(engine, "--engine", ("auto", "chroot", "packer"))
+    check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
+    from imagebuilder.catalog import load_catalog
+    from imagebuilder.demo import DEMO_KUBERNETES, STANDIN_CHANNEL, demo_steps, run_demo
+    from imagebuilder.sourcerelease import parse_version
+
     if standin and kubernetes:
         raise InputError("--kubernetes chooses the release built from source; --standin uses none",
                          field="--kubernetes", expected="one of them")  # fmt: skip
@@ -60,7 +64,6 @@ def demo(
         load_catalog().channel(channel)
     else:
         load_catalog().channel(f"1-{parse_version(version)[1]}", "--kubernetes")
-    flags.choice(engine, "--engine", ("auto", "chroot", "packer"))
     if dry_run:
         for step in demo_steps(out, channel=channel, disk_gb=size, boot=not no_boot, engine=engine, standin=standin,
                                kubernetes=version):  # fmt: skip

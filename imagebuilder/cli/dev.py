@@ -31,11 +31,12 @@ def lint(c: Context, packer: str | None = None, packer_plugins: str | None = Non
     """Static checks: ruff, mypy, ansible-lint (in a checkout), and all seven pairs rendered, packer validate'd and
     fmt-checked (anywhere: an installed package checks the templates it ships)."""
     from imagebuilder.cli import flags
+
+    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
     from imagebuilder.lint import lint_templates
     from imagebuilder.packerplugins import PackerInfo
 
     info = PackerInfo.detect(packer)
-    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
 
     root = paths.checkout_root()
     if root is None:

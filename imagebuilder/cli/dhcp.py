@@ -32,11 +32,12 @@ def _need(config: str) -> str:
 @cli_task
 def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool = False) -> None:
     """Render dhcpd.conf and the isc-dhcp-server defaults file from the DHCP config."""
+    source = _need(config)
+    out = flags.dest_dir(dest, "--dest")
     from imagebuilder.dhcp import load_dhcp_config, render
     from imagebuilder.files import atomic_write
 
-    pool = load_dhcp_config(_need(config))
-    out = flags.dest_dir(dest, "--dest")
+    pool = load_dhcp_config(source)
     files = render(pool)
     for note in pool.notes:
         print(f"note: {note}")
@@ -62,10 +63,12 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool
 @cli_task
 def install_server(c: Context, config: str = "", prefix: str = "/", dry_run: bool = False) -> None:
     """On the DHCP host: install isc-dhcp-server, write its files atomically, check with dhcpd -t, restart."""
+    source = _need(config)
+    root = flags.dest_dir(prefix, "--prefix")
     from imagebuilder.dhcp import DhcpHost, install, load_dhcp_config, render
 
-    pool = load_dhcp_config(_need(config))
-    host = DhcpHost(flags.dest_dir(prefix, "--prefix"))
+    pool = load_dhcp_config(source)
+    host = DhcpHost(root)
     report = install(pool, host, dry_run=dry_run)
     verb = "would change" if dry_run else "changed"
     for path in report.changed:

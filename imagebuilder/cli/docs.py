@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from invoke.context import Context
 from invoke.tasks import task
 
@@ -21,9 +19,11 @@ from imagebuilder.cli._common import cli_task
 def docs(c: Context, readme: str = "", dry_run: bool = False) -> None:
     """Regenerate the README's config reference from the config models."""
     from imagebuilder import paths
+    from imagebuilder.cli import flags
+
+    path = flags.existing_file(readme, "--readme") if readme else paths.require_checkout("docs") / "README.md"
     from imagebuilder.docs import update_readme
 
-    path = Path(readme) if readme else paths.require_checkout("docs") / "README.md"
     if dry_run:
         print(f"{'would update' if update_readme(path, write=False) else 'up to date'}: {path}")
         return

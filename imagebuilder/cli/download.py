@@ -38,8 +38,6 @@ def bottlerocket(
     dry_run: bool = False,
 ) -> None:
     """Download an OS-1 image over TUF: pinned root, verified metadata, one verified pass (spec 4.5)."""
-    from imagebuilder.os1 import download, os1_target, pinned_root
-
     flags.required(variant, "--variant", "vsphere or baremetal")
     kube = flags.required(kubernetes or os.environ.get("KUBEVERSION"), "--kubernetes", "1.21-1.35, or KUBEVERSION set")
     out = flags.dest_dir(dest, "--dest")
@@ -48,6 +46,8 @@ def bottlerocket(
             flags.url(value, flag, ("http", "https"))
     if root:
         flags.url_or_file(root, "--root")
+    from imagebuilder.os1 import download, os1_target, pinned_root  # python-tuf: once the flags are known good
+
     target = os1_target(variant, kube, metadata_url or None, targets_url or None)
     print(f"target:   {target.name}\nmetadata: {target.metadata_url}\ntargets:  {target.targets_url}")
     trusted = pinned_root(root or None, root_sha512 or None)
@@ -78,10 +78,11 @@ def bottlerocket(
 @cli_task
 def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = False) -> None:
     """Download the bare-metal boot kernel and ramdisk of the bundle, verified (spec 1.8)."""
+    out = flags.dest_dir(dest, "--dest")
+    location = flags.url_or_file(manifest, "--manifest") if manifest else None
     from imagebuilder.hook import destinations, download_hook, load_hook_assets
 
-    out = flags.dest_dir(dest, "--dest")
-    assets = load_hook_assets(flags.url_or_file(manifest, "--manifest") if manifest else None)
+    assets = load_hook_assets(location)
     if dry_run:
         for asset, target in zip(assets, destinations(out, assets), strict=True):
             sums = ", ".join(asset.hashes) or "the .sha512/.sha256 file published beside it"

@@ -36,7 +36,6 @@ def prepare(
 ) -> None:
     """Prepare this machine as a build host (spec 4.3): user, packages, kvm, SSH config, proxy. Rerunnable."""
     from imagebuilder.catalog import load_catalog
-    from imagebuilder.hostprep import HostPrep, apply, proxies_from
 
     catalog = load_catalog()
     providers = tuple(catalog.provider(h).name for h in hypervisor or [])
@@ -47,7 +46,10 @@ def prepare(
             flags.url(value, flag, ("http", "https"), credentials=True)
     if no_proxy:
         flags.grammar_of(grammar.no_proxy_list, no_proxy, "--no-proxy")
-    prep = HostPrep(flags.existing_dir(root, "--root"), user=user or None, providers=providers)
+    root_dir = flags.existing_dir(root, "--root")
+    from imagebuilder.hostprep import HostPrep, apply, proxies_from
+
+    prep = HostPrep(root_dir, user=user or None, providers=providers)
     actions = prep.actions(proxies_from(http_proxy, https_proxy, no_proxy))
     if not actions:
         print(f"host prepared: nothing to change in {prep.root}")

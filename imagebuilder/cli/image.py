@@ -36,8 +36,6 @@ def base(
     dry_run: bool = False,
 ) -> None:
     """Make a Debian-family cloud-style base image (debootstrap): kernel, cloud-init, openssh-server."""
-    from imagebuilder.baseimage import BOOTSTRAP, PACKAGES, check_prerequisites, make_base_image
-
     target = flags.dest_file(flags.required(dest, "--dest", "a path for the qcow2"), "--dest")
     size = flags.integer(size_gb, "--size-gb", 2, 64)
     if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", suite):
@@ -46,6 +44,8 @@ def base(
         flags.existing_dir(mirror.removeprefix("file://"), "--mirror")
     else:
         flags.url(mirror, "--mirror", ("http", "https"))
+    from imagebuilder.baseimage import BOOTSTRAP, PACKAGES, check_prerequisites, make_base_image
+
     if dry_run:
         check_prerequisites()
         print(f"would build {target.resolve()} (+ .sha256): Debian {suite} from {mirror}, {size} GiB disk,")
@@ -89,8 +89,6 @@ def verify(
 ) -> None:
     """Check a built image with testinfra (mounted read-only) and boot it to a login prompt; with --kubernetes,
     bring a node up on it and check it is Ready."""
-    from imagebuilder.verify import verify_image
-
     path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
     if kubernetes and no_boot:
         raise InputError("--kubernetes boots the image, --no-boot says not to", field="--no-boot",
@@ -98,12 +96,16 @@ def verify(
     if join and not kubernetes:
         raise InputError("--join is a part of the node check", field="--join", expected="--kubernetes --join")
     node_seconds = flags.duration(node_timeout, "--node-timeout", 60, 14400)
+    boot_seconds = flags.duration(boot_timeout, "--boot-timeout", 10, 7200)
+    expected = flags.existing_file(manifest, "--manifest") if manifest else None
+    from imagebuilder.verify import verify_image
+
     with status_line("image.verify") as status:
         findings = verify_image(
             path,
-            manifest=flags.existing_file(manifest, "--manifest") if manifest else None,
+            manifest=expected,
             boot=not no_boot,
-            boot_timeout=flags.duration(boot_timeout, "--boot-timeout", 10, 7200),
+            boot_timeout=boot_seconds,
             kubernetes=kubernetes,
             node_timeout=node_seconds,
             join=join,
@@ -129,11 +131,12 @@ def diff(c: Context, image: str = "", against: str = "", output: str = "text") -
     """Compare two images: packages, files under /etc, enabled units, Kubernetes binaries (exit 1 on a difference
     that two builds of the same inputs should not show)."""
     from imagebuilder.cli._common import print_json
-    from imagebuilder.imagediff import diff_images
 
     first = flags.existing_file(flags.required(image, "--image", "an image"), "--image")
     second = flags.existing_file(flags.required(against, "--against", "an image"), "--against")
     flags.choice(output, "--output", ("text", "json"))
+    from imagebuilder.imagediff import diff_images
+
     report = diff_images(first, second)
     if output == "json":
         print_json({"a": report.a, "b": report.b, "differences": [vars(d) for d in report.differences]})
@@ -171,14 +174,15 @@ def customize(
 ) -> None:
     """Customize a local image (spec 4.8): boot it under QEMU with a NoCloud seed, apply the customize role over
     SSH, clean up, seal, and write the result atomically in the input's format."""
+    source = flags.existing_file(flags.required(image, "--image", "an image file"), "--image")
+    target = flags.dest_file(flags.required(dest, "--dest", "a path for the customized image"), "--dest")
+    customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")
+    seconds = flags.duration(timeout, "--timeout", 30, 86400)
     from imagebuilder.customize import load_customization
     from imagebuilder.hostinfo import require_tools
     from imagebuilder.imagecustomize import check_request, customize_image
 
-    source = flags.existing_file(flags.required(image, "--image", "an image file"), "--image")
-    target = flags.dest_file(flags.required(dest, "--dest", "a path for the customized image"), "--dest")
-    customization = load_customization(flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f"))
-    seconds = flags.duration(timeout, "--timeout", 30, 86400)
+    customization = load_customization(customize_file)
     kind = check_request(source, target)
     require_tools("qemu-system-x86_64", "qemu-img", "xorriso", "ssh", "ssh-keygen", "ansible-playbook")
     if dry_run:

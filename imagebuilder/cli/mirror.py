@@ -37,15 +37,17 @@ def create(
     from imagebuilder.catalog import load_catalog
     from imagebuilder.errors import InputError
     from imagebuilder.fetch import Mirror
-    from imagebuilder.mirror import create_mirror, file_sha256, mirror_items
-    from imagebuilder.packerplugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
-    from imagebuilder.release_manifest import load_manifest
 
     channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-21 to 1-35"))
     out = flags.dest_dir(dest, "--dest")
     url = flags.url_or_file(release_manifest, "--release-manifest") if release_manifest else channel.manifest_url
     src = Mirror.parse(source, "--source") if source else None
-    plugins = plugin_binaries(flags.existing_dir(packer_plugins, "--packer-plugins")) if packer_plugins else {}
+    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
+    from imagebuilder.mirror import create_mirror, file_sha256, mirror_items
+    from imagebuilder.packerplugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
+    from imagebuilder.release_manifest import load_manifest
+
+    plugins = plugin_binaries(plugin_dir) if plugin_dir else {}
     if packer_plugins and not plugins:
         raise InputError(f"{packer_plugins} holds no Packer plugin binaries", field="--packer-plugins",
                          expected="a folder of packer-plugin-<name> binaries")  # fmt: skip

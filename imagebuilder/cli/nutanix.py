@@ -37,8 +37,6 @@ def image_upload(
 ) -> None:
     """Create the build's source image in Prism Central from a URL or a file, idempotent by name (spec 4.3)."""
     from imagebuilder.grammar import is_hex_digest
-    from imagebuilder.nutaniximage import UploadRequest, prism_from_config, upload_image
-    from imagebuilder.providers.nutanix import load_nutanix_config
 
     path = flags.existing_file(flags.required(config, "--config", "the nutanix build config"), "--config")
     if bool(url) == bool(file):
@@ -48,6 +46,9 @@ def image_upload(
         flags.url(url, "--url", ("http", "https"))
     if sha256 and (source or not is_hex_digest(sha256.lower(), "sha256")):
         raise InputError("a SHA-256 in hex, with --url only", field="--sha256", expected="64 hex digits, with --url")
+    from imagebuilder.nutaniximage import UploadRequest, prism_from_config, upload_image
+    from imagebuilder.providers.nutanix import load_nutanix_config
+
     loaded = load_nutanix_config(path)
     image_name = name or loaded.source_image_name
     if not image_name:

@@ -36,14 +36,15 @@ def preflight(
     config, proxy."""
     flags.required(os, "--os", "ubuntu or redhat")
     flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
+    from imagebuilder.catalog import load_catalog
+    from imagebuilder.hostinfo import check_skips
+
+    catalog = load_catalog()
+    catalog.os(os)
+    catalog.provider(hypervisor)
+    check_skips(skip_check or [])
+    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
+    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
     from imagebuilder.preflight import require
 
-    require(
-        os,
-        hypervisor,
-        skip_check or [],
-        flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None,
-        say=print,
-        packer=packer,
-        plugins=flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None,
-    )
+    require(os, hypervisor, skip_check or [], min_disk, say=print, packer=packer, plugins=plugin_dir)

@@ -54,10 +54,10 @@ def import_ova(
     thumbprint: str = "",
 ) -> None:
     """Import OVAs as tagged templates: library, deploy (thin, off), OS-1 disk resize, snapshot, template, tags."""
-    tgt = _vsphere.target(server, insecure, thumbprint)
     if not from_file:  # the flags first: a mistyped one is answered before the vSphere modules load
         flags.url_or_file(flags.required(ova, "--ova", "a local OVA path or an http(s) URL"), "--ova")
         _vsphere.os_channel(os, kubernetes)
+    tgt = _vsphere.target(server, insecure, thumbprint)
     from imagebuilder.ova import check_ova
     from imagebuilder.vsphere.session import connect
     from imagebuilder.vsphere.templates import (

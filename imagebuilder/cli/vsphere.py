@@ -26,10 +26,11 @@ def setup_user(
     c: Context, file: str = "", password: str = "", force: bool = False, dry_run: bool = False, thumbprint: str = ""
 ) -> None:
     """Create the SSO user, group, three roles and their permissions from user.yaml (spec 2.4, 4.6, 4.7)."""
+    user_file = flags.existing_file(flags.required(file, "--file", "-f user.yaml"), "--file")
     from imagebuilder.vsphere.connection import target_from
     from imagebuilder.vsphere.userconfig import load_user_config
 
-    cfg = load_user_config(flags.existing_file(flags.required(file, "--file", "-f user.yaml"), "--file"))
+    cfg = load_user_config(user_file)
     if bool(password) == bool(force):
         raise InputError(
             "give exactly one of --password and --force",

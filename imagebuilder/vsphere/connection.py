@@ -29,7 +29,6 @@ from urllib.parse import unquote, urlsplit
 
 from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.profile import load_profile
 
 #: a SHA1 thumbprint as vSphere writes it: 20 upper-case hex pairs joined by colons
 THUMBPRINT_RE = re.compile(r"^(?:[0-9A-F]{2}:){19}[0-9A-F]{2}$")
@@ -108,6 +107,8 @@ def credentials_from_env(env: Mapping[str, str] | None = None) -> Credentials:
     """``<PREFIX>_VSPHERE_USERNAME``/``_PASSWORD``, else ``GOVC_USERNAME``/``GOVC_PASSWORD``, else the user info of
     ``GOVC_URL`` (spec 5)."""
     env = os.environ if env is None else env
+    from imagebuilder.profile import load_profile  # pydantic: when a connection is made, not at start-up
+
     prefix = f"{load_profile().product.env_prefix}_VSPHERE"
     for user_var, pass_var in ((f"{prefix}_USERNAME", f"{prefix}_PASSWORD"), ("GOVC_USERNAME", "GOVC_PASSWORD")):
         if env.get(user_var) and env.get(pass_var):

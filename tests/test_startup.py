@@ -1,0 +1,58 @@
+"""The import graph of start-up (issue 28): ``--list``, a task's ``--help`` and the first error of a bad flag load
+only what answering them needs, never the cloud SDKs, pyVmomi, python-tuf or rich (bench/startup.py measures the
+CPU time; this keeps the graph from growing back)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.common import ROOT
+
+HEAVY = ("boto3", "botocore", "pyVmomi", "tuf", "securesystemslib", "rich", "jinja2", "pydantic", "cryptography")
+
+PROBE = """
+import json, sys
+sys.argv = ["image-builder", *json.loads(sys.argv[1])]
+from imagebuilder.cli.program import program
+try:
+    program.run()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+print(json.dumps({"code": code, "modules": sorted(m for m in sys.modules if "." not in m)}), file=sys.stderr)
+"""
+
+
+def loaded(*args: str) -> tuple[int, set[str]]:
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    return report["code"], set(report["modules"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--list",),
+        ("build", "--help"),
+        ("build", "--os", "nope", "--hypervisor", "baremetal", "--release-channel", "1-34"),
+        ("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-34", "--disk-gb", "x"),
+        ("build.matrix", "--os", "ubuntu", "--hypervisor", "nope", "--release-channel", "1-34"),
+        ("template.validate", "--template", "/DC0/vm/t", "--os", "nope", "--kubernetes", "1.24"),
+        ("template.import", "--ova", "x.ova", "--os", "ubuntu", "--kubernetes", "9.99"),
+        ("vsphere.setup-user", "-f", "/no/such/user.yaml", "--password", "env:X"),
+        ("download.bottlerocket", "--variant", "vsphere", "--kubernetes", "1.24", "--dest", "/dev/null/x"),
+        ("ami.export", "--manifest", "/no/such/manifest.json", "--bucket", "b"),
+        ("preflight", "--os", "nope", "--hypervisor", "baremetal"),
+    ],
+)
+def test_start_up_loads_no_heavy_module(args: tuple[str, ...]) -> None:
+    code, modules = loaded(*args)
+    assert code in (0, 2), (args, code)
+    heavy = sorted(m for m in HEAVY if m in modules)
+    assert not heavy, f"{' '.join(args)} imported {heavy}"
