@@ -16,6 +16,7 @@ from pathlib import Path
 
 from imagebuilder.baseimage import make_base_image
 from imagebuilder.catalog import load_catalog
+from imagebuilder.diskneed import disk_need
 from imagebuilder.fetch import Mirror
 from imagebuilder.files import atomic_write
 from imagebuilder.mirror import create_mirror, file_sha256
@@ -143,7 +144,7 @@ def run_demo(
             engine=engine,
         )
     )
-    require(plan.os, plan.provider, skip_checks, say=say)  # the same gate as 'build'
+    require(plan.os, plan.provider, skip_checks, say=say, need=disk_need(plan))  # the same gate as 'build'
     how = "Packer + QEMU + Ansible" if plan.engine == "packer" else "Ansible in a chroot, no VM"
     say(f"build: {plan.output_name} ({how}, offline); engine {plan.engine}: {plan.engine_reason}")
     build = run_build(plan, say=status)

@@ -537,6 +537,16 @@ def _sweep_scratch() -> None:
             continue
 
 
+def scratch_fits_in_memory(size: int) -> bool:
+    """Whether :func:`scratch_dir` would put a working disk of ``size`` bytes in memory now (a plan's disk need)."""
+    try:
+        st = os.statvfs(SHM)
+        shm_free = st.f_bavail * st.f_frsize
+    except OSError:
+        return False
+    return min(shm_free, _mem_available()) - sum(_scratch_reserved.values()) >= size + SCRATCH_RESERVE
+
+
 @contextlib.contextmanager
 def scratch_dir(fallback: Path, *, size: int, in_memory: bool = True, log: Say | None = None) -> Iterator[Path]:
     """A directory for a build's working disks: a private one in memory (on /dev/shm, removed on the way out) when

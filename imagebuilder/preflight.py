@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from imagebuilder.catalog import BuildPair, load_catalog
+from imagebuilder.diskneed import DiskNeed
 from imagebuilder.errors import ExternalError, ImageBuilderError
 from imagebuilder.hostconfig import load_host_config
 from imagebuilder.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
@@ -44,6 +45,10 @@ class HostFacts:
     env: dict[str, str] = field(default_factory=dict)
     #: the Packer a build runs and its plugins' states, or why they could not be read
     packer: PluginCheck | str | None = None
+    #: what the build writes (None: no build is planned, as for the preflight command), and the free space of its
+    #: output's filesystem when that is not the workspace's
+    need: DiskNeed | None = None
+    output_free_bytes: int | None = None
 
     @classmethod
     def gather(
@@ -55,6 +60,7 @@ class HostFacts:
         packer: str | None = None,
         plugins: Path | None = None,
         checked: PluginCheck | None = None,
+        need: DiskNeed | None = None,
     ) -> HostFacts:
         cfg = load_host_config()
         qemu = pair.provider.name in cfg.qemu_providers
@@ -73,7 +79,18 @@ class HostFacts:
             ssh_config=ssh_config.read_text() if ssh_config.is_file() else "",
             env={k: v for k in PROXY_VARS for v in [os.environ.get(k) or os.environ.get(k.lower())] if v},
             packer=checked or _packer_facts(pair, packer, plugins),
+            need=need,
+            output_free_bytes=_output_free(need, disk),
         )
+
+
+def _output_free(need: DiskNeed | None, workspace: Path) -> int | None:
+    if need is None:
+        return None
+    output = _existing_parent(need.output)
+    if output.stat().st_dev == workspace.stat().st_dev:
+        return None
+    return shutil.disk_usage(output).free
 
 
 def _packer_facts(pair: BuildPair, packer: str | None, plugins: Path | None) -> PluginCheck | str | None:
@@ -143,7 +160,6 @@ def run_checks(
     check_skips(skip)
     cfg = load_host_config()
     req = cfg.requirements
-    min_disk = req.min_disk_gb if min_disk_gb is None else min_disk_gb
     checks: list[Check] = [check_host_os(pair, facts)]
 
     arch_ok = facts.machine in ("x86_64", "amd64")
@@ -151,19 +167,7 @@ def run_checks(
         Check("arch", "ok" if arch_ok else "fail", facts.machine, None if arch_ok else "use an AMD64 (x86_64) host")
     )
 
-    free_gb = facts.disk_free_bytes / GIB
-    disk_ok = free_gb >= min_disk
-    checks.append(
-        Check(
-            "disk",
-            "ok" if disk_ok else "fail",
-            f"{free_gb:.1f} GiB free under {facts.disk_path} (needs {min_disk} GiB)",
-            None
-            if disk_ok
-            else f"free space under {facts.disk_path}, point IMAGE_BUILDER_WORKSPACE at a larger disk,"
-            " or lower --min-disk-gb",
-        )
-    )
+    checks.append(check_disk(facts, min_disk_gb, req.min_disk_gb))
 
     cpu_ok = facts.cpus >= req.min_cpus
     checks.append(
@@ -234,6 +238,38 @@ def run_checks(
     return [Check(c.name, "skipped", c.detail) if c.name in skip else c for c in checks]
 
 
+def check_disk(facts: HostFacts, min_disk_gb: int | None, host_gb: int) -> Check:
+    """Room for the build's work: what it writes (:func:`imagebuilder.diskneed.disk_need`), or ``--min-disk-gb``
+    when given. Spec 8's size of a build host (``host_gb``) is advice: below it, with no build planned, a warning."""
+    where = facts.disk_path
+    free = facts.disk_free_bytes
+    fix = (f"free space under {where}, point IMAGE_BUILDER_WORKSPACE at a larger disk, or a smaller --disk-gb"
+           if min_disk_gb is None else f"free space under {where}, or lower --min-disk-gb")  # fmt: skip
+    if min_disk_gb is not None or facts.need is None:
+        gib = min_disk_gb if min_disk_gb is not None else host_gb
+        ok = free >= gib * GIB
+        detail = f"{free / GIB:.1f} GiB free under {where} (needs {gib} GiB"
+        if min_disk_gb is None:  # no build planned: spec 8's figure, advice only
+            detail += ": spec 8's build host; a build checks what it needs itself)"
+            return Check("disk", "ok" if ok else "warn", detail, None if ok else "a build host of spec 8 size")
+        return Check("disk", "ok" if ok else "fail", detail + ")", None if ok else fix)
+    need = facts.need
+    here = need.on(where) if facts.output_free_bytes is not None else need.total
+    detail = f"{free / GIB:.1f} GiB free under {where}; this build {need.describe()}"
+    if free < here:
+        return Check("disk", "fail", detail + f": {here / GIB:.1f} GiB of it under {where}", fix)
+    if facts.output_free_bytes is not None and facts.output_free_bytes < need.on(need.output):
+        there = need.on(need.output)
+        return Check(
+            "disk",
+            "fail",
+            detail + f"; {facts.output_free_bytes / GIB:.1f} GiB free under {need.output},"
+            f" which needs {there / GIB:.1f} GiB",
+            f"free space under {need.output}, or another --output-dir",
+        )
+    return Check("disk", "ok", detail)
+
+
 def check_packer(facts: HostFacts) -> Check:
     """Packer's version and each plugin its templates require: installed, to install, or missing (with the fix)."""
     if facts.packer is None:
@@ -278,12 +314,13 @@ def require(
     packer: str | None = None,
     plugins: Path | None = None,
     checked: PluginCheck | None = None,
+    need: DiskNeed | None = None,
 ) -> list[Check]:
     """The gate before a build: gather, check, report; :class:`ExternalError` when a check fails. ``checked`` is
     the build's own Packer check (:func:`imagebuilder.packer.prepare_packer`), for the plugins its template needs."""
     catalog = load_catalog()
     pair = catalog.build_pair(catalog.os(os_name), catalog.provider(hypervisor))
-    facts = HostFacts.gather(pair, packer=packer, plugins=plugins, checked=checked)
+    facts = HostFacts.gather(pair, packer=packer, plugins=plugins, checked=checked, need=need)
     checks = run_checks(pair, facts, skip=tuple(skip), min_disk_gb=min_disk_gb)
     say(format_checks(checks))
     bad = failed(checks)

@@ -9,9 +9,9 @@ import pytest
 
 from imagebuilder.catalog import load_catalog
 from imagebuilder.errors import InputError
-from imagebuilder.hostinfo import KvmStatus, kvm_status
+from imagebuilder.hostinfo import CHECKS, KvmStatus, kvm_status
 from imagebuilder.packerplugins import PackerInfo, PluginCheck, PluginState, Version, requirements_for
-from imagebuilder.preflight import CHECKS, GIB, HostFacts, mask_url, run_checks
+from imagebuilder.preflight import GIB, HostFacts, mask_url, run_checks
 from tests.support.common import run
 
 catalog = load_catalog()
@@ -74,7 +74,6 @@ def test_a_good_host_passes_every_check() -> None:
         ({"os_release": {"ID": "ubuntu", "VERSION_ID": "20.04"}}, "host-os", "22.04"),
         ({"os_release": {"ID": "fedora", "VERSION_ID": "39"}}, "host-os", "--skip-check host-os"),
         ({"machine": "aarch64"}, "arch", "AMD64"),
-        ({"disk_free_bytes": 10 * GIB}, "disk", "IMAGE_BUILDER_WORKSPACE"),
         ({"cpus": 1}, "cpus", "2 vCPUs"),
         ({"memory_bytes": 4 * GIB}, "memory", "8 GB"),
         ({"tools": {"packer": None, "ansible-playbook": "2.15", "ssh-keygen": "x"}}, "tools", "setup.sh"),
@@ -165,3 +164,62 @@ def test_preflight_cli(tmp_path: Path) -> None:
     )
     assert ok.code == 0, ok.out + ok.err
     assert run("preflight", "--os", "ubuntu", "--hypervisor", "ami", "--skip-check", "nope", env=env).code == 2
+
+
+@pytest.mark.root
+def test_the_disk_check_follows_the_work(tmp_path: Path) -> None:
+    """A workspace on a small filesystem of its own (a loop-mounted ext4): a build whose work fits passes the disk
+    check, one whose work does not is refused before anything starts, naming the folder, the space found and the
+    space needed; with no build planned, spec 8's 50 GB is advice (a warning), not a refusal."""
+    import json
+    import os
+    import subprocess
+
+    from imagebuilder.diskneed import disk_need
+    from imagebuilder.plan import BuildRequest
+    from imagebuilder.planner import make_plan
+    from imagebuilder.preflight import check_disk
+
+    mounts = {}
+    for name, size in (("small", "600M"), ("roomy", "16G")):
+        backing = tmp_path / f"{name}.img"
+        subprocess.run(["truncate", "-s", size, str(backing)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(backing)], check=True)
+        mnt = tmp_path / name
+        mnt.mkdir()
+        subprocess.run(["mount", "-o", "loop", str(backing), str(mnt)], check=True)
+        mounts[name] = mnt
+    try:
+        config = tmp_path / "bm.json"
+        src = tmp_path / "source.qcow2"
+        subprocess.run(["qemu-img", "create", "-f", "qcow2", str(src), "4G"], check=True, capture_output=True)
+        digest = subprocess.run(["sha256sum", str(src)], capture_output=True, text=True, check=True).stdout.split()[0]
+        config.write_text(json.dumps({"source_image_url": str(src), "source_image_checksum": f"sha256:{digest}"}))
+        for name, fits in (("small", False), ("roomy", True)):
+            env = {**os.environ, "IMAGE_BUILDER_WORKSPACE": str(mounts[name] / "work")}
+            os.environ["IMAGE_BUILDER_WORKSPACE"] = env["IMAGE_BUILDER_WORKSPACE"]
+            try:
+                plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24",
+                                              configs={"baremetal": str(config)}, offline=True, disk_gb=4,
+                                              engine="packer", output_dir=str(mounts[name] / "out")))  # fmt: skip
+                need = disk_need(plan)
+                facts = dataclasses.replace(GOOD, disk_path=mounts[name], need=need,
+                                            disk_free_bytes=os.statvfs(mounts[name]).f_bavail * 4096)  # fmt: skip
+                check = check_disk(facts, None, 50)
+            finally:
+                del os.environ["IMAGE_BUILDER_WORKSPACE"]
+            assert (check.status == "ok") is fits, check
+            assert str(mounts[name]) in check.detail and "this build needs" in check.detail
+            if not fits:
+                assert "GiB free under" in check.detail and "IMAGE_BUILDER_WORKSPACE" in (check.fix or "")
+                # the real run stops there: preflight, before the workspace or the output is made
+                res = run("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24",
+                          "--baremetal-config", str(config), "--offline", "--disk-gb", "4", "--engine", "packer",
+                          "--output-dir", str(mounts[name] / "out"), env=env)  # fmt: skip
+                assert res.code != 0 and "[FAIL] disk" in res.out and "preflight failed" in res.err, res.out + res.err
+                assert not (mounts[name] / "out").exists() and not (mounts[name] / "work").exists()
+        advice = check_disk(dataclasses.replace(GOOD, disk_free_bytes=10 * GIB), None, 50)
+        assert advice.status == "warn" and "spec 8" in advice.detail
+    finally:
+        for mnt in mounts.values():
+            subprocess.run(["umount", str(mnt)], check=False)

@@ -194,6 +194,9 @@ def build(
         before_fetch=packer_first,
     )
     tools = packer_checks[0] if packer_checks else None
+    from imagebuilder.diskneed import disk_need
+
+    need = disk_need(plan)
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
     checked = check_source_image(plan) if dry_run else None
     if dry_run and plan.engine == "chroot":
@@ -203,9 +206,12 @@ def build(
     if output == "json":
         summary = customization.summary() if customization else None
         print_json({"dry_run": dry_run, **plan.to_json(), "source_image_check": checked, "customization": summary,
-                    "packer": tools.to_json() if tools else None})  # fmt: skip
+                    "packer": tools.to_json() if tools else None,
+                    "disk_need": {"bytes": need.total, "workspace": str(need.workspace),
+                                  "parts": {what: size for what, _, size in need.parts}}})  # fmt: skip
     else:
         print(plan.render_text())
+        print(f"disk: {need.describe()}, under {need.workspace} (the output under {need.output})")
         if tools:
             print("\n".join(tools.lines()))
         if checked:
@@ -218,7 +224,7 @@ def build(
         return
     # the chroot engine runs no Packer; a Packer build's plugins were checked (and installed) above
     skips = [*(skip_check or []), *(["packer"] if tools is None else [])]
-    require(plan.os, plan.provider, skips, min_disk, say=print, checked=tools)
+    require(plan.os, plan.provider, skips, min_disk, say=print, checked=tools, need=need)
     with status_line(f"building {plan.output_name}") as say:
         result = run_build(plan, keep_on_error=keep_on_error, customization=customization, say=say, plugins=tools)
     if result.artifact:
