@@ -67,7 +67,11 @@ def bench_startup(rounds: int = 3) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         work = Path(tmp)
         (work / "home").mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GOVC_", "EKSA_", "AWS_", "NUTANIX_"))}
+        sys.path.insert(0, str(ROOT))
+        from imagebuilder.profile import load_profile
+
+        product = f"{load_profile().product.env_prefix}_"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GOVC_", product, "AWS_", "NUTANIX_"))}
         env.update(HOME=str(work / "home"), IMAGE_BUILDER_WORKSPACE=str(work / "ws"))
         env.update({k: "http://127.0.0.1:9" for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")})
         commands: list[tuple[str, list[str]]] = [("--list", [exe, "--list"])]

@@ -63,7 +63,7 @@ def test_a_hostile_proxy_is_refused_and_its_password_is_not_repeated(value: str,
     assert ":p@" not in problems["http_proxy"]
 
 
-@pytest.mark.parametrize("value", ["wget;id", "wget $(id)", "-o", "wget\x00", "{{x}}", "  "])
+@pytest.mark.parametrize("value", ["wget;id", "wget $(id)", "-o", "wget\x00", "{{x}}"])
 def test_a_hostile_package_list_is_refused(value: str, tmp_path: Path) -> None:
     assert "extra_debs" in check({"extra_debs": value}, tmp_path)
 
