@@ -237,8 +237,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(mark)
         if "vcsim" in getattr(item, "fixturenames", ()):
             item.add_marker("vcsim")
-    # the longest modules (the end-to-end builds) first: with one module per worker at a time (--dist loadfile),
-    # each starts at once on its own worker and the short modules fill the time beside them, rather than one long
-    # module starting last and alone
-    longest = [name for name, marks in MODULE_MARKS.items() if "slow" in marks and name.startswith("test_e2e")]
-    items.sort(key=lambda item: longest.index(item.path.name) if item.path.name in longest else len(longest))

@@ -83,12 +83,10 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False) -> 
         # light tests are independent of each other: spread them over the cores
         select += f" -m 'not ({' or '.join(HEAVY_MARKERS)})' -n auto"
     else:
-        # one module per worker at a time (module fixtures such as the offline namespace stay together), in the
-        # collection's order (tests/conftest.py puts the end-to-end builds first, so each starts at once on its own
-        # worker; xdist's default reorder would start them last); the real-guest customization and the rest then
-        # run beside them. The slowest tests
+        # one module per worker at a time (module fixtures such as the offline namespace stay together); the two
+        # end-to-end builds, the real-guest customization and the rest then run side by side. The slowest tests
         # are listed at the end, so a CI log shows where the time went.
-        select += " -n auto --dist loadfile --no-loadscope-reorder --durations=15"
+        select += " -n auto --dist loadfile --durations=15"
     with c.cd(str(paths.require_checkout("test"))):
         result = c.run(f"{BIN}/python -m pytest{select}", pty=False, warn=True)
     if result is None or not result.ok:
