@@ -71,3 +71,11 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """Return ``"; did you mean 'x'?"`` for the closest candidate, or an empty string."""
     match = get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def require_flags(*given: tuple[str, object]) -> None:
+    """Refuse (exit 2) when any of the required ``(flag, value)`` pairs has no value, naming every missing one at
+    once; cheap, so a task calls it before importing what the run needs."""
+    missing = [flag for flag, value in given if not value]
+    if missing:
+        raise InputError(f"required flag{'s' if len(missing) > 1 else ''} missing: {', '.join(missing)}")

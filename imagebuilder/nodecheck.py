@@ -141,6 +141,20 @@ def _api(kubernetes_version: str) -> tuple[str, int]:
     return ("kubeadm.k8s.io/v1beta4" if minor >= 31 else "kubeadm.k8s.io/v1beta3"), minor
 
 
+#: kubeadm's waits on a node check: its defaults (4-5 minutes) are tight for a guest emulated on a shared host (TCG);
+#: the node check's own deadline still bounds the whole check
+SLOW_HOST_WAIT = "20m0s"
+
+
+def _timeouts(minor: int) -> dict[str, Any]:
+    """The fields that lengthen kubeadm's waits (v1beta4's ``timeouts``, kubeadm 1.31+); older releases take
+    ``apiServer.timeoutForControlPlane`` and ``discovery.timeout`` instead, set where those documents are built."""
+    if minor < 31:
+        return {}
+    return {"timeouts": {"controlPlaneComponentHealthCheck": SLOW_HOST_WAIT, "kubeletHealthCheck": SLOW_HOST_WAIT,
+                         "tlsBootstrap": SLOW_HOST_WAIT, "discovery": SLOW_HOST_WAIT}}  # fmt: skip
+
+
 def _node_registration(name: str, ip: str | None, minor: int) -> dict[str, Any]:
     registration: dict[str, Any] = {"name": name, "criSocket": "unix:///run/containerd/containerd.sock"}
     if ip is not None:  # the kubelet's address on the wire, not QEMU's user network (the same 10.0.2.15 on both)
@@ -161,6 +175,7 @@ def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join |
         "apiVersion": api,
         "kind": "InitConfiguration",
         "nodeRegistration": _node_registration(NODE_NAME, WIRE_IPS[0] if join else None, minor),
+        **_timeouts(minor),
     }
     if join is not None:
         init["localAPIEndpoint"] = {"advertiseAddress": WIRE_IPS[0], "bindPort": 6443}
@@ -173,7 +188,10 @@ def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join |
             "kind": "ClusterConfiguration",
             "kubernetesVersion": tag,
             "imageRepository": repo,
-            "apiServer": {"certSANs": ["127.0.0.1"]},
+            "apiServer": {
+                "certSANs": ["127.0.0.1"],
+                **({} if minor >= 31 else {"timeoutForControlPlane": SLOW_HOST_WAIT}),
+            },
             "networking": {"podSubnet": POD_SUBNET, "serviceSubnet": "10.96.0.0/12"},
             "etcd": {"local": {"imageRepository": etcd_repo, "imageTag": etcd_tag}},
             "dns": {"imageRepository": dns_repo, "imageTag": dns_tag},
@@ -191,12 +209,16 @@ def join_config(kubernetes_version: str, join: Join) -> str:
     """The second node's ``kubeadm join`` configuration: the first node's API server on the wire, the token, the
     CA pinned by its public-key hash."""
     api, minor = _api(kubernetes_version)
+    discovery: dict[str, Any] = {"bootstrapToken": {"apiServerEndpoint": f"{WIRE_IPS[0]}:6443", "token": join.token,
+                                                    "caCertHashes": [f"sha256:{join.ca_hash}"]}}  # fmt: skip
+    if minor < 31:
+        discovery["timeout"] = SLOW_HOST_WAIT
     return yaml.safe_dump({
         "apiVersion": api,
         "kind": "JoinConfiguration",
-        "discovery": {"bootstrapToken": {"apiServerEndpoint": f"{WIRE_IPS[0]}:6443", "token": join.token,
-                                         "caCertHashes": [f"sha256:{join.ca_hash}"]}},
+        "discovery": discovery,
         "nodeRegistration": _node_registration(WORKER_NAME, WIRE_IPS[1], minor),
+        **_timeouts(minor),
     }, sort_keys=False)  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from imagebuilder.catalog import ReleaseChannel, load_catalog
-from imagebuilder.errors import ExternalError, InputError, did_you_mean
+from imagebuilder.errors import ExternalError, InputError, did_you_mean, require_flags
 from imagebuilder.fetch import Mirror
 from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
@@ -178,17 +178,8 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     """Resolve and validate every input of a build; raises :class:`InputError` (exit 2) on any bad input.
     ``before_fetch`` runs for a Packer build once its builder is known, before anything is downloaded."""
     catalog = load_catalog()
-    missing = [
-        flag
-        for flag, value in (
-            ("--os", request.os),
-            ("--hypervisor", request.hypervisor),
-            ("--release-channel", request.release_channel),
-        )
-        if not value
-    ]
-    if missing:
-        raise InputError(f"required flag{'s' if len(missing) > 1 else ''} missing: {', '.join(missing)}")
+    require_flags(("--os", request.os), ("--hypervisor", request.hypervisor),
+                  ("--release-channel", request.release_channel))  # fmt: skip
     assert request.os and request.hypervisor and request.release_channel
     os_ = catalog.os(request.os)
     provider = catalog.provider(request.hypervisor)

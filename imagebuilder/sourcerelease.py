@@ -45,10 +45,11 @@ from urllib.parse import urlsplit
 import yaml
 
 from imagebuilder import progress
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.errors import ExternalError
 from imagebuilder.files import atomic_write, run_checked, sha256_file
 from imagebuilder.hostinfo import require_tools
 from imagebuilder.imagearchive import Entry, ImageSpec, docker_archive, layer_tar, tree_entries
+from imagebuilder.k8sversion import parse_version
 from imagebuilder.paths import cache_root
 from imagebuilder.profile import load_profile
 from imagebuilder.progress import Say, silent
@@ -67,8 +68,6 @@ DISTRO = "source"
 #: a mirror; ``--base-url`` names a real server that serves the folder)
 DEFAULT_BASE_URL = "https://kubernetes-source.invalid"
 LABEL = "built from upstream source by image-builder (not a distro artifact)"
-#: the oldest line this recipe knows (the staging modules are published at v0.<minor>.<patch> since long before)
-OLDEST_MINOR = 28
 
 KUBE_BINARIES = ("kubelet", "kubeadm", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                  "kube-proxy")  # fmt: skip
@@ -85,8 +84,6 @@ IPTABLES_PACKAGES = ("iptables", "libip4tc2", "libip6tc2", "libxtables12", "libm
 IPTABLES_LINKS = {
     f"usr/sbin/{t}{s}": f"{t}-nft{s}" for t in ("iptables", "ip6tables") for s in ("", "-save", "-restore")
 }
-
-_VERSION = re.compile(r"v1\.(\d+)\.(\d+)")
 
 
 @dataclass(frozen=True)
@@ -109,19 +106,6 @@ class SourceRelease:
     root: Path
     images: dict[str, str]  # image name -> the reference kubeadm asks for
     components: tuple[Component, ...]
-
-
-def parse_version(value: str, flag: str = "--kubernetes") -> tuple[str, int, int]:
-    """``v1.34.2`` (or ``1.34.2``) -> (``v1.34.2``, 34, 2); exit 2 for anything else."""
-    text = value.strip()
-    m = _VERSION.fullmatch(text if text.startswith("v") else f"v{text}")
-    if m is None:
-        raise InputError(f"{value[:40]!r} is not a Kubernetes release", field=flag, expected="v1.<minor>.<patch>")
-    minor, patch = int(m.group(1)), int(m.group(2))
-    if minor < OLDEST_MINOR:
-        raise InputError(f"v1.{minor} is older than this recipe builds", field=flag,
-                         expected=f"v1.{OLDEST_MINOR}.0 or newer")  # fmt: skip
-    return m.group(0), minor, patch
 
 
 def source_cache() -> Path:

@@ -45,18 +45,33 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def http_server(mirror_dir: Path) -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 serving the mirror directory."""
-    handler = functools.partial(_QuietHandler, directory=str(mirror_dir))
+@contextlib.contextmanager
+def serve_folder(root: Path) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving ``root`` (as a site serves a mirror); its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def http_server(mirror_dir: Path) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving the mirror directory."""
+    with serve_folder(mirror_dir) as url:
+        yield url
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """An empty folder the test fills, served over HTTP on 127.0.0.1: the folder and its base URL."""
+    root = tmp_path / "served"
+    root.mkdir()
+    with serve_folder(root) as url:
+        yield root, url
 
 
 @pytest.fixture
@@ -237,3 +252,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(mark)
         if "vcsim" in getattr(item, "fixturenames", ()):
             item.add_marker("vcsim")
+    # the modules that boot VMs first, longest first: xdist hands the first modules out one per worker in turn, so
+    # the two end-to-end builds start at once on their own workers and the real-guest customization follows the
+    # first; the short modules then fill the time beside and after them, rather than one long module starting last
+    # and alone (xdist's default reorder, by test count, puts these last)
+    first = ["test_e2e_offline.py", "test_e2e_packers.py", "test_customize_guest.py"]
+    items.sort(key=lambda item: first.index(item.path.name) if item.path.name in first else len(first))

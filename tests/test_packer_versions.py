@@ -6,11 +6,7 @@ them are in tests/test_e2e_packers.py."""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -263,25 +259,6 @@ def test_preflight_shows_packer_and_each_plugin(modern: PackerInfo, tmp_path: Pa
     prepare_plugins(modern, ["qemu"], binaries=newest)
     res = run(*preflight)
     assert "[ok  ] packer" in res.out and "qemu 1.1.4 installed" in res.out and "ansible 1.1.6 installed" in res.out
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A folder served over HTTP on 127.0.0.1 (a mirror as a site serves it)."""
-    root = tmp_path / "served"
-    root.mkdir()
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_mirror_carries_the_plugins(modern: PackerInfo, tmp_path: Path, served: tuple[Path, str]) -> None:

@@ -356,3 +356,25 @@ def test_a_second_node_joins_with_the_token_and_the_pinned_ca_hash(tmp_path: Pat
     assert f"{WIRE_IPS[1]}/24" in yaml.safe_load(seed["network-config"])["ethernets"]["wire"]["addresses"]
     first = yaml.safe_load(_seed(files, "x", index=0)["user-data"])
     assert "/etc/kubernetes/pki/ca.key" in {f["path"] for f in first["write_files"]}
+
+
+def test_real_kubeadm_validates_the_node_checks_configurations(source_release: SourceRelease, tmp_path: Path) -> None:
+    """kubeadm's own strict decoder (``kubeadm config validate``) accepts what the node check hands the guests: the
+    init configuration with the join's token and the join configuration, the lengthened waits included."""
+    from imagebuilder.nodecheck import SLOW_HOST_WAIT, Join, join_config
+
+    kubeadm = next(c.bin_dir for c in source_release.components if c.name == "kubernetes") / "kubeadm"
+    join = Join("abcdef.0123456789abcdef", "a" * 64)
+    for name, text in (("init", kubeadm_config(source_release.images, source_release.kubernetes_version, join)),
+                       ("join", join_config(source_release.kubernetes_version, join))):  # fmt: skip
+        assert f"tlsBootstrap: {SLOW_HOST_WAIT}" in text or name == "init"
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(text)
+        res = subprocess.run([str(kubeadm), "config", "validate", "--config", str(config)], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+        assert res.returncode == 0, f"{name}: {res.stdout}{res.stderr}"
+        # the decoder is strict: a misspelt field is refused, so the passes above mean something
+        config.write_text(text.replace("kubeletHealthCheck:", "kubeletHealthChek:"))
+        res = subprocess.run([str(kubeadm), "config", "validate", "--config", str(config)], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+        assert res.returncode != 0 and "kubeletHealthChek" in res.stderr, res.stderr

@@ -49,6 +49,11 @@ def loaded(*args: str) -> tuple[int, set[str]]:
         ("download.bottlerocket", "--variant", "vsphere", "--kubernetes", "1.24", "--dest", "/dev/null/x"),
         ("ami.export", "--manifest", "/no/such/manifest.json", "--bucket", "b"),
         ("preflight", "--os", "nope", "--hypervisor", "baremetal"),
+        ("build", "--vsphere-config", "/no/such.json"),  # the required flags are missing: said before the planner
+        ("demo", "--kubernetes", "nope", "--dry-run"),
+        ("release.build", "--dest", "/dev/null/x"),
+        ("config.schema", "--provider", "nope"),
+        ("dhcp.verify", "--timeout", "nope"),
     ],
 )
 def test_start_up_loads_no_heavy_module(args: tuple[str, ...]) -> None:

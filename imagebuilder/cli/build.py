@@ -9,7 +9,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json, status_line
-from imagebuilder.errors import InputError
+from imagebuilder.errors import InputError, require_flags
 
 if TYPE_CHECKING:
     from imagebuilder.plan import BuildRequest
@@ -147,6 +147,8 @@ def build(
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     from imagebuilder.hostinfo import check_skips
 
+    # the required flags first: a command missing them is answered before anything heavy is imported
+    require_flags(("--os", os), ("--hypervisor", hypervisor), ("--release-channel", release_channel))
     flags.choice(output, "--output", ("text", "json"))
     check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None

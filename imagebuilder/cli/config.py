@@ -36,6 +36,10 @@ def schema(c: Context, provider: str = "", dest: str = "", customize: bool = Fal
     if customize and provider:
         raise InputError("give --provider or --customize, not both", field="--customize")
     target = flags.dest_file(dest, "--dest") if dest else None
+    if provider:  # the name first, from the catalog: a mistyped --provider is answered before the models load
+        from imagebuilder.catalog import load_catalog
+
+        load_catalog().provider(provider, flag="--provider")
     from imagebuilder.customize import CustomizeFile
     from imagebuilder.files import atomic_write
     from imagebuilder.providers.config import json_schema

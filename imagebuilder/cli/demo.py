@@ -49,8 +49,7 @@ def demo(
     flags.choice(engine, "--engine", ("auto", "chroot", "packer"))
     check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
     from imagebuilder.catalog import load_catalog
-    from imagebuilder.demo import DEMO_KUBERNETES, STANDIN_CHANNEL, demo_steps, run_demo
-    from imagebuilder.sourcerelease import parse_version
+    from imagebuilder.k8sversion import parse_version
 
     if standin and kubernetes:
         raise InputError("--kubernetes chooses the release built from source; --standin uses none",
@@ -58,12 +57,15 @@ def demo(
     if release_channel and not standin:
         raise InputError("the demo builds Kubernetes from source, whose version gives the channel",
                          field="--release-channel", expected="--kubernetes VERSION, or --standin")  # fmt: skip
+    # the given values are checked before the demo's modules are imported (a mistyped flag is answered at once)
+    if release_channel:
+        load_catalog().channel(release_channel)
+    if kubernetes:
+        load_catalog().channel(f"1-{parse_version(kubernetes)[1]}", "--kubernetes")
+    from imagebuilder.demo import DEMO_KUBERNETES, STANDIN_CHANNEL, demo_steps, run_demo
+
     channel = release_channel or STANDIN_CHANNEL
     version = kubernetes or DEMO_KUBERNETES
-    if standin:
-        load_catalog().channel(channel)
-    else:
-        load_catalog().channel(f"1-{parse_version(version)[1]}", "--kubernetes")
     if dry_run:
         for step in demo_steps(out, channel=channel, disk_gb=size, boot=not no_boot, engine=engine, standin=standin,
                                kubernetes=version):  # fmt: skip

@@ -33,10 +33,10 @@ def lint(c: Context, packer: str | None = None, packer_plugins: str | None = Non
     from imagebuilder.cli import flags
 
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    from imagebuilder.lint import lint_templates
     from imagebuilder.packerplugins import PackerInfo
 
-    info = PackerInfo.detect(packer)
+    info = PackerInfo.detect(packer)  # before the renderers are imported: a bad --packer is answered at once
+    from imagebuilder.lint import lint_templates
 
     root = paths.checkout_root()
     if root is None:
@@ -83,10 +83,12 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False) -> 
         # light tests are independent of each other: spread them over the cores
         select += f" -m 'not ({' or '.join(HEAVY_MARKERS)})' -n auto"
     else:
-        # one module per worker at a time (module fixtures such as the offline namespace stay together); the two
-        # end-to-end builds, the real-guest customization and the rest then run side by side. The slowest tests
+        # one module per worker at a time (module fixtures such as the offline namespace stay together), in the
+        # collection's order (tests/conftest.py puts the end-to-end builds first, so each starts at once on its own
+        # worker; xdist's default reorder would start them last); the real-guest customization and the rest then
+        # run beside them. The slowest tests
         # are listed at the end, so a CI log shows where the time went.
-        select += " -n auto --dist loadfile --durations=15"
+        select += " -n auto --dist loadfile --no-loadscope-reorder --durations=15"
     with c.cd(str(paths.require_checkout("test"))):
         result = c.run(f"{BIN}/python -m pytest{select}", pty=False, warn=True)
     if result is None or not result.ok:

@@ -92,13 +92,13 @@ def install_server(c: Context, config: str = "", prefix: str = "/", dry_run: boo
 @cli_task
 def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
     """Capture DHCP on an interface and report a request and its ACK (spec 4.9)."""
-    from imagebuilder.dhcp import capture, complete
-
     flags.required(interface, "--interface", "a network interface name")
     flags.grammar_of(grammar.interface_name, interface, "--interface")
     if not Path("/sys/class/net", interface).exists():
         raise InputError(f"no network interface {interface!r} on this host", field="--interface")
     seconds = flags.duration(timeout, "--timeout", 1, 3600)
+    from imagebuilder.dhcp import capture, complete
+
     messages = capture(interface, seconds)
     ack = complete(messages)
     for m in messages:

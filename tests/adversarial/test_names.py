@@ -5,11 +5,7 @@ really be written where it points. Each case checks the places it would have lan
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,24 +18,6 @@ from tests.support.inproc import cli
 
 HOSTILE_NAMES = ["../../x", "/abs/x", "a/../../x", "..", ".", "", "a\0b", "a\nb", "x" * 300, "a/" + "b" * 256,
                  "a\\..\\..\\x", "./../x", "\x1b[31mred"]  # fmt: skip
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    root = tmp_path / "srv"
-    root.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def bundle(base: str, name: str, data: bytes) -> str:

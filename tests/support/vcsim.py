@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +41,8 @@ def free_port() -> int:
 class Vcsim:
     port: int
     proc: subprocess.Popen[bytes]
+    #: vcsim's own TMPDIR: it backs each simulated datastore with a folder there and leaves them when killed
+    tmpdir: Path | None = field(default=None)
 
     @property
     def server(self) -> str:
@@ -68,18 +72,22 @@ class Vcsim:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
 def start_vcsim(port: int | None = None) -> Vcsim:
     """Start vcsim (a missing binary fails the test: ./scripts/setup.sh installs it) and wait until it answers."""
     assert VCSIM.is_file() and GOVC.is_file(), f"vcsim/govc missing in {TOOLS}: run ./scripts/setup.sh"
     port = port or free_port()
+    tmpdir = Path(tempfile.mkdtemp(prefix="vcsim-"))
     proc = subprocess.Popen(
         [str(VCSIM), "-l", f"127.0.0.1:{port}", "-username", "Administrator", "-password", ADMIN_PASSWORD],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
     )
-    sim = Vcsim(port, proc)
+    sim = Vcsim(port, proc, tmpdir)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         assert proc.poll() is None, "vcsim exited at start"
