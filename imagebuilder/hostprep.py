@@ -47,6 +47,9 @@ class HostPrep:
         self.root = root.resolve()
         if not (self.root / "etc").is_dir():
             raise InputError("is not a root filesystem (no etc/)", field="--root", source=str(root))
+        for needed in ("passwd", "group"):  # read below to find the users, the groups and their members
+            if not (self.root / "etc" / needed).is_file():
+                raise InputError(f"is not a root filesystem (no etc/{needed})", field="--root", source=str(root))
         self.cfg = load_host_config()
         self.user = user or self.cfg.user
         self.providers = list(providers)
@@ -257,3 +260,18 @@ def apply(actions: list[Action]) -> Iterator[tuple[Action, bool]]:
             yield action, True
         else:
             yield action, False
+
+
+def disk_advice(workspace: Path | None = None) -> str | None:
+    """Spec 8's size of a build host's disk, as advice and never a refusal: a line when the filesystem that holds the
+    build workspace is smaller (each build checks what its own work needs, in its plan and preflight)."""
+    from imagebuilder.paths import workspace_root
+    from imagebuilder.preflight import GIB, _existing_parent
+
+    want = load_host_config().requirements.min_disk_gb
+    where = _existing_parent(workspace or workspace_root())
+    size = shutil.disk_usage(where).total
+    if size >= want * 10**9:  # spec 8 says GB
+        return None
+    return (f"advice: spec 8 sizes a build host's disk at {want} GB; the one under {where} is {size / GIB:.1f} GiB "
+            "(builds still run: each checks the space its own work needs)")  # fmt: skip

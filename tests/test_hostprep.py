@@ -112,3 +112,7 @@ def test_rerun_converges_and_repairs_drift(throwaway_root: Path) -> None:
 def test_bad_root_is_bad_input(tmp_path: Path) -> None:
     res = run("host.prepare", "--root", str(tmp_path), "--dry-run")
     assert res.code == 2 and "not a root filesystem" in res.err
+    # an etc/ without the account files it reads is refused the same way, not a crash
+    (tmp_path / "etc").mkdir()
+    res = run("host.prepare", "--root", str(tmp_path), "--dry-run")
+    assert res.code == 2 and "no etc/passwd" in res.err and "Traceback" not in res.err, res.err

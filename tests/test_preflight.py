@@ -220,6 +220,17 @@ def test_the_disk_check_follows_the_work(tmp_path: Path) -> None:
                 assert not (mounts[name] / "out").exists() and not (mounts[name] / "work").exists()
         advice = check_disk(dataclasses.replace(GOOD, disk_free_bytes=10 * GIB), None, 50)
         assert advice.status == "warn" and "spec 8" in advice.detail
+        # host.prepare gives spec 8's figure as advice for the workspace's filesystem, and still prepares the host
+        from imagebuilder.hostprep import disk_advice
+
+        small = disk_advice(mounts["small"] / "work")
+        assert small is not None and "50 GB" in small and str(mounts["small"]) in small
+        (tmp_path / "host" / "etc").mkdir(parents=True)
+        (tmp_path / "host" / "etc" / "group").write_text("root:x:0:\n")
+        (tmp_path / "host" / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+        res = run("host.prepare", "--root", str(tmp_path / "host"), "--dry-run",
+                  env={**os.environ, "IMAGE_BUILDER_WORKSPACE": str(mounts["roomy"] / "work")})  # fmt: skip
+        assert "advice: spec 8" in res.out and str(mounts["roomy"]) in res.out, res.out + res.err
     finally:
         for mnt in mounts.values():
             subprocess.run(["umount", str(mnt)], check=False)

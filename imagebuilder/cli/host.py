@@ -47,10 +47,13 @@ def prepare(
     if no_proxy:
         flags.grammar_of(grammar.no_proxy_list, no_proxy, "--no-proxy")
     root_dir = flags.existing_dir(root, "--root")
-    from imagebuilder.hostprep import HostPrep, apply, proxies_from
+    from imagebuilder.hostprep import HostPrep, apply, disk_advice, proxies_from
 
     prep = HostPrep(root_dir, user=user or None, providers=providers)
     actions = prep.actions(proxies_from(http_proxy, https_proxy, no_proxy))
+    advice = disk_advice()
+    if advice:
+        print(advice)
     if not actions:
         print(f"host prepared: nothing to change in {prep.root}")
         return
