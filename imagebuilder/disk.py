@@ -523,18 +523,88 @@ def _mem_available() -> int:
     return 0
 
 
-def _sweep_scratch() -> None:
-    """Remove the in-memory working directories of runs that died without removing them (killed, power cut: the
-    pid in the name is no longer alive)."""
-    for stale in SHM.glob("image-builder-*-*"):
-        try:
-            pid = int(stale.name.split("-")[2])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            if stale.is_dir() and not stale.is_symlink() and stale.stat().st_uid == os.geteuid():
-                remove_tree(stale)
-        except (ValueError, IndexError, OSError):
+def _run_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def _scratch_pid(name: str) -> int | None:
+    """The pid in a scratch directory's name (``image-builder-<pid>-<random>``), else None."""
+    parts = name.split("-")
+    if len(parts) < 4 or parts[0] != "image" or parts[1] != "builder" or not parts[2].isdigit():
+        return None
+    return int(parts[2])
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A resource a run that is gone left behind: what it is, and the pid of that run."""
+
+    kind: str  # "loop device" or "scratch directory"
+    name: str
+    pid: int
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}{f' ({self.detail})' if self.detail else ''}, left by run {self.pid}"
+
+
+def _loop_backings() -> list[tuple[str, str]]:
+    """Every loop device with its backing file as the kernel names it (``... (deleted)`` once it is removed)."""
+    try:
+        out = subprocess.run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"], capture_output=True,
+                             text=True, check=False, timeout=30)  # fmt: skip
+        devices = json.loads(out.stdout or "{}").get("loopdevices", [])
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return []
+    return [(str(d.get("name")), str(d.get("back-file") or "")) for d in devices if isinstance(d, dict)]
+
+
+def stale_scratch() -> list[Leftover]:
+    """The scratch directories on /dev/shm of runs that died without removing them (killed, OOM, power cut: the pid
+    in the name no longer runs), and the loop devices still attached to files in them, found by their backing file
+    whether it still exists or was deleted since (a sweep that removed the directory first left them unfindable by
+    the directory). A live run's resources are never listed."""
+    found: list[Leftover] = []
+    prefix = f"{SHM}/"
+    for dev, back in _loop_backings():
+        if not back.startswith(prefix):
             continue
+        pid = _scratch_pid(back[len(prefix) :].split("/", 1)[0])
+        if pid is not None and not _run_alive(pid):
+            found.append(Leftover("loop device", dev, pid, back))
+    for stale in sorted(SHM.glob("image-builder-*-*")):
+        pid = _scratch_pid(stale.name)
+        if pid is None or _run_alive(pid) or stale.is_symlink() or not stale.is_dir():
+            continue
+        if stale.stat().st_uid == os.geteuid():
+            found.append(Leftover("scratch directory", str(stale), pid))
+    return found
+
+
+def release(leftovers: list[Leftover]) -> list[Leftover]:
+    """Release what :func:`stale_scratch` found: loop devices first (their files are then free), then the
+    directories; returns what could not be released (a loop still in use)."""
+    kept: list[Leftover] = []
+    for item in leftovers:
+        if item.kind == "loop device":
+            detach_loop(item.name)
+            if any(dev == item.name for dev, _ in _loop_backings()):
+                kept.append(item)
+    for item in leftovers:
+        if item.kind == "scratch directory" and remove_tree(Path(item.name)):
+            kept.append(item)
+    return kept
+
+
+def _sweep_scratch() -> None:
+    """Release what runs that died left in memory: their scratch directories and the loop devices on them."""
+    release(stale_scratch())
 
 
 def scratch_fits_in_memory(size: int) -> bool:

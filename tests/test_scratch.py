@@ -100,3 +100,52 @@ def test_a_raw_disk_is_copied_with_its_holes_kept(tmp_path: Path) -> None:
     disk.copy_sparse(src, dest)
     assert dest.read_bytes() == src.read_bytes()
     assert dest.stat().st_blocks * 512 < 4 * 1024**2  # the holes stay holes
+
+
+def _loops_on(path_part: str) -> list[str]:
+    out = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return [line.split()[0] for line in out.splitlines() if path_part in line]
+
+
+@pytest.mark.root
+def test_loops_of_a_killed_run_are_found_by_their_backing_file_and_released(tmp_path: Path) -> None:
+    """Issue 29's leak: a killed run's working disk on /dev/shm still attached to loop devices. host.clean (and the
+    sweep at the start of the next run that takes scratch space) finds them by their backing file, even when the
+    directory was already deleted, detaches them and removes the directory; a live run's are never touched."""
+    from tests.support.common import run
+
+    shm = Path("/dev/shm")  # the real tmpfs: what host.clean looks at
+    dead = dead_pid()
+    gone, kept_dir = shm / f"image-builder-{dead}-gone", shm / f"image-builder-{dead}-kept"
+    live = shm / f"image-builder-{os.getpid()}-live"
+    loops: dict[str, str] = {}
+    try:
+        for folder in (gone, kept_dir, live):
+            folder.mkdir()
+            image = folder / "disk.raw"
+            subprocess.run(["truncate", "-s", "8M", str(image)], check=True)
+            loops[folder.name] = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True,
+                                                text=True, check=True).stdout.strip()  # fmt: skip
+        subprocess.run(["rm", "-rf", str(gone)], check=True)  # what the old sweep did: the loop's file is deleted
+        assert _loops_on(f"{gone}/disk.raw (deleted)") == [loops[gone.name]]
+
+        listed = run("host.clean", "--dry-run")
+        assert listed.code == 0, listed.err
+        for name in (gone.name, kept_dir.name):
+            assert f"would release: loop device {loops[name]} ({shm}/{name}/disk.raw" in listed.out, listed.out
+            assert f"left by run {dead}" in listed.out
+        assert f"would release: scratch directory {kept_dir}, left by run {dead}" in listed.out
+        assert live.name not in listed.out and _loops_on(gone.name) and kept_dir.is_dir()  # the dry run changes nothing
+
+        cleaned = run("host.clean")
+        assert cleaned.code == 0, cleaned.out + cleaned.err
+        assert not _loops_on(gone.name) and not _loops_on(kept_dir.name) and not kept_dir.exists()
+        assert _loops_on(live.name) == [loops[live.name]] and live.is_dir(), "a live run's loop and folder stay"
+        again = run("host.clean", "--dry-run")  # a rerun converges: nothing of these left to release
+        assert again.code == 0 and str(dead) not in again.out and live.name not in again.out, again.out
+    finally:
+        for dev in loops.values():
+            subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+        for folder in (gone, kept_dir, live):
+            subprocess.run(["rm", "-rf", str(folder)], check=False)

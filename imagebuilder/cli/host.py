@@ -1,4 +1,5 @@
-"""``host.prepare``: make this machine an image-builder host (spec 4.3), rerunnable."""
+"""``host.prepare``: make this machine an image-builder host (spec 4.3), rerunnable; ``host.clean``: release what
+killed runs left behind."""
 
 from __future__ import annotations
 
@@ -67,3 +68,27 @@ def prepare(
         print(f"- {action.describe}" + ("" if changed else ": already done"))
         done += changed
     print(f"host prepared: {done} change(s) in {prep.root}")
+
+
+@task(help={"dry_run": "list what would be released, with the run that left each; release nothing"},
+      auto_shortflags=False)  # fmt: skip
+@cli_task
+def clean(c: Context, dry_run: bool = False) -> None:
+    """Release what runs that were killed (SIGKILL, out of memory, power cut) left behind: their in-memory scratch
+    directories and the loop devices still attached to them. A live run's resources are never touched."""
+    from imagebuilder.disk import release, stale_scratch
+    from imagebuilder.errors import ExternalError
+
+    found = stale_scratch()
+    if not found:
+        print("nothing left behind by runs that are gone")
+        return
+    for item in found:
+        print(f"{'would release' if dry_run else 'release'}: {item}")
+    if dry_run:
+        return
+    kept = release(found)
+    print(f"released {len(found) - len(kept)} of {len(found)}")
+    if kept:
+        hint = "stop what uses them (see 'losetup -l' and 'findmnt'), then run host.clean again"
+        raise ExternalError("still in use, so kept: " + "; ".join(map(str, kept)), hint=hint)
