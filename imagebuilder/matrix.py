@@ -211,18 +211,30 @@ def expand(request: BuildRequest, pairs: list[tuple[str, str]], channels: list[s
 
 
 def recorded_inputs(plan: BuildPlan) -> str | None:
-    """The inputs digest of the build manifest beside ``plan``'s output, when its artifact is still there."""
+    """The inputs digest of the build manifest beside ``plan``'s output, when that output is whole: the artifact,
+    its ``.sha256`` and the manifest all there and agreeing (name, size, digest), and the manifest written after the
+    artifact (a run killed between the two left a new artifact beside an older manifest: never trusted)."""
     if plan.output_path is None:
         return None
-    manifest = plan.output_path.parent / f"{plan.output_stem}.build-manifest.json"
-    if not manifest.is_file() or not plan.output_path.is_file():
+    artifact_path = plan.output_path
+    manifest = artifact_path.parent / f"{plan.output_stem}.build-manifest.json"
+    sidecar = artifact_path.with_name(artifact_path.name + ".sha256")
+    if not (manifest.is_file() and artifact_path.is_file() and sidecar.is_file()):
         return None
     try:
         data = parse_json(read_text(manifest, "build manifest"), manifest)
-    except ImageBuilderError:
+        recorded_sha = sidecar.read_text().split()[0] if sidecar.read_text().split() else ""
+        written, made = manifest.stat().st_mtime_ns, artifact_path.stat()
+    except (ImageBuilderError, OSError, UnicodeDecodeError):
         return None
     artifact = data.get("artifact") if isinstance(data, dict) else None
-    if not isinstance(artifact, dict) or artifact.get("size") != plan.output_path.stat().st_size:
+    if not isinstance(artifact, dict) or written < made.st_mtime_ns:
+        return None
+    if (artifact.get("name"), artifact.get("size"), artifact.get("sha256")) != (
+        artifact_path.name,
+        made.st_size,
+        recorded_sha,
+    ):
         return None
     digest = data.get("inputs_sha256")
     return digest if isinstance(digest, str) else None

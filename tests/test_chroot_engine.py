@@ -150,6 +150,54 @@ def test_inputs_digest_follows_the_inputs(tmp_path: Path) -> None:
     assert layer_inputs(make_plan(request)) != layer_inputs(a)
 
 
+def test_only_a_whole_output_is_trusted_as_built(tmp_path: Path) -> None:
+    """The matrix's "same inputs, skipped" (issue 29): trusted only when the artifact, its .sha256 and its build
+    manifest agree and the manifest was written after the artifact; a run killed between writing a new artifact and
+    its manifest, or a missing or mismatched piece, means the output is built again."""
+    import hashlib
+
+    from imagebuilder.matrix import recorded_inputs
+    from imagebuilder.plan import BuildRequest
+    from imagebuilder.planner import make_plan
+
+    out = tmp_path / "out"
+    plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
+                                  configs={"baremetal": str(write_config(tmp_path))}, engine="chroot",
+                                  output_dir=str(out)))  # fmt: skip
+    assert plan.output_path is not None
+    artifact = plan.output_path
+    sidecar = artifact.with_name(artifact.name + ".sha256")
+    manifest = out / f"{plan.output_stem}.build-manifest.json"
+
+    def write_output(data: bytes) -> None:
+        out.mkdir(exist_ok=True)
+        artifact.write_bytes(data)
+        sha = hashlib.sha256(data).hexdigest()
+        sidecar.write_text(f"{sha}  {artifact.name}\n")
+        manifest.write_text(
+            json.dumps(
+                {"inputs_sha256": "digest-1", "artifact": {"name": artifact.name, "sha256": sha, "size": len(data)}}
+            )
+        )
+        os.utime(manifest, ns=(artifact.stat().st_mtime_ns + 1, artifact.stat().st_mtime_ns + 1))
+
+    write_output(b"image one")
+    assert recorded_inputs(plan) == "digest-1"
+    # killed after the new artifact replaced the old, before its .sha256 and manifest: the same size, even
+    artifact.write_bytes(b"image two")
+    os.utime(artifact, ns=(manifest.stat().st_mtime_ns + 10**9, manifest.stat().st_mtime_ns + 10**9))
+    assert recorded_inputs(plan) is None
+    write_output(b"image two")
+    assert recorded_inputs(plan) == "digest-1"
+    sidecar.write_text(f"{'0' * 64}  {artifact.name}\n")  # a .sha256 that does not match the manifest
+    assert recorded_inputs(plan) is None
+    sidecar.unlink()
+    assert recorded_inputs(plan) is None
+    write_output(b"image two")
+    manifest.write_text("{not json")
+    assert recorded_inputs(plan) is None
+
+
 def test_a_layer_is_saved_where_the_filesystem_has_no_direct_io(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
