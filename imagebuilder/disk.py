@@ -545,13 +545,80 @@ def _scratch_pid(name: str) -> int | None:
 class Leftover:
     """A resource a run that is gone left behind: what it is, and the pid of that run."""
 
-    kind: str  # "loop device" or "scratch directory"
+    kind: str  # "loop device", "scratch directory", "workspace" or "partial output"
     name: str
     pid: int
     detail: str = ""
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}{f' ({self.detail})' if self.detail else ''}, left by run {self.pid}"
+
+
+#: the file in a build workspace that says which run owns it (see :func:`claim`)
+RUN_MARKER = ".image-builder-run"
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (field 22 of /proc/<pid>/stat): a pid and its start time name one process,
+    where a pid alone may have been reused since."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def claim(folder: Path) -> None:
+    """Mark ``folder`` (a build workspace) as this run's, so that a later run or ``host.clean`` can tell it was left
+    by a run that is gone (killed: no clean-up of its own ran) and release it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    (folder / RUN_MARKER).write_text(json.dumps({"pid": pid, "start": _start_time(pid)}) + "\n")
+
+
+def unclaim(folder: Path) -> None:
+    """Keep ``folder`` for the user (``--keep-on-error``): no sweep removes it after its run."""
+    (folder / RUN_MARKER).unlink(missing_ok=True)
+
+
+def stale_workspaces(root: Path) -> list[Leftover]:
+    """The build workspaces under ``root`` whose run is gone (its pid no longer runs, or runs another program
+    since); those a user kept (``--keep-on-error``) carry no marker and are left alone."""
+    found: list[Leftover] = []
+    try:
+        entries = sorted(root.iterdir()) if root.is_dir() else []
+    except OSError:
+        return []
+    for folder in entries:
+        marker = folder / RUN_MARKER
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        try:
+            owner = json.loads(marker.read_text())
+            pid, start = int(owner["pid"]), owner.get("start")
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue
+        if _start_time(pid) is None or _start_time(pid) != start:
+            found.append(Leftover("workspace", str(folder), pid))
+    return found
+
+
+def stale_partials(folder: Path) -> list[Leftover]:
+    """Half-written outputs in ``folder`` that runs killed before their rename left: the temporary files and folders
+    of :func:`imagebuilder.files.atomic_write` and the OVA writer (``.<name>.<pid>-<random>.tmp``) whose run no
+    longer runs. Nothing else in the folder is looked at."""
+    found: list[Leftover] = []
+    try:
+        entries = sorted(folder.glob(".*.tmp")) if folder.is_dir() else []
+    except OSError:
+        return []
+    for entry in entries:
+        stem = entry.name[: -len(".tmp")]
+        pid_part = stem.rsplit(".", 1)[-1].split("-", 1)[0]
+        if pid_part.isdigit() and not entry.is_symlink() and not _run_alive(int(pid_part)):
+            found.append(Leftover("partial output", str(entry), int(pid_part)))
+    return found
 
 
 def _loop_backings() -> list[tuple[str, str]]:
@@ -597,8 +664,14 @@ def release(leftovers: list[Leftover]) -> list[Leftover]:
             if any(dev == item.name for dev, _ in _loop_backings()):
                 kept.append(item)
     for item in leftovers:
-        if item.kind == "scratch directory" and remove_tree(Path(item.name)):
+        if item.kind in ("scratch directory", "workspace") and remove_tree(Path(item.name)):
             kept.append(item)
+        elif item.kind == "partial output":
+            path = Path(item.name)
+            if path.is_dir() and remove_tree(path):
+                kept.append(item)
+            elif not path.is_dir():
+                path.unlink(missing_ok=True)
     return kept
 
 

@@ -197,7 +197,8 @@ def atomic_write(
     or leave its memory to be reclaimed page by page."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    # the pid in the name: a run killed before the rename left this file, and the next run can tell (disk.py)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.{os.getpid()}-", suffix=".tmp", dir=final.parent)
     try:
         os.fchmod(fd, perm)
         with os.fdopen(fd, mode) as fh:

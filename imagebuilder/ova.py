@@ -50,7 +50,8 @@ def make_ova(
     ``firmware="efi"`` marks it for UEFI (VMware's ``firmware`` extra config). Nothing appears at ``dest`` on
     failure."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
+    # named like files.atomic_write's temporary files (the pid in the name): a killed run's is found by the next
+    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.{os.getpid()}-", suffix=".tmp", dir=dest.parent) as tmp:
         work = Path(tmp)
         disks: list[dict[str, Any]] = []
         for n, source in enumerate((disk, *extra_disks), start=1):

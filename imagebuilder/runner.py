@@ -133,6 +133,9 @@ def run_build(
     started = dt.datetime.now(dt.UTC)
     build_id = f"{plan.output_name}-{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     workspace = plan.workspace / build_id
+    # what runs killed before left here (no clean-up of theirs ran), then this run's own workspace, marked as its
+    disk.release(disk.stale_workspaces(plan.workspace) + disk.stale_partials(out_dir))
+    disk.claim(workspace)
     log_path = out_dir / "logs" / f"{build_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     secret_values = plan.config.secret_values() if plan.config else []
@@ -198,6 +201,7 @@ def run_build(
             if left:
                 say(f"warning: still mounted, so the workspace {workspace} was kept: {', '.join(left)}")
         elif workspace.exists():
+            disk.unclaim(workspace)  # kept for the user: no later sweep takes it
             say(f"warning: build failed; workspace kept: {workspace}")
     finished = dt.datetime.now(dt.UTC)
     manifest = {

@@ -149,3 +149,51 @@ def test_loops_of_a_killed_run_are_found_by_their_backing_file_and_released(tmp_
             subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
         for folder in (gone, kept_dir, live):
             subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def test_workspaces_of_runs_that_are_gone_are_found_and_kept_ones_left(tmp_path: Path) -> None:
+    """A build workspace carries its run's pid and start time: one whose run is gone (or whose pid now names another
+    process) is stale, this run's own is not, and one kept for the user (``--keep-on-error``: unclaimed) is never
+    touched."""
+    root = tmp_path / "work"
+    mine, dead, reused, kept, foreign = (root / n for n in ("mine", "dead", "reused", "kept", "foreign"))
+    disk.claim(mine)
+    for folder, pid, start in ((dead, dead_pid(), "1"), (reused, 1, "not-init's-start-time")):
+        folder.mkdir(parents=True)
+        (folder / disk.RUN_MARKER).write_text(f'{{"pid": {pid}, "start": "{start}"}}\n')
+    disk.claim(kept)
+    disk.unclaim(kept)
+    foreign.mkdir()  # no marker: not a workspace of this tool's runs
+    (dead / "disk.raw").write_bytes(b"x")
+    found = disk.stale_workspaces(root)
+    assert sorted(Path(f.name).name for f in found) == ["dead", "reused"]
+    assert disk.release(found) == []
+    assert sorted(p.name for p in root.iterdir()) == ["foreign", "kept", "mine"]
+    assert disk.stale_workspaces(root) == []
+
+
+def test_half_written_outputs_of_killed_runs_are_found_by_the_pid_in_their_name(tmp_path: Path) -> None:
+    """atomic_write's and the OVA writer's temporary names carry the writer's pid: a killed run's file or folder is
+    released by the next build into that folder and by ``host.clean --output-dir``; a live writer's, and anything
+    else hidden there, stay."""
+    from imagebuilder.files import atomic_write
+    from tests.support.common import run
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with atomic_write(out / "image.gz") as fh:
+        fh.write("x")
+        (writing,) = out.glob(".image.gz.*.tmp")  # the live writer's own, with its pid
+        assert writing.name.startswith(f".image.gz.{os.getpid()}-")
+        assert disk.stale_partials(out) == []
+    dead = dead_pid()
+    (out / f".image.gz.{dead}-abc.tmp").write_bytes(b"half")
+    (out / f".image.ova.{dead}-xyz.tmp").mkdir()
+    (out / f".image.ova.{dead}-xyz.tmp" / "disk1.vmdk").write_bytes(b"half")
+    (out / f".other.{os.getpid()}-live.tmp").write_bytes(b"live")
+    (out / ".notes.tmp").write_text("not ours")
+    listed = run("host.clean", "--dry-run", "--output-dir", str(out))
+    assert listed.code == 0 and listed.out.count("would release: partial output") == 2, listed.out
+    cleaned = run("host.clean", "--output-dir", str(out))
+    assert cleaned.code == 0, cleaned.out + cleaned.err
+    assert sorted(p.name for p in out.iterdir()) == sorted([".notes.tmp", f".other.{os.getpid()}-live.tmp", "image.gz"])

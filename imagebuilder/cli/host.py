@@ -70,16 +70,20 @@ def prepare(
     print(f"host prepared: {done} change(s) in {prep.root}")
 
 
-@task(help={"dry_run": "list what would be released, with the run that left each; release nothing"},
-      auto_shortflags=False)  # fmt: skip
+@task(help={"dry_run": "list what would be released, with the run that left each; release nothing",
+            "output_dir": "also look for half-written outputs of killed runs in this folder (repeatable)"},
+      iterable=["output_dir"], auto_shortflags=False)  # fmt: skip
 @cli_task
-def clean(c: Context, dry_run: bool = False) -> None:
+def clean(c: Context, dry_run: bool = False, output_dir: list[str] | None = None) -> None:
     """Release what runs that were killed (SIGKILL, out of memory, power cut) left behind: their in-memory scratch
-    directories and the loop devices still attached to them. A live run's resources are never touched."""
-    from imagebuilder.disk import release, stale_scratch
+    directories, the loop devices still attached to them, their build workspaces and (with --output-dir) their
+    half-written outputs. A live run's resources are never touched."""
+    folders = [flags.existing_dir(d, "--output-dir") for d in output_dir or []]
+    from imagebuilder.disk import release, stale_partials, stale_scratch, stale_workspaces
     from imagebuilder.errors import ExternalError
+    from imagebuilder.paths import workspace_root
 
-    found = stale_scratch()
+    found = stale_scratch() + stale_workspaces(workspace_root()) + [p for d in folders for p in stale_partials(d)]
     if not found:
         print("nothing left behind by runs that are gone")
         return
