@@ -138,6 +138,30 @@ class Host:
             self.proc.wait()
 
 
+def press_power_button(monitor: Path) -> None:
+    """The host's ACPI power button through QEMU's monitor: wait for its prompt, send ``system_powerdown`` and wait for
+    the next prompt, so the command was read and done before the connection closes (a command sent on a connection
+    closed at once can be lost)."""
+
+    def until_prompt(sock: socket.socket) -> None:
+        seen = b""
+        while b"(qemu)" not in seen:
+            try:
+                chunk = sock.recv(4096)
+            except TimeoutError:  # the next press comes in 30 s
+                return
+            if not chunk:
+                return
+            seen += chunk
+
+    with socket.socket(socket.AF_UNIX) as button:
+        button.settimeout(30)
+        button.connect(str(monitor))
+        until_prompt(button)
+        button.sendall(b"system_powerdown\n")
+        until_prompt(button)
+
+
 def test_template_customize_against_a_real_guest(
     vcsim: Vcsim, base_image: tuple[Path, str], guest_network: Path, tmp_path: Path
 ) -> None:
@@ -272,9 +296,7 @@ def second_boot(disk: Path, tmp_path: Path, leases: Path) -> None:
         # units at its prompt), so press it again every 30 s, as an operator would, until the guest is off.
         deadline = time.monotonic() + 900
         while proc.poll() is None and time.monotonic() < deadline:
-            with socket.socket(socket.AF_UNIX) as button:  # the QEMU monitor: the host's ACPI power button
-                button.connect(str(monitor))
-                button.sendall(b"system_powerdown\n")
+            press_power_button(monitor)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
         assert proc.poll() is not None, "the copy did not power off on ACPI: " + console()
