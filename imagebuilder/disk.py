@@ -534,11 +534,18 @@ def _run_alive(pid: int) -> bool:
 
 
 def _scratch_pid(name: str) -> int | None:
-    """The pid in a scratch directory's name (``image-builder-<pid>-<random>``), else None."""
+    """The pid of the run that made a scratch directory (``image-builder-<pid>-s<start>-<random>``) when that run is
+    gone, else None (alive, or not such a name): its pid no longer runs, or now names a process that started at
+    another time (pids are reused)."""
     parts = name.split("-")
     if len(parts) < 4 or parts[0] != "image" or parts[1] != "builder" or not parts[2].isdigit():
         return None
-    return int(parts[2])
+    pid = int(parts[2])
+    start = parts[3][1:] if parts[3].startswith("s") and parts[3][1:].isdigit() else None
+    now = _start_time(pid)
+    if now is not None and (start is None or now == start):
+        return None
+    return pid
 
 
 @dataclass(frozen=True)
@@ -621,15 +628,26 @@ def stale_partials(folder: Path) -> list[Leftover]:
     return found
 
 
-def _loop_backings() -> list[tuple[str, str]]:
-    """Every loop device with its backing file as the kernel names it (``... (deleted)`` once it is removed)."""
+def _loop_backings() -> list[tuple[str, str, str]]:
+    """Every loop device with its backing file as the kernel names it (``... (deleted)`` once it is removed; relative
+    to its filesystem's root when the mount it was opened through is gone, as a dead mount namespace's is) and the
+    ``major:minor`` of the filesystem that holds it."""
     try:
-        out = subprocess.run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"], capture_output=True,
-                             text=True, check=False, timeout=30)  # fmt: skip
+        out = subprocess.run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE,BACK-MAJ:MIN"],
+                             capture_output=True, text=True, check=False, timeout=30)  # fmt: skip
         devices = json.loads(out.stdout or "{}").get("loopdevices", [])
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return []
-    return [(str(d.get("name")), str(d.get("back-file") or "")) for d in devices if isinstance(d, dict)]
+    return [(str(d.get("name")), str(d.get("back-file") or ""), str(d.get("back-maj:min") or "").strip())
+            for d in devices if isinstance(d, dict)]  # fmt: skip
+
+
+def _shm_device() -> str | None:
+    try:
+        dev = SHM.stat().st_dev
+    except OSError:
+        return None
+    return f"{os.major(dev)}:{os.minor(dev)}"
 
 
 def stale_scratch() -> list[Leftover]:
@@ -638,16 +656,20 @@ def stale_scratch() -> list[Leftover]:
     whether it still exists or was deleted since (a sweep that removed the directory first left them unfindable by
     the directory). A live run's resources are never listed."""
     found: list[Leftover] = []
-    prefix = f"{SHM}/"
-    for dev, back in _loop_backings():
-        if not back.startswith(prefix):
+    prefix, shm_dev = f"{SHM}/", _shm_device()
+    for dev, back, fs in _loop_backings():
+        if back.startswith(prefix):
+            relative = back[len(prefix) :]
+        elif shm_dev is not None and fs == shm_dev and back.startswith("/"):
+            relative = back[1:]  # on the same tmpfs, named from its root: its mount was in a namespace now gone
+        else:
             continue
-        pid = _scratch_pid(back[len(prefix) :].split("/", 1)[0])
-        if pid is not None and not _run_alive(pid):
+        pid = _scratch_pid(relative.split("/", 1)[0])
+        if pid is not None:
             found.append(Leftover("loop device", dev, pid, back))
     for stale in sorted(SHM.glob("image-builder-*-*")):
         pid = _scratch_pid(stale.name)
-        if pid is None or _run_alive(pid) or stale.is_symlink() or not stale.is_dir():
+        if pid is None or stale.is_symlink() or not stale.is_dir():
             continue
         if stale.stat().st_uid == os.geteuid():
             found.append(Leftover("scratch directory", str(stale), pid))
@@ -661,7 +683,7 @@ def release(leftovers: list[Leftover]) -> list[Leftover]:
     for item in leftovers:
         if item.kind == "loop device":
             detach_loop(item.name)
-            if any(dev == item.name for dev, _ in _loop_backings()):
+            if any(dev == item.name for dev, _, _ in _loop_backings()):
                 kept.append(item)
     for item in leftovers:
         if item.kind in ("scratch directory", "workspace") and remove_tree(Path(item.name)):
@@ -705,6 +727,7 @@ def scratch_dir(fallback: Path, *, size: int, in_memory: bool = True, log: Say |
     chosen: Path | None = None
     if in_memory and SHM.is_dir():
         with _scratch_lock:
+            _sweep_scratch()  # first: what dead runs hold there is memory this run may need
             reserved = sum(_scratch_reserved.values())
             try:
                 st = os.statvfs(SHM)
@@ -713,8 +736,8 @@ def scratch_dir(fallback: Path, *, size: int, in_memory: bool = True, log: Say |
                 shm_free = 0
             room = min(shm_free, _mem_available()) - reserved
             if room >= size + SCRATCH_RESERVE:
-                _sweep_scratch()
-                chosen = Path(tempfile.mkdtemp(prefix=f"image-builder-{os.getpid()}-", dir=SHM))
+                chosen = Path(tempfile.mkdtemp(prefix=f"image-builder-{os.getpid()}-s{_start_time(os.getpid())}-",
+                                               dir=SHM))  # fmt: skip
                 _scratch_reserved[chosen] = size
             elif log is not None:
                 free, kept = max(room, 0) / 2**30, SCRATCH_RESERVE / 2**30

@@ -197,3 +197,13 @@ def test_half_written_outputs_of_killed_runs_are_found_by_the_pid_in_their_name(
     cleaned = run("host.clean", "--output-dir", str(out))
     assert cleaned.code == 0, cleaned.out + cleaned.err
     assert sorted(p.name for p in out.iterdir()) == sorted([".notes.tmp", f".other.{os.getpid()}-live.tmp", "image.gz"])
+
+
+def test_a_scratch_folder_whose_pid_now_names_another_process_is_stale(shm: Path) -> None:
+    """pids are reused (a kernel worker took a killed build's pid here once): the start time in the name tells the
+    run that made the folder from the process that has its pid now."""
+    reused = shm / "image-builder-1-s1-abc"  # pid 1 runs, but did not start at tick 1
+    own = shm / f"image-builder-{os.getpid()}-s{disk._start_time(os.getpid())}-abc"
+    reused.mkdir()
+    own.mkdir()
+    assert [Path(f.name).name for f in disk.stale_scratch()] == [reused.name]
