@@ -523,29 +523,32 @@ def _mem_available() -> int:
     return 0
 
 
-def _run_alive(pid: int) -> bool:
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (field 22 of /proc/<pid>/stat), None when no such process runs: a pid
+    and its start time name one process, where a pid alone may have been reused since."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _gone(pid: int, start: str | None) -> bool:
+    """Whether the run ``pid`` (started at ``start``, when recorded) is gone: no such process, or one that started
+    at another time has its pid now."""
+    now = _start_time(pid)
+    return now is None or (start is not None and now != start)
 
 
 def _scratch_pid(name: str) -> int | None:
     """The pid of the run that made a scratch directory (``image-builder-<pid>-s<start>-<random>``) when that run is
-    gone, else None (alive, or not such a name): its pid no longer runs, or now names a process that started at
-    another time (pids are reused)."""
+    gone, else None (alive, or not such a name)."""
     parts = name.split("-")
     if len(parts) < 4 or parts[0] != "image" or parts[1] != "builder" or not parts[2].isdigit():
         return None
-    pid = int(parts[2])
     start = parts[3][1:] if parts[3].startswith("s") and parts[3][1:].isdigit() else None
-    now = _start_time(pid)
-    if now is not None and (start is None or now == start):
-        return None
-    return pid
+    return int(parts[2]) if _gone(int(parts[2]), start) else None
 
 
 @dataclass(frozen=True)
@@ -563,17 +566,6 @@ class Leftover:
 
 #: the file in a build workspace that says which run owns it (see :func:`claim`)
 RUN_MARKER = ".image-builder-run"
-
-
-def _start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (field 22 of /proc/<pid>/stat): a pid and its start time name one process,
-    where a pid alone may have been reused since."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
 
 
 def claim(folder: Path) -> None:
@@ -606,7 +598,7 @@ def stale_workspaces(root: Path) -> list[Leftover]:
             pid, start = int(owner["pid"]), owner.get("start")
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             continue
-        if _start_time(pid) is None or _start_time(pid) != start:
+        if _gone(pid, start if isinstance(start, str) else None):
             found.append(Leftover("workspace", str(folder), pid))
     return found
 
@@ -623,7 +615,7 @@ def stale_partials(folder: Path) -> list[Leftover]:
     for entry in entries:
         stem = entry.name[: -len(".tmp")]
         pid_part = stem.rsplit(".", 1)[-1].split("-", 1)[0]
-        if pid_part.isdigit() and not entry.is_symlink() and not _run_alive(int(pid_part)):
+        if pid_part.isdigit() and not entry.is_symlink() and _gone(int(pid_part), None):
             found.append(Leftover("partial output", str(entry), int(pid_part)))
     return found
 
@@ -677,23 +669,22 @@ def stale_scratch() -> list[Leftover]:
 
 
 def release(leftovers: list[Leftover]) -> list[Leftover]:
-    """Release what :func:`stale_scratch` found: loop devices first (their files are then free), then the
-    directories; returns what could not be released (a loop still in use)."""
-    kept: list[Leftover] = []
+    """Release what the ``stale_*`` functions found: loop devices first (their files are then free), then folders
+    and files; returns what could not be released (a loop or a folder still in use)."""
+    loops = [item for item in leftovers if item.kind == "loop device"]
+    for item in loops:
+        detach_loop(item.name)
+    attached = {dev for dev, _, _ in _loop_backings()} if loops else set()
+    kept = [item for item in loops if item.name in attached]
     for item in leftovers:
+        path = Path(item.name)
         if item.kind == "loop device":
-            detach_loop(item.name)
-            if any(dev == item.name for dev, _, _ in _loop_backings()):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            if remove_tree(path):
                 kept.append(item)
-    for item in leftovers:
-        if item.kind in ("scratch directory", "workspace") and remove_tree(Path(item.name)):
-            kept.append(item)
-        elif item.kind == "partial output":
-            path = Path(item.name)
-            if path.is_dir() and remove_tree(path):
-                kept.append(item)
-            elif not path.is_dir():
-                path.unlink(missing_ok=True)
+        else:
+            path.unlink(missing_ok=True)
     return kept
 
 

@@ -265,11 +265,11 @@ def apply(actions: list[Action]) -> Iterator[tuple[Action, bool]]:
 def disk_advice(workspace: Path | None = None) -> str | None:
     """Spec 8's size of a build host's disk, as advice and never a refusal: a line when the filesystem that holds the
     build workspace is smaller (each build checks what its own work needs, in its plan and preflight)."""
-    from imagebuilder.paths import workspace_root
-    from imagebuilder.preflight import GIB, _existing_parent
+    from imagebuilder.diskneed import GIB
+    from imagebuilder.paths import existing_parent, workspace_root
 
     want = load_host_config().requirements.min_disk_gb
-    where = _existing_parent(workspace or workspace_root())
+    where = existing_parent(workspace or workspace_root())
     size = shutil.disk_usage(where).total
     if size >= want * 10**9:  # spec 8 says GB
         return None

@@ -223,7 +223,7 @@ def recorded_inputs(plan: BuildPlan) -> str | None:
         return None
     try:
         data = parse_json(read_text(manifest, "build manifest"), manifest)
-        recorded_sha = sidecar.read_text().split()[0] if sidecar.read_text().split() else ""
+        recorded_sha = (sidecar.read_text().split() or [""])[0]
         written, made = manifest.stat().st_mtime_ns, artifact_path.stat()
     except (ImageBuilderError, OSError, UnicodeDecodeError):
         return None

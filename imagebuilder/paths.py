@@ -61,3 +61,11 @@ def cache_root() -> Path:
     between runs because it is slow to make (a Kubernetes release built from source)."""
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "image-builder"
+
+
+def existing_parent(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists: where a folder not made yet will live (its filesystem)."""
+    path = path.expanduser().absolute()
+    while not path.exists():
+        path = path.parent
+    return path

@@ -15,18 +15,17 @@ from pathlib import Path
 from typing import Literal
 
 from imagebuilder.catalog import BuildPair, load_catalog
-from imagebuilder.diskneed import DiskNeed
+from imagebuilder.diskneed import GIB, DiskNeed
 from imagebuilder.errors import ExternalError, ImageBuilderError
 from imagebuilder.hostconfig import load_host_config
 from imagebuilder.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
 from imagebuilder.packerplugins import PackerInfo, PluginCheck, check_plugins, requirements_for
-from imagebuilder.paths import workspace_root
+from imagebuilder.paths import existing_parent, workspace_root
 from imagebuilder.progress import Say, silent
 from imagebuilder.providers import registry
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
-GIB = 1024**3
 #: how each tool prints its version (empty: the tool has none; its path is shown)
 VERSION_ARGS: dict[str, tuple[str, ...]] = {"packer": ("version",), "ssh-keygen": ()}
 
@@ -65,7 +64,7 @@ class HostFacts:
         cfg = load_host_config()
         qemu = pair.provider.name in cfg.qemu_providers
         tools = cfg.tools.all + (cfg.tools.qemu if qemu else [])
-        disk = _existing_parent(workspace or workspace_root())
+        disk = existing_parent(workspace or workspace_root())
         ssh_config = (home or Path.home()) / ".ssh" / "config"
         return cls(
             os_release=os_release(),
@@ -87,7 +86,7 @@ class HostFacts:
 def _output_free(need: DiskNeed | None, workspace: Path) -> int | None:
     if need is None:
         return None
-    output = _existing_parent(need.output)
+    output = existing_parent(need.output)
     if output.stat().st_dev == workspace.stat().st_dev:
         return None
     return shutil.disk_usage(output).free
@@ -110,13 +109,6 @@ class Check:
     status: Status
     detail: str
     fix: str | None = None
-
-
-def _existing_parent(path: Path) -> Path:
-    path = path.expanduser().absolute()
-    while not path.exists():
-        path = path.parent
-    return path
 
 
 def _mem_total() -> int:

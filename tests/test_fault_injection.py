@@ -62,7 +62,8 @@ def assert_nothing_left(killed_pid: int, tmp_path: Path, work: Path, out: Path) 
     assert not left, left
     assert not leaked_scratch(), leaked_scratch()
     assert not mounts_under(tmp_path), mounts_under(tmp_path)
-    assert not list(work.iterdir()) if work.exists() else True, list(work.iterdir())
+    workspaces = list(work.iterdir()) if work.exists() else []
+    assert not workspaces, workspaces
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")], list(out.iterdir())
 
 
