@@ -27,7 +27,7 @@ from pathlib import Path
 from imagebuilder import disk
 from imagebuilder.bootcheck import DiskCheck, check_raw
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import atomic_write, run_checked, sha256_file
+from imagebuilder.files import atomic_write, partial_prefix, run_checked, sha256_file
 from imagebuilder.hostinfo import require_tools
 from imagebuilder.progress import Say
 
@@ -263,7 +263,7 @@ def make_base_image(
             _run("chroot", str(root), "apt-get", "clean", log=log)
         _configure(root, uuid)
 
-    with tempfile.TemporaryDirectory(prefix=".image-base-", dir=dest.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=partial_prefix(dest), suffix=".tmp", dir=dest.parent) as tmp:
         work = Path(tmp)
         raw = work / "disk.raw"
         assemble_disk(raw, size_gb * 1024**3, populate, mbr=mbr, log=log)

@@ -350,7 +350,9 @@ def install(pool: Pool, host: DhcpHost, *, dry_run: bool = False) -> InstallRepo
     if dry_run:
         # the same check the real run makes before writing, when dhcpd is already here to make it
         if shutil.which("dhcpd") is not None:
-            with tempfile.TemporaryDirectory(prefix="dhcpd-check-") as tmp:
+            from imagebuilder.disk import run_tempdir
+
+            with run_tempdir("dhcpd-check") as tmp:
                 check_config(files["/etc/dhcp/dhcpd.conf"], Path(tmp))
         return InstallReport(changed, bool(changed) or (not host.uses_systemd and running is None), running)
     if not package_installed():

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import run_checked
+from imagebuilder.files import PARTIAL_SUFFIXES, partial_owner, run_checked
 from imagebuilder.progress import Say
+from imagebuilder.runs import RUN_ENV, gone, run_tag, start_time, tag_owner
 
 SECTOR = 512
 _ZERO = bytes(1024 * 1024)
@@ -99,7 +100,7 @@ def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
         raise InputError("image not found", source=image)
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="image-raw-", dir=work_dir) as tmp:
+    with tempfile.TemporaryDirectory(prefix="image-raw-", dir=work_dir) if work_dir else run_tempdir("raw") as tmp:
         work = Path(tmp)
         out = work / "disk.raw"
         if image.name.endswith(".gz"):
@@ -338,11 +339,11 @@ def mounted_root(raw: Path) -> Iterator[Path]:
     """The root partition of a raw disk, mounted read-only without replaying its journal."""
     part = root_partition(raw)
     with (
-        tempfile.TemporaryDirectory(prefix="image-root-") as mnt,
+        run_tempdir("root") as mnt,
         loop_device(raw, part.offset, part.length, read_only=True) as dev,
-        mounted(dev, Path(mnt), "ro", "noload"),
+        mounted(dev, mnt, "ro", "noload"),
     ):
-        yield Path(mnt)
+        yield mnt
 
 
 def grow_last_partition(raw: Path, size: int, *, log: Say | None = None) -> bool:
@@ -523,24 +524,6 @@ def _mem_available() -> int:
     return 0
 
 
-def _start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (field 22 of /proc/<pid>/stat), None when no such process runs: a pid
-    and its start time name one process, where a pid alone may have been reused since."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def _gone(pid: int, start: str | None) -> bool:
-    """Whether the run ``pid`` (started at ``start``, when recorded) is gone: no such process, or one that started
-    at another time has its pid now."""
-    now = _start_time(pid)
-    return now is None or (start is not None and now != start)
-
-
 def _scratch_pid(name: str) -> int | None:
     """The pid of the run that made a scratch directory (``image-builder-<pid>-s<start>-<random>``) when that run is
     gone, else None (alive, or not such a name)."""
@@ -548,20 +531,70 @@ def _scratch_pid(name: str) -> int | None:
     if len(parts) < 4 or parts[0] != "image" or parts[1] != "builder" or not parts[2].isdigit():
         return None
     start = parts[3][1:] if parts[3].startswith("s") and parts[3][1:].isdigit() else None
-    return int(parts[2]) if _gone(int(parts[2]), start) else None
+    return int(parts[2]) if gone(int(parts[2]), start) else None
 
 
 @dataclass(frozen=True)
 class Leftover:
     """A resource a run that is gone left behind: what it is, and the pid of that run."""
 
-    kind: str  # "loop device", "scratch directory", "workspace" or "partial output"
+    kind: str  # "process", "mount", "loop device", "scratch directory", "workspace" or "partial output"
     name: str
     pid: int
     detail: str = ""
+    #: a process's own start time: it is killed only while that process still has its pid
+    since: str | None = None
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}{f' ({self.detail})' if self.detail else ''}, left by run {self.pid}"
+
+
+def stale_processes() -> list[Leftover]:
+    """The processes a run that is gone started (found by :data:`RUN_ENV` in their environment) and that still run:
+    a Packer, a QEMU guest or an Ansible that an out-of-memory kill of their run left behind. A live run's children
+    are never listed."""
+    found: list[Leftover] = []
+    me, key = os.getpid(), f"{RUN_ENV}=".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue  # gone meanwhile, or another user's
+        tag = next((v[len(key) :] for v in environ.split(b"\0") if v.startswith(key)), None)
+        owner = tag_owner(tag.decode("ascii", "replace")) if tag is not None else None
+        if owner is None or owner[0] == int(entry.name) or not gone(*owner):
+            continue
+        since = start_time(int(entry.name))
+        if since is not None:
+            found.append(Leftover("process", entry.name, owner[0], comm, since))
+    return found
+
+
+def _kill(processes: list[Leftover], *, wait: float = 10.0) -> list[Leftover]:
+    """SIGKILL each process that still has the pid and start time it was found with; returns those still there
+    after ``wait`` seconds."""
+    for item in processes:
+        if start_time(int(item.name)) == item.since:
+            with contextlib.suppress(OSError):
+                os.kill(int(item.name), signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    alive = processes
+    while alive and time.monotonic() < deadline:
+        # a killed process is gone, or a zombie its parent has yet to reap (it holds nothing any more)
+        alive = [p for p in alive if start_time(int(p.name)) == p.since and not _zombie(int(p.name))]
+        if alive:
+            time.sleep(0.1)
+    return alive
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 #: the file in a build workspace that says which run owns it (see :func:`claim`)
@@ -573,7 +606,7 @@ def claim(folder: Path) -> None:
     by a run that is gone (killed: no clean-up of its own ran) and release it."""
     folder.mkdir(parents=True, exist_ok=True)
     pid = os.getpid()
-    (folder / RUN_MARKER).write_text(json.dumps({"pid": pid, "start": _start_time(pid)}) + "\n")
+    (folder / RUN_MARKER).write_text(json.dumps({"pid": pid, "start": start_time(pid)}) + "\n")
 
 
 def unclaim(folder: Path) -> None:
@@ -598,26 +631,39 @@ def stale_workspaces(root: Path) -> list[Leftover]:
             pid, start = int(owner["pid"]), owner.get("start")
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             continue
-        if _gone(pid, start if isinstance(start, str) else None):
+        if gone(pid, start if isinstance(start, str) else None):
             found.append(Leftover("workspace", str(folder), pid))
     return found
 
 
-def stale_partials(folder: Path) -> list[Leftover]:
-    """Half-written outputs in ``folder`` that runs killed before their rename left: the temporary files and folders
-    of :func:`imagebuilder.files.atomic_write` and the OVA writer (``.<name>.<pid>-<random>.tmp``) whose run no
-    longer runs. Nothing else in the folder is looked at."""
+def stale_partials(folder: Path, *, recursive: bool = False) -> list[Leftover]:
+    """Half-written files in ``folder`` (and its subfolders with ``recursive``: a mirror's tree) that runs killed
+    before their rename left: the temporary files and folders named by :func:`imagebuilder.files.partial_prefix`
+    (an output being written, an OVA being assembled, a download) whose writer no longer runs. Nothing else in the
+    folder is looked at."""
     found: list[Leftover] = []
+    search = folder.rglob if recursive else folder.glob
     try:
-        entries = sorted(folder.glob(".*.tmp")) if folder.is_dir() else []
+        entries = sorted(e for suffix in PARTIAL_SUFFIXES for e in search(f".*{suffix}")) if folder.is_dir() else []
     except OSError:
         return []
     for entry in entries:
-        stem = entry.name[: -len(".tmp")]
-        pid_part = stem.rsplit(".", 1)[-1].split("-", 1)[0]
-        if pid_part.isdigit() and not entry.is_symlink() and _gone(int(pid_part), None):
-            found.append(Leftover("partial output", str(entry), int(pid_part)))
+        pid = partial_owner(entry.name)
+        if pid is not None and not entry.is_symlink() and gone(pid, None):
+            found.append(Leftover("partial output", str(entry), pid))
     return found
+
+
+def leftovers(
+    *, workspaces: Path | None = None, outputs: tuple[Path, ...] = (), recursive: bool = False
+) -> list[Leftover]:
+    """Everything runs that are gone left (see the README's "Reliability"): the processes they started, their
+    scratch space in memory with its loop devices, their workspaces under ``workspaces`` and their half-written files
+    in ``outputs`` (searched through subfolders with ``recursive``), in the order :func:`release` frees them."""
+    found = stale_processes() + stale_scratch()
+    if workspaces is not None:
+        found += stale_workspaces(workspaces)
+    return found + [item for folder in outputs for item in stale_partials(folder, recursive=recursive)]
 
 
 def _loop_backings() -> list[tuple[str, str, str]]:
@@ -642,43 +688,76 @@ def _shm_device() -> str | None:
     return f"{os.major(dev)}:{os.minor(dev)}"
 
 
+def _run_roots() -> tuple[Path, ...]:
+    """Where runs make their named folders (:func:`scratch_dir`, :func:`run_tempdir`): memory, then the temp dir."""
+    return tuple(dict.fromkeys((SHM, Path(tempfile.gettempdir()))))
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """Every mount of this namespace as (mount point, source), from /proc/self/mountinfo."""
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields = line.split()
+            rest = fields[fields.index("-") + 1 :] if "-" in fields else []
+            found.append((fields[4].encode().decode("unicode_escape"), rest[1] if len(rest) > 1 else ""))
+    return found
+
+
 def stale_scratch() -> list[Leftover]:
-    """The scratch directories on /dev/shm of runs that died without removing them (killed, OOM, power cut: the pid
-    in the name no longer runs), and the loop devices still attached to files in them, found by their backing file
-    whether it still exists or was deleted since (a sweep that removed the directory first left them unfindable by
-    the directory). A live run's resources are never listed."""
+    """The folders runs that died made on /dev/shm and in the temp dir (``image-builder-<pid>-s<start>-*``: a working
+    disk, a decompressed image, a mount point, Packer's temp files, an SSH key) and what still holds them: mounts
+    below them, with the loop devices they mount, and loop devices over files in them, found by their backing file
+    whether it still exists or was deleted since (a sweep that removed the folder first left them unfindable by the
+    folder). A live run's resources are never listed."""
     found: list[Leftover] = []
-    prefix, shm_dev = f"{SHM}/", _shm_device()
+    roots = [f"{root}/" for root in _run_roots()]
+    shm_dev = _shm_device()
+
+    def owner(path: str) -> int | None:
+        root = next((r for r in roots if path.startswith(r)), None)
+        return _scratch_pid(path[len(root) :].split("/", 1)[0]) if root else None
+
+    for target, source in sorted(_mounts(), key=lambda m: -len(m[0])):  # the deepest first
+        pid = owner(target)
+        if pid is not None:
+            found.append(Leftover("mount", target, pid, source))
     for dev, back, fs in _loop_backings():
-        if back.startswith(prefix):
-            relative = back[len(prefix) :]
-        elif shm_dev is not None and fs == shm_dev and back.startswith("/"):
-            relative = back[1:]  # on the same tmpfs, named from its root: its mount was in a namespace now gone
-        else:
-            continue
-        pid = _scratch_pid(relative.split("/", 1)[0])
+        pid = owner(back)
+        if pid is None and shm_dev is not None and fs == shm_dev and back.startswith("/"):
+            pid = owner(f"{SHM}{back}")  # named from the tmpfs's root: its mount was in a namespace now gone
         if pid is not None:
             found.append(Leftover("loop device", dev, pid, back))
-    for stale in sorted(SHM.glob("image-builder-*-*")):
-        pid = _scratch_pid(stale.name)
-        if pid is None or stale.is_symlink() or not stale.is_dir():
-            continue
-        if stale.stat().st_uid == os.geteuid():
-            found.append(Leftover("scratch directory", str(stale), pid))
+    for root in _run_roots():
+        for stale in sorted(root.glob("image-builder-*-*")):
+            pid = _scratch_pid(stale.name)
+            if pid is None or stale.is_symlink() or not stale.is_dir():
+                continue
+            if stale.stat().st_uid == os.geteuid():
+                found.append(Leftover("scratch directory", str(stale), pid))
     return found
 
 
 def release(leftovers: list[Leftover]) -> list[Leftover]:
     """Release what the ``stale_*`` functions found: loop devices first (their files are then free), then folders
     and files; returns what could not be released (a loop or a folder still in use)."""
+    kept = _kill([item for item in leftovers if item.kind == "process"])  # first: they may hold the rest
+    for item in (item for item in leftovers if item.kind == "mount"):
+        try:
+            unmount(Path(item.name))
+        except ExternalError:
+            kept.append(item)
+            continue
+        if item.detail.startswith("/dev/loop"):  # a loop the dead run mounted (an image mounted for a check)
+            detach_loop(item.detail)
     loops = [item for item in leftovers if item.kind == "loop device"]
     for item in loops:
         detach_loop(item.name)
     attached = {dev for dev, _, _ in _loop_backings()} if loops else set()
-    kept = [item for item in loops if item.name in attached]
+    kept += [item for item in loops if item.name in attached]
     for item in leftovers:
         path = Path(item.name)
-        if item.kind == "loop device":
+        if item.kind in ("loop device", "process", "mount"):
             continue
         if path.is_dir() and not path.is_symlink():
             if remove_tree(path):
@@ -689,8 +768,33 @@ def release(leftovers: list[Leftover]) -> list[Leftover]:
 
 
 def _sweep_scratch() -> None:
-    """Release what runs that died left in memory: their scratch directories and the loop devices on them."""
-    release(stale_scratch())
+    """Release what runs that died left in memory: their scratch directories and the loop devices on them, and the
+    processes they started that may still use them."""
+    release(stale_processes() + stale_scratch())
+
+
+_swept = False
+
+
+def sweep_once() -> None:
+    """Release what dead runs left (:func:`stale_processes`, :func:`stale_scratch`), once per run: at the start of
+    every task that takes such resources, before it takes its own."""
+    global _swept
+    with _scratch_lock:
+        if not _swept:
+            _sweep_scratch()
+            _swept = True
+
+
+@contextlib.contextmanager
+def run_tempdir(what: str, *, mode: int = 0o700) -> Iterator[Path]:
+    """A private temporary folder named for this run (``image-builder-<pid>-s<start>-<what>-<random>`` in the temp
+    dir): whatever a run killed by SIGKILL or the OOM killer leaves in it (a decompressed image, a mount point, an
+    SSH key, Packer's files) is found by the next run's :func:`sweep_once` or by ``host.clean`` and released."""
+    sweep_once()
+    with tempfile.TemporaryDirectory(prefix=f"image-builder-{run_tag()}-{what}-") as tmp:
+        os.chmod(tmp, mode)
+        yield Path(tmp)
 
 
 def scratch_fits_in_memory(size: int) -> bool:
@@ -727,7 +831,7 @@ def scratch_dir(fallback: Path, *, size: int, in_memory: bool = True, log: Say |
                 shm_free = 0
             room = min(shm_free, _mem_available()) - reserved
             if room >= size + SCRATCH_RESERVE:
-                chosen = Path(tempfile.mkdtemp(prefix=f"image-builder-{os.getpid()}-s{_start_time(os.getpid())}-",
+                chosen = Path(tempfile.mkdtemp(prefix=f"image-builder-{run_tag()}-",
                                                dir=SHM))  # fmt: skip
                 _scratch_reserved[chosen] = size
             elif log is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit
 
 from imagebuilder import grammar
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import MAX_DOCUMENT_BYTES
+from imagebuilder.files import MAX_DOCUMENT_BYTES, full_error, is_full, partial_prefix
 from imagebuilder.progress import Advance
 from imagebuilder.safepath import check_relative, safe_join
 from imagebuilder.stream import CHUNK, Copy, Transform
@@ -228,10 +229,14 @@ def download(
         raise VerificationError(f"no checksum is known for {location}: it cannot be verified")
     transform = transform or Copy()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(f".{dest.name}.part")
+    _release_killed_parts(dest)
+    # the writer's pid in the name (files.partial_prefix): a killed run's is released by the next, a live one's kept
+    fd, name = tempfile.mkstemp(prefix=partial_prefix(dest), suffix=".part", dir=dest.parent)
+    part = Path(name)
     state = _State(location, expected, transform, progress, {alg: hashlib.new(alg) for alg in expected.hashes})
     try:
-        with part.open("wb") as out:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as out:
             transform.start(out)
             if is_url(location):
                 _download_url(state, attempts=attempts, backoff=backoff, timeout=timeout)
@@ -250,9 +255,21 @@ def download(
             os.fsync(out.fileno())
         os.replace(part, dest)
         return dest
+    except OSError as exc:
+        if is_full(exc):
+            part.unlink(missing_ok=True)  # first: the room it took is free again when the message measures it
+            raise full_error(dest.parent, dest.name, need=expected.length) from None
+        raise
     finally:
         transform.abort()
         part.unlink(missing_ok=True)
+
+
+def _release_killed_parts(dest: Path) -> None:
+    """Remove what downloads of ``dest`` by runs that were killed meanwhile left (a live run's are kept)."""
+    from imagebuilder import disk  # the disk helper's imports are for the downloads only
+
+    disk.release([p for p in disk.stale_partials(dest.parent) if Path(p.name).name.startswith(f".{dest.name}.")])
 
 
 def _download_file(state: _State) -> None:
@@ -273,6 +290,8 @@ def _download_url(state: _State, *, attempts: int, backoff: float, timeout: floa
         try:
             _fetch_from(state, timeout)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if is_full(exc):
+                raise  # our disk, not the network: no retry helps
             failures += 1
             if failures >= attempts:
                 raise ExternalError(

@@ -5,9 +5,12 @@ Every writer goes through :func:`atomic_write` so an interrupted run never leave
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -186,6 +189,24 @@ def load_yaml_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
     return docs[0]
 
 
+#: how every temporary file or folder beside an output is named: ``.<final name>.<pid>-<random><suffix>``, the
+#: writer's pid in it so that the next run can tell a killed writer's from a live one's (:func:`partial_owner`)
+PARTIAL_SUFFIXES = (".tmp", ".part")
+_PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]+)-[A-Za-z0-9_]+(?P<suffix>\.tmp|\.part)$")
+
+
+def partial_prefix(final: Path) -> str:
+    """The ``prefix`` for :func:`tempfile.mkstemp`/``mkdtemp`` of a temporary beside ``final`` (see
+    :data:`PARTIAL_SUFFIXES`)."""
+    return f".{final.name}.{os.getpid()}-"
+
+
+def partial_owner(name: str) -> int | None:
+    """The pid of the writer of a temporary file named by :func:`partial_prefix`, None for any other name."""
+    match = _PARTIAL.match(name)
+    return int(match["pid"]) if match else None
+
+
 @contextmanager
 def atomic_write(
     path: str | Path, mode: str = "w", perm: int = 0o644, *, sync: bool = True, uncache: bool = False
@@ -198,7 +219,7 @@ def atomic_write(
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     # the pid in the name: a run killed before the rename left this file, and the next run can tell (disk.py)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.{os.getpid()}-", suffix=".tmp", dir=final.parent)
+    fd, tmp = tempfile.mkstemp(prefix=partial_prefix(final), suffix=".tmp", dir=final.parent)
     try:
         os.fchmod(fd, perm)
         with os.fdopen(fd, mode) as fh:
@@ -209,10 +230,31 @@ def atomic_write(
                 if uncache:
                     os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as exc:
         with suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_full(exc):
+            raise full_error(final.parent, final.name) from None
         raise
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the filesystem (or the user's quota on it) is full."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def full_error(folder: Path, what: str, *, need: int | None = None) -> ExternalError:
+    """The failure of a write that found ``folder``'s filesystem full: which folder, what was being written, the
+    room it needed when known, and what is free there now (the partial file is gone by then)."""
+    try:
+        free = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free there"
+    except OSError:
+        free = "its free space unknown"
+    needed = f", which needs {need / 2**20:.1f} MiB" if need else ""
+    return ExternalError(
+        f"no space left under {folder} for {what}{needed} ({free}); nothing partial was kept",
+        hint=f"free space under {folder}, or write to a larger filesystem, then rerun",
+    )
 
 
 def sha256_file(path: Path, chunk: int = 4 * 1024 * 1024) -> str:

@@ -14,7 +14,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +107,9 @@ def _kvm_boot_probe(timeout: float) -> str | None:
     qemu = shutil.which("qemu-system-x86_64")
     if qemu is None:
         return "qemu-system-x86_64 is not installed"
-    with tempfile.TemporaryDirectory(prefix="kvm-probe-") as tmp:
+    from imagebuilder.disk import run_tempdir  # the probe's only use of it
+
+    with run_tempdir("kvm-probe") as tmp:
         disk = _probe_disk(Path(tmp))
         if isinstance(disk, str):
             return disk

@@ -23,7 +23,7 @@ from imagebuilder.catalog import Firmware
 from imagebuilder.customize import Customization
 from imagebuilder.disk import image_format, raw_view
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import atomic_write, parse_json, read_text, run_checked, sha256_file
+from imagebuilder.files import atomic_write, parse_json, partial_prefix, read_text, run_checked, sha256_file
 from imagebuilder.hostinfo import ovmf_firmware
 from imagebuilder.outputs import Packaged, compress, place, require_bootable
 from imagebuilder.ova import make_ova, ova_firmware
@@ -127,7 +127,7 @@ def customize_image(
     if firmware == "efi":
         ovmf_firmware()  # a missing OVMF fails here, before any copy is made
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".image-customize-", dir=dest.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=partial_prefix(dest), suffix=".tmp", dir=dest.parent) as tmp:
         work = Path(tmp)
         disk = work / "disk.qcow2"
         say(f"copying {image.name} into a working qcow2")

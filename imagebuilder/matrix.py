@@ -35,7 +35,7 @@ from imagebuilder.catalog import load_catalog
 from imagebuilder.chrootbuild import OsLayer, run_chroot_build
 from imagebuilder.customize import Customization
 from imagebuilder.errors import ExternalError, ImageBuilderError, InputError
-from imagebuilder.files import atomic_write, parse_json, read_text, run_checked
+from imagebuilder.files import atomic_write, parse_json, partial_prefix, read_text, run_checked
 from imagebuilder.grammar import Redactor
 from imagebuilder.gzipdisk import Base, MemberStore, prime
 from imagebuilder.packerplugins import PluginCheck
@@ -145,7 +145,7 @@ class LayerBuilds:
         return layer
 
     def _save(self, plan: BuildPlan, raw: Path, target: Path) -> None:
-        tmp = self.cache / f".{target.name}.{os.getpid()}.tmp"
+        tmp = self.cache / f"{partial_prefix(target)}layer.tmp"
         try:
             # -t none: written straight to the device (O_DIRECT), not as gigabytes of dirty pages that would hold up
             # the writes of the builds running meanwhile; through the page cache where the filesystem has no

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder import fetch, progress
+from imagebuilder import disk, fetch, progress
 from imagebuilder.fetch import Expected, Mirror
 from imagebuilder.files import atomic_write, sha256_file
 from imagebuilder.progress import Transfers
@@ -56,6 +56,8 @@ def create_mirror(
     Each file is checksum-verified; a file already in ``dest`` with the right sha256 is kept (reruns converge).
     """
     dest.mkdir(parents=True, exist_ok=True)
+    # the downloads a killed run left half-written anywhere in the tree (a live run's are kept)
+    disk.release(disk.stale_partials(dest, recursive=True))
     target_mirror = Mirror(str(dest.resolve()))
     location = source.locate(manifest_url) if source else manifest_url
     raw = fetch.read(location, what="release manifest")

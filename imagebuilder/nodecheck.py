@@ -24,7 +24,6 @@ import json
 import secrets
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ import yaml
 
 from imagebuilder import qemu
 from imagebuilder.catalog import Firmware
-from imagebuilder.disk import mounted_root
+from imagebuilder.disk import mounted_root, run_tempdir
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import sha256_file
 from imagebuilder.progress import Say, silent
@@ -542,7 +541,7 @@ def node_check(
     def left() -> float:
         return max(60.0, timeout - (time.monotonic() - began))
 
-    with tempfile.TemporaryDirectory(prefix="node-check-") as tmp, contextlib.ExitStack() as guests:
+    with run_tempdir("node-check") as tmp, contextlib.ExitStack() as guests:
         work = Path(tmp)
         work.chmod(0o700)
         with mounted_root(raw) as root:

@@ -20,7 +20,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import sha256_file
+from imagebuilder.files import partial_prefix, sha256_file
 from imagebuilder.render import template_env
 from imagebuilder.safepath import check_relative
 
@@ -51,7 +51,7 @@ def make_ova(
     failure."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     # named like files.atomic_write's temporary files (the pid in the name): a killed run's is found by the next
-    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.{os.getpid()}-", suffix=".tmp", dir=dest.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=partial_prefix(dest), suffix=".tmp", dir=dest.parent) as tmp:
         work = Path(tmp)
         disks: list[dict[str, Any]] = []
         for n, source in enumerate((disk, *extra_disks), start=1):

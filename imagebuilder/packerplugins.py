@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import total_ordering
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from imagebuilder import fetch
+from imagebuilder.disk import run_tempdir
 from imagebuilder.errors import ExternalError, InputError, InputErrors
 from imagebuilder.fetch import Expected, Mirror
 from imagebuilder.files import atomic_write, parse_json, sha256_file
@@ -605,10 +605,10 @@ def install_plugins(check: PluginCheck, say: Any = None) -> PluginCheck:
     if online:
         if say:
             say(f"packer init: {', '.join(f'{r.source} {r.version}' for r in online)}")
-        with tempfile.TemporaryDirectory(prefix="image-builder-init-") as tmp:
+        with run_tempdir("packer-init") as tmp:
             template = Path(tmp) / "plugins.pkr.hcl"
             template.write_text(plugins_block(online))
-            _run_packer(check.packer, ["init", template.name], check.env, "packer init", cwd=tmp)
+            _run_packer(check.packer, ["init", template.name], check.env, "packer init", cwd=str(tmp))
     after = check_plugins(check.packer, [s.requirement for s in check.states], binaries=check.binaries,
                           offline=True, env=check.env)  # fmt: skip
     left = [s for s in after.states if s.action != "installed"]
@@ -633,7 +633,7 @@ def prepare_plugins(
     """The plugins the templates of ``builders`` require, checked against what ``packer`` has; with ``install``,
     the missing ones installed (from ``binaries``, else the mirror's copy, else ``packer init`` unless
     ``offline``). Without it (a dry run) nothing is installed and a plugin that cannot be had still exits 2."""
-    with tempfile.TemporaryDirectory(prefix="image-builder-plugins-") as tmp:
+    with run_tempdir("plugins") as tmp:
         if binaries is None and mirror is not None and packer.has_plugin_blocks:
             binaries = mirror_plugins(mirror, Path(tmp))
         check = check_plugins(packer, requirements_for(builders), binaries=binaries, offline=offline)

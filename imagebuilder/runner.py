@@ -70,7 +70,15 @@ def _step(steps: dict[str, float], name: str) -> Iterator[None]:
 
 
 def _run_packer(rendered: RenderedBuild, packer: PackerInfo, log: IO[str], redact: Redactor, status: Say) -> None:
-    env = packer_env(rendered)
+    # Packer's own temporary files (the seed ISO, its plugins' sockets) in a folder named for this run: a killed
+    # run's are released by the next, as are the Packer and QEMU processes it left running (disk.stale_processes)
+    with disk.run_tempdir("packer") as tmp:
+        _packer_stages(rendered, packer, {**packer_env(rendered), "TMPDIR": str(tmp)}, log, redact, status)
+
+
+def _packer_stages(
+    rendered: RenderedBuild, packer: PackerInfo, env: dict[str, str], log: IO[str], redact: Redactor, status: Say
+) -> None:
 
     def pick(text: str) -> str | None:  # Packer's steps and Ansible's tasks
         hit = text.startswith("==>") or "TASK [" in text or "PLAY [" in text
@@ -134,7 +142,7 @@ def run_build(
     build_id = f"{plan.output_name}-{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     workspace = plan.workspace / build_id
     # what runs killed before left here (no clean-up of theirs ran), then this run's own workspace, marked as its
-    disk.release(disk.stale_workspaces(plan.workspace) + disk.stale_partials(out_dir))
+    disk.release(disk.leftovers(workspaces=plan.workspace, outputs=(out_dir,)))
     disk.claim(workspace)
     log_path = out_dir / "logs" / f"{build_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)

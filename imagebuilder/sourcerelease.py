@@ -46,7 +46,7 @@ import yaml
 
 from imagebuilder import progress
 from imagebuilder.errors import ExternalError
-from imagebuilder.files import atomic_write, run_checked, sha256_file
+from imagebuilder.files import atomic_write, partial_prefix, run_checked, sha256_file
 from imagebuilder.hostinfo import require_tools
 from imagebuilder.imagearchive import Entry, ImageSpec, docker_archive, layer_tar, tree_entries
 from imagebuilder.k8sversion import parse_version
@@ -395,9 +395,12 @@ def _publish(layout: Path, dest: Path) -> None:
         if target.is_file() and (target.stat().st_size, target.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.part")
-        shutil.copy2(source, tmp)
-        os.replace(tmp, target)
+        tmp = target.with_name(f"{partial_prefix(target)}copy.part")
+        try:
+            shutil.copy2(source, tmp)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def manifest_url(base_url: str, channel: str) -> str:

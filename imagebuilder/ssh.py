@@ -10,19 +10,21 @@ short-lived, and that no secret crosses this connection except through Ansible's
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuilder.disk import run_tempdir
 from imagebuilder.errors import ExternalError
 from imagebuilder.files import atomic_write
 from imagebuilder.grammar import Redactor
 from imagebuilder.hostinfo import require_tools, tool_search_path
 from imagebuilder.paths import BUNDLE
 from imagebuilder.progress import Say
+from imagebuilder.runs import RUN_ENV
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ def keypair(directory: Path, comment: str = "image-builder build key") -> KeyPai
 @contextlib.contextmanager
 def run_key(comment: str) -> Iterator[KeyPair]:
     """A key pair that exists for the ``with`` block only (private key 0600 in a 0700 folder, deleted after)."""
-    with tempfile.TemporaryDirectory(prefix="image-builder-ssh-") as tmp:
+    with run_tempdir("ssh") as tmp:
         yield keypair(Path(tmp) / "ssh", comment)
 
 
@@ -114,10 +116,11 @@ def run_playbook(
     import json
 
     ansible = require_tools("ansible-playbook")["ansible-playbook"]
-    with tempfile.TemporaryDirectory(prefix="image-builder-vars-") as tmp:
+    with run_tempdir("vars") as tmp:
         env = {
             "PATH": tool_search_path(),
-            "HOME": tmp,
+            "HOME": str(tmp),
+            RUN_ENV: os.environ.get(RUN_ENV, ""),  # Ansible and its ssh carry the run (disk.stale_processes)
             "LANG": "C.UTF-8",
             "ANSIBLE_HOST_KEY_CHECKING": "False",
             "ANSIBLE_PIPELINING": "True",

@@ -13,7 +13,6 @@ The expected checksums come from the build manifest written beside the image.
 from __future__ import annotations
 
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from imagebuilder import qemu
 from imagebuilder.boltdb import containerd_images
 from imagebuilder.bootcheck import check_raw
 from imagebuilder.catalog import Firmware
-from imagebuilder.disk import mounted_root, raw_view
+from imagebuilder.disk import mounted_root, raw_view, run_tempdir
 from imagebuilder.errors import InputError
 from imagebuilder.files import parse_json, read_text
 from imagebuilder.hostinfo import KvmStatus
@@ -194,7 +193,7 @@ def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None, f
     (OVMF, as a ``--firmware efi`` image boots on the machines it is built for)."""
     how = "UEFI, OVMF" if firmware == "efi" else "BIOS"
     with (
-        tempfile.TemporaryDirectory(prefix="image-boot-") as tmp,
+        run_tempdir("boot") as tmp,
         qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=firmware) as guest,
     ):
         start = time.monotonic()

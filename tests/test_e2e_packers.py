@@ -15,7 +15,11 @@ once."""
 from __future__ import annotations
 
 import json
+import os
+import random
+import subprocess
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +28,7 @@ import pytest
 from imagebuilder.imagediff import diff_images
 from imagebuilder.verify import verify_image
 from tests.support import packers
-from tests.support.common import ArgvWatcher, run
+from tests.support.common import BIN, ROOT, ArgvWatcher, run, run_folders, tagged
 from tests.support.offline import build, in_ns, scan_for
 from tests.support.vcsim import Vcsim
 
@@ -87,6 +91,36 @@ def test_offline_local_ova_is_valid_and_verified(legacy_ova: LegacyOva, home: Pa
     assert valid.code == 0, valid.err
 
 
+#: where each Packer's first bare-metal run is killed: Packer waiting for the guest's SSH (Packer and QEMU running),
+#: and Ansible provisioning it (Ansible and its ssh as well)
+KILL_AT = {"1.9.4": "Waiting for SSH", "1.16.0": "TASK ["}
+
+
+def oom_kill(
+    ns: str, home: Path, config: Path, mirror: Path, out: Path, flags: tuple[str, ...], point: str
+) -> int:  # fmt: skip
+    """Start the bare-metal build, read its output up to ``point``, then SIGKILL the image-builder process alone;
+    returns its pid (the run whose tag its children carry)."""
+    args = ["ip", "netns", "exec", ns, str(BIN / "image-builder"), "build", "--os", "ubuntu", "--hypervisor",
+            "baremetal", "--release-channel", "1-24", "--baremetal-config", str(config), "--mirror", str(mirror),
+            "--offline", "--output-dir", str(out), "--disk-gb", "4", "--min-disk-gb", "10", *flags]  # fmt: skip
+    env = {**os.environ, "HOME": str(home), "IMAGE_BUILDER_WORKSPACE": str(home / "work")}
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # ip netns exec execs image-builder: the same process
+        seen.append(line)
+        if point in line:
+            break
+    else:
+        raise AssertionError(f"the build ended before {point!r}:\n{''.join(seen[-40:])}")
+    time.sleep(random.Random(29).uniform(0, 3))
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    return proc.pid
+
+
 @pytest.mark.parametrize("version", packers.MODERN)
 def test_a_modern_packer_builds_and_verifies_both_images(
     version: str, offline_ns: str, home: Path, base_image: tuple[Path, str], mirror: Path, legacy_ova: LegacyOva,
@@ -99,9 +133,20 @@ def test_a_modern_packer_builds_and_verifies_both_images(
     for old in user_plugins.rglob("packer-plugin-*") if user_plugins.exists() else ():
         old.unlink()  # the other Packer's run installed them: this one installs its own way (1.9 layout, 1.16 CLI)
     out = tmp_path / "out"
-    res = build(offline_ns, home, "baremetal", _config(tmp_path / "baremetal.json", base_image), mirror, out,
-                "--engine", "packer", "--packer", str(packer), "--packer-plugins", str(plugins))  # fmt: skip
+    flags = ("--engine", "packer", "--packer", str(packer), "--packer-plugins", str(plugins))
+    # issue 29, the Packer engine: a first run killed as the out-of-memory killer kills (that process alone) at a
+    # point of its own progress; its Packer and QEMU (and, at TASK, Ansible) run on, and the build below must end
+    # them and release what the killed run held before it starts its own
+    point = KILL_AT[version]
+    killed = oom_kill(offline_ns, home, _config(tmp_path / "baremetal.json", base_image), mirror, out, flags, point)
+    assert [p for p in tagged(killed) if "qemu-system" in p], f"QEMU runs on after its run was killed at {point}"
+    for old in user_plugins.rglob("packer-plugin-*"):
+        old.unlink()  # the killed run installed them: the build below installs them again
+    res = build(offline_ns, home, "baremetal", _config(tmp_path / "baremetal.json", base_image), mirror, out, *flags)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert tagged(killed) == [] and run_folders(killed) == [], (tagged(killed), run_folders(killed))
+    assert not list((home / "work").iterdir()), "the killed run's workspace is released, the build's removed"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
     assert (
         "installing Packer plugin qemu 1.1.4" in res.stdout and "installing Packer plugin ansible 1.1.6" in res.stdout
     )

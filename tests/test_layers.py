@@ -39,7 +39,20 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
 
 def test_low_layers_import_nothing_above_them() -> None:
     graph = import_graph(PACKAGE, "imagebuilder")
-    bottom = {"errors", "files", "grammar", "safepath", "stream", "validation", "paths", "disk", "progress", "fetch"}
+    bottom = {
+        "errors",
+        "files",
+        "grammar",
+        "safepath",
+        "stream",
+        "validation",
+        "paths",
+        "disk",
+        "progress",
+        "fetch",
+        "runs",
+        "faults",
+    }
     for name in bottom:
         module = f"imagebuilder.{name}"
         assert module in graph, module

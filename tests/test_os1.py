@@ -8,8 +8,11 @@ import hashlib
 import http.client
 import json
 import os
+import random
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -360,3 +363,39 @@ def test_download_hook_verified(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _StallingHandler(Handler):
+    """Sends half of a target, then holds the connection: the moment a run is killed with a partial download."""
+
+    def _send_file(self, fd: int, offset: int, count: int) -> None:
+        if "/targets/" in self.path:
+            super()._send_file(fd, offset, count // 2)
+            time.sleep(120)
+            return
+        super()._send_file(fd, offset, count)
+
+
+def test_a_download_killed_halfway_is_completed_by_the_rerun_and_leaves_no_part(repo: Repo, tmp_path: Path) -> None:
+    """download.bottlerocket killed (SIGKILL to its process group) with half the image on the disk, in its
+    ``.part`` file named with the run's pid: the rerun releases it, downloads and verifies the image, and nothing
+    partial is left beside it (issue 29)."""
+    dest = tmp_path / "os1"
+    name = METAL.replace(".lz4", ".gz")
+    env = {**os.environ, "IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")}
+    repo.server.RequestHandlerClass = _StallingHandler
+    proc = subprocess.Popen([str(BIN / "image-builder"), *repo.args("baremetal", dest)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (parts := list(dest.glob(f".{name}.{proc.pid}-*.part"))) or parts[0].stat().st_size == 0:
+        assert time.monotonic() < deadline and proc.poll() is None, "no partial download seen"
+        time.sleep(0.05)
+    time.sleep(random.Random(29).uniform(0, 1))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert parts[0].exists(), "the killed run left its partial download (no clean-up of its own ran)"
+    repo.server.RequestHandlerClass = Handler
+    res = run(*repo.args("baremetal", dest), env={"IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")})
+    assert res.code == 0, res.err
+    assert gzip.decompress((dest / name).read_bytes()) == repo.image
+    assert leftovers(dest) == [name], "the killed run's .part is released, nothing else is left"

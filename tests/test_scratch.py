@@ -6,13 +6,15 @@ free space and the host's available memory, both real)."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from imagebuilder import disk
+from imagebuilder import disk, runs
 from tests.support.common import leaked_scratch
 
 GiB = 1024**3
@@ -23,6 +25,9 @@ def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     place = tmp_path / "shm"
     place.mkdir()
     monkeypatch.setattr(disk, "SHM", place)
+    # the temp dir is the other place runs name folders for themselves: this test's own, not the host's
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     return place
 
 
@@ -192,18 +197,48 @@ def test_half_written_outputs_of_killed_runs_are_found_by_the_pid_in_their_name(
     (out / f".image.ova.{dead}-xyz.tmp" / "disk1.vmdk").write_bytes(b"half")
     (out / f".other.{os.getpid()}-live.tmp").write_bytes(b"live")
     (out / ".notes.tmp").write_text("not ours")
+    # a download a killed mirror.create left deep in its tree; a name that only looks numbered is not one of ours
+    deep = out / "mirror" / "releases" / "5"
+    deep.mkdir(parents=True)
+    (deep / f".kubeadm.{dead}-k2j4.part").write_bytes(b"half")
+    (deep / ".etcd-v3.6.5.part").write_bytes(b"someone else's")
     listed = run("host.clean", "--dry-run", "--output-dir", str(out))
-    assert listed.code == 0 and listed.out.count("would release: partial output") == 2, listed.out
+    assert listed.code == 0 and listed.out.count("would release: partial output") == 3, listed.out
     cleaned = run("host.clean", "--output-dir", str(out))
     assert cleaned.code == 0, cleaned.out + cleaned.err
-    assert sorted(p.name for p in out.iterdir()) == sorted([".notes.tmp", f".other.{os.getpid()}-live.tmp", "image.gz"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [".notes.tmp", f".other.{os.getpid()}-live.tmp", "image.gz", "mirror"]
+    )
+    assert [p.name for p in deep.iterdir()] == [".etcd-v3.6.5.part"]
+
+
+def test_processes_a_run_that_is_gone_started_are_killed_and_a_live_runs_kept() -> None:
+    """What an out-of-memory kill of a run leaves running (its Packer, QEMU, Ansible) carries the run's tag in its
+    environment: found and killed once the run is gone; a live run's children and untagged processes never."""
+    dead = dead_pid()
+    env = {k: v for k, v in os.environ.items() if k != runs.RUN_ENV}
+    orphan = subprocess.Popen(["sleep", "300"], env={**env, runs.RUN_ENV: f"{dead}-s1"})
+    mine = subprocess.Popen(["sleep", "300"], env={**env, runs.RUN_ENV: runs.run_tag()})
+    untagged = subprocess.Popen(["sleep", "300"], env=env)
+    try:
+        ours = {str(p.pid) for p in (orphan, mine, untagged)}
+        found = [f for f in disk.stale_processes() if f.name in ours]
+        assert [(f.kind, f.name, f.pid, f.detail) for f in found] == [("process", str(orphan.pid), dead, "sleep")]
+        assert str(found[0]) == f"process {orphan.pid} (sleep), left by run {dead}"
+        assert disk.release(found) == []
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert mine.poll() is None and untagged.poll() is None
+    finally:
+        for proc in (orphan, mine, untagged):
+            proc.kill()
+            proc.wait()
 
 
 def test_a_scratch_folder_whose_pid_now_names_another_process_is_stale(shm: Path) -> None:
     """pids are reused (a kernel worker took a killed build's pid here once): the start time in the name tells the
     run that made the folder from the process that has its pid now."""
     reused = shm / "image-builder-1-s1-abc"  # pid 1 runs, but did not start at tick 1
-    own = shm / f"image-builder-{os.getpid()}-s{disk._start_time(os.getpid())}-abc"
+    own = shm / f"image-builder-{os.getpid()}-s{runs.start_time(os.getpid())}-abc"
     reused.mkdir()
     own.mkdir()
     assert [Path(f.name).name for f in disk.stale_scratch()] == [reused.name]

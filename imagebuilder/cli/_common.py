@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -22,6 +23,7 @@ from invoke.tasks import Task
 from imagebuilder.errors import ImageBuilderError, InputErrors
 from imagebuilder.grammar import redact_urls_in
 from imagebuilder.progress import Advance, Say, Transfers
+from imagebuilder.runs import RUN_ENV, run_tag
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,6 +48,8 @@ def cli_task(body: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _terminate)
+            # what this run starts carries its pid and start time: once it is gone, the next run finds them
+            os.environ[RUN_ENV] = run_tag()
         try:
             return body(*args, **kwargs)
         except ImageBuilderError as exc:

@@ -75,15 +75,16 @@ def prepare(
       iterable=["output_dir"], auto_shortflags=False)  # fmt: skip
 @cli_task
 def clean(c: Context, dry_run: bool = False, output_dir: list[str] | None = None) -> None:
-    """Release what runs that were killed (SIGKILL, out of memory, power cut) left behind: their in-memory scratch
-    directories, the loop devices still attached to them, their build workspaces and (with --output-dir) their
-    half-written outputs. A live run's resources are never touched."""
+    """Release what runs that were killed (SIGKILL, out of memory, power cut) left behind: the processes they
+    started (Packer, QEMU, Ansible), their in-memory scratch directories, the loop devices still attached to them,
+    their build workspaces and (with --output-dir, subfolders included) their half-written outputs and downloads.
+    A live run's resources are never touched."""
     folders = [flags.existing_dir(d, "--output-dir") for d in output_dir or []]
-    from imagebuilder.disk import release, stale_partials, stale_scratch, stale_workspaces
+    from imagebuilder.disk import leftovers, release
     from imagebuilder.errors import ExternalError
     from imagebuilder.paths import workspace_root
 
-    found = stale_scratch() + stale_workspaces(workspace_root()) + [p for d in folders for p in stale_partials(d)]
+    found = leftovers(workspaces=workspace_root(), outputs=tuple(folders), recursive=True)
     if not found:
         print("nothing left behind by runs that are gone")
         return
@@ -94,5 +95,5 @@ def clean(c: Context, dry_run: bool = False, output_dir: list[str] | None = None
     kept = release(found)
     print(f"released {len(found) - len(kept)} of {len(found)}")
     if kept:
-        hint = "stop what uses them (see 'losetup -l' and 'findmnt'), then run host.clean again"
+        hint = "stop what uses them (see 'losetup -l', 'findmnt' and 'ps'), then run host.clean again"
         raise ExternalError("still in use, so kept: " + "; ".join(map(str, kept)), hint=hint)

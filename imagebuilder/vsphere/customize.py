@@ -158,12 +158,12 @@ def _wait_powered_off(vs: VSphere, vm: Any, out: Outcome, timeout: float, say: S
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         if _power_state(vs, vm) == "poweredOff":
-            out.done.append("powered off by its seal")
+            out.did("powered off by its seal")
             return
         say(f"waiting for the VM to power itself off ({time.monotonic() - start:.0f} s)")
         time.sleep(2)
     vs.wait(vm.PowerOffVM_Task(), "power off")
-    out.done.append("powered off")
+    out.did("powered off")
     out.warnings.append(f"the VM did not power itself off within {timeout:.0f} s after its seal; it was powered off")
 
 
@@ -210,7 +210,7 @@ def customize_template(vs: VSphere, req: CustomizeRequest, customization: Custom
                 hint="delete it (govc vm.destroy) or rerun with --force",
             )
         _remove(vs, existing)
-        out.done.append(f"removed the existing {'template' if is_template else 'VM'} {req.path} (--force)")
+        out.did(f"removed the existing {'template' if is_template else 'VM'} {req.path} (--force)")
     source = need_vm(vs, req.template)
     pool = inventory.resource_pool(vs, req.resource_pool)
     if req.keep_user:
@@ -222,15 +222,15 @@ def customize_template(vs: VSphere, req: CustomizeRequest, customization: Custom
         say(f"cloning {req.template}")
         vm = vs.wait(source.CloneVM_Task(folder=folder, name=req.name, spec=spec), f"clone to {req.path}")
         made.append(vm)
-        out.done.append(f"cloned {req.template}")
+        out.did(f"cloned {req.template}")
         step[0] = "guestinfo"
         vs.wait(vm.ReconfigVM_Task(spec=_extra_config(run.documents.guestinfo())), "set guestinfo")
-        out.done.append("set the four guestinfo properties")
+        out.did("set the four guestinfo properties")
         step[0] = "power on"
         vs.wait(vm.PowerOnVM_Task(), "power on")
         step[0] = "wait for an IP"
         ip = _guest_ip(vs, vm, req.timeout, say)
-        out.done.append(f"powered on; IP {ip}")
+        out.did(f"powered on; IP {ip}")
         step[0] = "customize"
 
         def gone() -> str | None:
@@ -238,22 +238,22 @@ def customize_template(vs: VSphere, req: CustomizeRequest, customization: Custom
             return None if state == "poweredOn" else f"the VM is {state}"
 
         customizer.apply(run, ip, log=log, timeout=req.timeout, say=say, gone=gone)
-        out.done.append(f"Ansible log: {log}")
-        out.done.append("customized, cleaned up and sealed" + ("" if req.keep_user else f" ({run.user} removed)"))
+        out.did(f"Ansible log: {log}")
+        out.did("customized, cleaned up and sealed" + ("" if req.keep_user else f" ({run.user} removed)"))
         step[0] = "power off"
         _wait_powered_off(vs, vm, out, 600, say)
         step[0] = "clear guestinfo"
         vs.wait(vm.ReconfigVM_Task(spec=_extra_config(dict.fromkeys(GUESTINFO_KEYS, ""))), "clear guestinfo")
-        out.done.append("cleared the guestinfo user data")
+        out.did("cleared the guestinfo user data")
         if req.snapshot:
             step[0] = "snapshot"
             task = vm.CreateSnapshot_Task(name=SNAPSHOT, description="image-builder", memory=False, quiesce=False)
             vs.wait(task, f"snapshot of {req.path}")
-            out.done.append(f"snapshot '{SNAPSHOT}'")
+            out.did(f"snapshot '{SNAPSHOT}'")
             out.warnings.append(SNAPSHOT_WARNING)
         step[0] = "mark as template"
         vm.MarkAsTemplate()
-        out.done.append("marked as template")
+        out.did("marked as template")
         step[0] = "tag"
         ensure_tags(vs, vm, req.os, req.channel, out, attached=[])
     return out

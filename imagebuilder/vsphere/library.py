@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from imagebuilder import progress
+from imagebuilder import faults, progress
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import sha256_file
 from imagebuilder.progress import Advance, Transfers, poll
@@ -35,6 +35,7 @@ CREATE_SESSION = Call(
 SESSION = Call(
     "GET", "/content/library/item/update-session/{id}", "/com/vmware/content/library/item/update-session/{id}"
 )
+SESSIONS = Call("GET", "/content/library/item/update-session", "/com/vmware/content/library/item/update-session")
 SESSION_ACTION = Call(
     "POST", "/content/library/item/update-session/{id}", "/com/vmware/content/library/item/update-session/{id}"
 )
@@ -86,6 +87,20 @@ class Library:
             return list(self.rest(ITEM_FILES, ident=item_id) or [])
         return list(self.rest(ITEM_FILES, params={"library_item_id": item_id}) or [])
 
+    def open_sessions(self, item_id: str) -> list[str]:
+        """The update sessions still open on the item: an upload whose client was killed (nothing marked them failed)
+        holds the item's files half-replaced until the session expires."""
+        found = []
+        for session in self.rest(SESSIONS) or []:
+            info = self.rest(SESSION, ident=str(session)) or {}
+            if info.get("library_item_id") == item_id and info.get("state") == "ACTIVE":
+                found.append(str(session))
+        return found
+
+    def cancel(self, session: str) -> None:
+        """Cancel an update session: the server drops the files it had received."""
+        self.rest(SESSION_ACTION, ident=session, action="cancel")
+
     def create_item(self, library_id: str, name: str, description: str) -> str:
         spec = {"library_id": library_id, "name": name, "type": "ovf", "description": description}
         return str(self.rest(CREATE_ITEM, spec))
@@ -115,6 +130,16 @@ class Library:
                 with contextlib.suppress(Exception):
                     self.rest(ITEM, ident=item_id, action=None, method="DELETE")
             raise
+
+    @staticmethod
+    def files_of(source: str) -> set[str]:
+        """The files an upload of ``source`` puts into an item and a complete item therefore holds: the descriptor
+        and the disks of a local OVA (an OVF or a URL: the descriptor, all that is known before it is read)."""
+        path = Path(source)
+        if "://" in source or not tarfile.is_tarfile(path):
+            return {Path(source.split("?", 1)[0]).name}
+        with tarfile.open(path) as tar:
+            return {m.name for m in tar.getmembers() if m.isfile() and m.name.endswith((".ovf", ".vmdk"))}
 
     def _push_files(self, session: str, path: Path, transfers: Transfers | None) -> None:
         if not tarfile.is_tarfile(path):  # a plain file (an .ovf): as it is
@@ -160,6 +185,7 @@ class Library:
         )
         if not res.ok:
             raise ExternalError(f"uploading {name} to the content library failed: HTTP {res.status}")
+        faults.step(f"pushed {name}")  # the item's update session is open until every file is in
         # checked here as well as by vCenter: a corrupt OVA is the user's to fix, and not every server checks
         if sha256 and reader.sha256.hexdigest() != sha256:
             raise InputError(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from imagebuilder import grammar
+from imagebuilder import faults, grammar
 from imagebuilder.catalog import OperatingSystem, ReleaseChannel, load_catalog
 from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
 from imagebuilder.files import parse_yaml_documents, read_text
@@ -65,6 +65,10 @@ class Outcome:
     done: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    def did(self, what: str) -> None:
+        """Record a change made (a step of the task's progress: a failpoint, see :mod:`imagebuilder.faults`)."""
+        self.done.append(faults.step(what))
 
 
 @dataclass(frozen=True)
@@ -184,12 +188,14 @@ class _Place:
 def _place(vs: VSphere, req: ImportRequest, out: Outcome) -> _Place:
     created: list[str] = []
     folder = _once(vs, f"folder:{req.folder}", lambda: inventory.ensure_folder(vs, req.folder, created))
-    out.done += [f"created folder {p}" for p in created]
+    for p in created:
+        out.did(f"created folder {p}")
     ds = _once(vs, f"ds:{req.datastore}", lambda: inventory.need(vs, req.datastore, "datastore", "--datastore"))
     pool = _once(vs, f"pool:{req.resource_pool}", lambda: inventory.resource_pool(vs, req.resource_pool))
     created = []
     library_id = vs.library.ensure(req.library, inventory.moid(ds), created)
-    out.done += [f"created {c}" for c in created]
+    for c in created:
+        out.did(f"created {c}")
     vms = _once(vs, f"vms:{req.folder}", lambda: inventory.vms_in(vs, folder))
     return _Place(folder, ds, pool, library_id, vms)
 
@@ -210,20 +216,23 @@ def import_template(vs: VSphere, req: ImportRequest, transfers: Transfers | None
         if item is None:
             description = f"{req.os.name} Kubernetes {req.channel.minor}"
             item = vs.library.create_item(place.library_id, req.name, description)
-            out.done.append(f"created library item {req.name}")
+            out.did(f"created library item {req.name}")
         else:
-            # an item holding its descriptor is complete: a failed session leaves nothing on vCenter
-            has_files = any(str(f.get("name", "")).endswith(".ovf") for f in vs.library.item_files(item))
+            # a run killed during its upload left the item's session open (nothing marked it failed), and the files
+            # it had pushed may be in the item: cancelled, and the item is complete only if it holds every file
+            for session in vs.library.open_sessions(item):
+                vs.library.cancel(session)
+                out.did(f"cancelled the upload a stopped run left open on {req.library}/{req.name}")
+            held = {str(f.get("name", "")) for f in vs.library.item_files(item)}
+            has_files = vs.library.files_of(req.source) <= held
         if has_files:
             out.kept.append(f"library item {req.name} already holds the OVA")
-        else:  # new, or left empty by an interrupted upload
+        else:  # new, or left empty or part-filled by an interrupted upload
             vs.library.upload(item, req.source, transfers)
-            out.done.append(
-                f"{'pulled' if '://' in req.source else 'uploaded'} {req.source} into {req.library}/{req.name}"
-            )
+            out.did(f"{'pulled' if '://' in req.source else 'uploaded'} {req.source} into {req.library}/{req.name}")
         moids = (inventory.moid(place.pool), inventory.moid(place.folder), inventory.moid(place.datastore))
         vm = vim.VirtualMachine(vs.library.deploy(item, req.name, *moids), vs.si._stub)
-        out.done.append(f"deployed {req.path}")
+        out.did(f"deployed {req.path}")
     disk = req.os.template_disk(req.channel.minor)
     if fresh:  # just deployed by us: a VM, powered off, no snapshot; only its disks may be needed
         state = vs.properties(vm, "config.hardware.device") if disk else {}
@@ -248,10 +257,10 @@ def import_template(vs: VSphere, req: ImportRequest, transfers: Transfers | None
         else:
             task = vm.CreateSnapshot_Task(name=SNAPSHOT, description="image-builder", memory=False, quiesce=False)
             vs.wait(task, f"snapshot of {req.path}")
-            out.done.append(f"snapshot '{SNAPSHOT}'")
+            out.did(f"snapshot '{SNAPSHOT}'")
         out.warnings.append(SNAPSHOT_WARNING)
     vm.MarkAsTemplate()
-    out.done.append("marked as template")
+    out.did("marked as template")
     ensure_tags(vs, vm, req.os, req.channel, out, attached=[] if fresh else None)
     return out
 
@@ -311,7 +320,7 @@ def resize_disk(vs: VSphere, vm: Any, devices: list[Any], req: ImportRequest, ou
     found.capacityInBytes = int(want_kb) * 1024
     change = vim.vm.device.VirtualDeviceSpec(operation=vim.vm.device.VirtualDeviceSpec.Operation.edit, device=found)
     vs.wait(vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(deviceChange=[change])), f"resizing {disk.label} of {req.path}")
-    out.done.append(f"resized {disk.label} to {disk.size_gb}G")
+    out.did(f"resized {disk.label} to {disk.size_gb}G")
 
 
 def ensure_tags(
@@ -336,11 +345,13 @@ def ensure_tags(
             continue
         for wrong in same_category:
             tagging.detach(wrong, moid)
-            out.done.append(f"removed wrong tag {wrong.name}")
+            out.did(f"removed wrong tag {wrong.name}")
         missing.append(want)
     tagging.attach_all(missing, moid)
-    out.done += [f"tagged {t.name}" for t in missing]
-    out.done += [f"created {c}" for c in tagging.created[before:]]
+    for t in missing:
+        out.did(f"tagged {t.name}")
+    for c in tagging.created[before:]:
+        out.did(f"created {c}")
 
 
 def need_vm(vs: VSphere, path: str) -> Any:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -106,9 +107,10 @@ class ArgvWatcher:
 
 
 def leaked_scratch(shm: Path = Path("/dev/shm")) -> list[Path]:
-    """In-memory working directories (``disk.scratch_dir``) of processes that are gone: what a run left behind."""
+    """The folders runs name for themselves (``disk.scratch_dir`` in memory, ``disk.run_tempdir`` in the temp dir) of
+    processes that are gone: what a run left behind."""
     out = []
-    for entry in shm.glob("image-builder-*-*"):
+    for entry in (*shm.glob("image-builder-*-*"), *Path(tempfile.gettempdir()).glob("image-builder-*-*")):
         pid = entry.name.split("-")[2]
         if not pid.isdigit():
             continue
@@ -117,3 +119,20 @@ def leaked_scratch(shm: Path = Path("/dev/shm")) -> list[Path]:
         except ProcessLookupError:
             out.append(entry)
     return out
+
+
+def tagged(run: int) -> list[str]:
+    """The processes that carry run ``run``'s tag (disk.stale_processes' mark) in their environment."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and f"IMAGE_BUILDER_RUN={run}-s".encode() in (entry / "environ").read_bytes():
+                found.append(f"{entry.name} {(entry / 'comm').read_text().strip()}")
+    return found
+
+
+def run_folders(run: int) -> list[Path]:
+    return [
+        *Path("/dev/shm").glob(f"image-builder-{run}-*"),
+        *Path(tempfile.gettempdir()).glob(f"image-builder-{run}-*"),
+    ]
