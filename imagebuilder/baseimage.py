@@ -241,6 +241,9 @@ def make_base_image(
         raise InputError(f"{size_gb} GiB is not a usable base image size", field="--size-gb", expected="2 to 64")
     dest = dest.resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
+    # what a killed run of this task left: its half-made image beside dest (with the disk it mounted there), its
+    # debootstrap and apt still running, its loops
+    disk.release(disk.leftovers(outputs=(dest.parent,)))
 
     def populate(root: Path, uuid: str) -> None:
         _run(

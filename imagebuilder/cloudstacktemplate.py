@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from imagebuilder import faults
 from imagebuilder.errors import ExternalError, InputError, did_you_mean
 from imagebuilder.grammar import redact_url, redact_urls_in, url
 from imagebuilder.progress import Say, poll, silent
@@ -191,7 +192,11 @@ def register_template(
         ),
     )
     template_id = str(registered["template"][0]["id"])
-    say(f"registered {request.name!r} as {template_id}; CloudStack is downloading {redact_url(request.url)}")
+    say(
+        faults.step(
+            f"registered {request.name!r} as {template_id}; CloudStack is downloading {redact_url(request.url)}"
+        )
+    )
     try:
         status = _wait(api, template_id, zone_id, interval, timeout, say)
     except BaseException:

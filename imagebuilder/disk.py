@@ -760,11 +760,30 @@ def release(leftovers: list[Leftover]) -> list[Leftover]:
         if item.kind in ("loop device", "process", "mount"):
             continue
         if path.is_dir() and not path.is_symlink():
-            if remove_tree(path):
+            if not _free(path) or remove_tree(path):
                 kept.append(item)
         else:
             path.unlink(missing_ok=True)
     return kept
+
+
+def _free(folder: Path) -> bool:
+    """Let go of what a dead run still had in ``folder`` (a workspace, a half-made output: image.base assembles its
+    disk there): the mounts below it, deepest first, with the loop devices they mount, and the loop devices over files
+    in it. False when something stays mounted."""
+    base = os.path.realpath(folder)
+    for target, source in sorted(_mounts(), key=lambda m: -len(m[0])):
+        if target == base or target.startswith(base + "/"):
+            try:
+                unmount(Path(target))
+            except ExternalError:
+                return False
+            if source.startswith("/dev/loop"):
+                detach_loop(source)
+    for dev, back, _ in _loop_backings():
+        if back.startswith(base + "/"):
+            detach_loop(dev)
+    return True
 
 
 def _sweep_scratch() -> None:

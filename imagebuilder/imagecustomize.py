@@ -21,7 +21,7 @@ from typing import Any
 from imagebuilder import customizer, qemu
 from imagebuilder.catalog import Firmware
 from imagebuilder.customize import Customization
-from imagebuilder.disk import image_format, raw_view
+from imagebuilder.disk import image_format, leftovers, raw_view, release
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.files import atomic_write, parse_json, partial_prefix, read_text, run_checked, sha256_file
 from imagebuilder.hostinfo import ovmf_firmware
@@ -127,6 +127,8 @@ def customize_image(
     if firmware == "efi":
         ovmf_firmware()  # a missing OVMF fails here, before any copy is made
     dest.parent.mkdir(parents=True, exist_ok=True)
+    # what a killed run left: its working copy beside dest, its QEMU guest still running, its temp folders
+    release(leftovers(outputs=(dest.parent,)))
     with tempfile.TemporaryDirectory(prefix=partial_prefix(dest), suffix=".tmp", dir=dest.parent) as tmp:
         work = Path(tmp)
         disk = work / "disk.qcow2"

@@ -29,6 +29,7 @@ from typing import Any
 
 import urllib3
 
+from imagebuilder import faults
 from imagebuilder.errors import ExternalError
 from imagebuilder.files import sha256_file
 from imagebuilder.progress import Say, Transfers, poll, silent, start
@@ -193,6 +194,15 @@ def _checksum_of(entity: dict[str, Any]) -> str | None:
     return None
 
 
+def _complete(entity: dict[str, Any], request: UploadRequest) -> bool:
+    """Whether the image holds its data: its task finished (COMPLETE) and, for a file, every byte of it uploaded. A
+    run stopped between creating the image and uploading into it (killed: no clean-up ran) leaves one that is not."""
+    status = entity.get("status", {})
+    if status.get("state") != "COMPLETE":
+        return False
+    return request.file is None or status.get("resources", {}).get("size_bytes") == request.file.stat().st_size
+
+
 def _same(entity: dict[str, Any], request: UploadRequest, sha256: str | None) -> bool:
     there = _checksum_of(entity)
     if sha256:
@@ -237,37 +247,43 @@ def upload_image(
     api = client(prism)
     sha256 = sha256_file(request.file) if request.file else (request.sha256.lower() if request.sha256 else None)
     existing = api.images_named(request.name)
+    same = False
     if existing:
         entity = existing[0]
         uuid = str(entity.get("metadata", {}).get("uuid"))
-        if _same(entity, request, sha256):
+        same = _same(entity, request, sha256)
+        if same and _complete(entity, request):
             say(f"image {request.name!r} ({uuid}) is already there with the same content")
             return UploadResult(uuid, "unchanged")
-        if not request.force:
+        if not same and not request.force:
             raise ExternalError(
                 f"an image named {request.name!r} ({uuid}) is already in Prism with other content",
                 hint="give another --name, or --force to replace it",
             )
         if dry_run:
             return UploadResult(uuid, "would replace")
-        say(f"replacing image {request.name!r} ({uuid})")
+        # the same content, incomplete: what a stopped run of this upload left (no --force needed to finish it)
+        say(f"{'completing' if same else 'replacing'} image {request.name!r} ({uuid})"
+            + (": a stopped run left it without its data" if same else ""))  # fmt: skip
         api.delete_image(uuid)
     elif dry_run:
         return UploadResult(None, "would create")
     uuid, task = api.create_image(request.name, request.url, sha256)
+    faults.step(f"created image {request.name}")
     try:
         if task:
             wait_task(api, task, interval=interval, timeout=timeout, say=say)
         if request.file:
             assert sha256 is not None
             upload_task = api.upload(uuid, request.file, sha256, transfers)
+            faults.step(f"uploaded {request.file.name}")
             if upload_task:
                 wait_task(api, upload_task, interval=interval, timeout=timeout, say=say)
     except BaseException:
         # ours and incomplete: removed so that a rerun starts clean (a Ctrl-C included)
         api.delete_image(uuid)
         raise
-    return UploadResult(uuid, "replaced" if existing else "created")
+    return UploadResult(uuid, ("completed" if same else "replaced") if existing else "created")
 
 
 def prism_from_config(config: NutanixConfig) -> Prism:

@@ -106,12 +106,19 @@ def small_ovas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def base_image(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tuple[Path, str]:
     """image.base's Debian cloud-style image, made once per run (debootstrap takes minutes): in a parallel run
-    (pytest-xdist) the first worker that needs it makes it, under a lock, and the others use that one."""
+    (pytest-xdist) the first worker that needs it makes it, under a lock, and the others use that one.
+
+    It is made the way an operator's interrupted run would make it (issue 29's fault injection for image.base, at no
+    extra build): ``image.base`` is killed, its whole process group with SIGKILL, a few seconds into debootstrap
+    (its disk attached to loop devices and mounted in the host's namespace, debootstrap running), then run again
+    into the same place. The rerun must succeed and leave nothing of the killed run."""
     import fcntl
     import os
+    import random
+    import subprocess
 
-    from imagebuilder.baseimage import make_base_image
     from imagebuilder.bootcheck import check_image
+    from tests.support.common import BIN, ROOT, group_alive, kill_at, loops_on, mounts_under, tagged
 
     reuse = os.environ.get("IMAGE_BUILDER_TEST_BASE_IMAGE")  # a local shortcut; CI always makes its own
     if reuse:
@@ -124,13 +131,24 @@ def base_image(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tupl
         done = folder / "digest"
         if done.is_file():
             return folder / "debian-base.qcow2", done.read_text().strip()
-        image, digest = make_base_image(folder / "debian-base.qcow2")
+        image = folder / "debian-base.qcow2"
+        argv = [str(BIN / "image-builder"), "image.base", "--dest", str(image)]
+        first = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)  # fmt: skip
+        kill_at(first, "$ debootstrap", random.Random(29).uniform(5, 10))
+        rerun = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=3600, check=False)
+        assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+        digest = Path(f"{image}.sha256").read_text().split()[0]
+        # nothing of the killed run: its processes, mounts, loops and half-made image beside the output
+        assert not group_alive(first.pid) and not tagged(first.pid), (group_alive(first.pid), tagged(first.pid))
+        assert not mounts_under(folder) and not loops_on(str(folder)), (mounts_under(folder), loops_on(str(folder)))
+        assert sorted(p.name for p in folder.iterdir()) == ["debian-base.qcow2", "debian-base.qcow2.sha256"]
         done.write_text(digest)
     # what image.base ships: a cleanly unmounted filesystem and a boot sector that points at its loader
     check = check_image(image)
     assert check.ok, check.problems
     assert any("ldlinux.sys" in n and "consistent" in n for n in check.notes), check.notes
-    assert not list(image.parent.glob(".image-base-*")), "no work folder left beside the image"
+    assert not list(image.parent.glob(".*.tmp")), "no work folder left beside the image"
     return image, digest
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shlex
 import shutil
 import subprocess
@@ -20,7 +21,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.common import BIN, leaked_scratch, run
+from tests.support.common import (
+    BIN,
+    ROOT,
+    group_alive,
+    kill_at,
+    leaked_scratch,
+    loops_on,
+    run,
+    run_folders,
+    tagged,
+)
 
 BASE = ["--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--offline"]
 
@@ -319,8 +330,17 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
             "--release-channel", "1-23,1-24", "--baremetal-config", str(config), "--mirror", str(mirror),
             "--offline", "--engine", "chroot", "--disk-gb", "4", "--output-dir", str(out),
             "--layer-cache", str(layers)]  # fmt: skip
+    # issue 29, build.matrix: a first run killed (its process group, SIGKILL) while Ansible provisions the shared OS
+    # layer; the run below starts on what it left and must leave nothing of it
+    env = {**os.environ, "HOME": str(home), "IMAGE_BUILDER_WORKSPACE": str(home / "work")}
+    killed = subprocess.Popen(["ip", "netns", "exec", offline_ns, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    kill_at(killed, "TASK [", random.Random(29).uniform(0, 3))
     first = in_ns(offline_ns, *args, home=home)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert not group_alive(killed.pid) and not tagged(killed.pid) and not run_folders(killed.pid)
+    assert not loops_on(f"/image-builder-{killed.pid}-", str(home / "work"))
+    assert not [p for p in (*out.rglob(".*"), *layers.rglob(".*")) if p.name.endswith((".tmp", ".part"))]
     assert len(list(layers.glob("os-ubuntu-20.04-*.qcow2"))) == 1, "one OS layer for both channels"
     manifests = {p.name: json.loads(p.read_text()) for p in out.glob("*.build-manifest.json")}
     assert len(manifests) == 2

@@ -14,7 +14,7 @@ from cs import CloudStack
 from imagebuilder.cloudstacktemplate import TemplateRequest, register_template
 from imagebuilder.errors import ExternalError
 from tests.support.cloudstack import KEY, SECRET, State, contract_server, signature_of
-from tests.support.common import run
+from tests.support.common import killed_at, run
 
 RHEL = "Red Hat Enterprise Linux 8.0 (64-bit)"
 IMAGE = "http://10.0.0.5:8080/redhat-v1.24.8-eks-5-amd64.qcow2"
@@ -133,3 +133,17 @@ def test_credentials_come_from_the_environment_and_stay_out_of_messages(server: 
     assert "Wrong-Secret-Marker-9" not in wrong.out + wrong.err and KEY not in wrong.err
     down = register("http://127.0.0.1:9/client/api", env=env_for("http://127.0.0.1:9/client/api"))
     assert down.code == 1 and "cannot reach the CloudStack API" in down.err
+
+
+def test_a_run_killed_while_cloudstack_downloads_is_finished_by_the_rerun(server: tuple[str, State]) -> None:
+    """Killed (SIGKILL to its process group) right after registerTemplate, while CloudStack downloads: nothing of
+    this run removes the template. The rerun finds it by name and URL, waits until it is Ready and registers nothing
+    (issue 29): one template."""
+    endpoint, state = server
+    killed_at("registered 'rhel-8-kube-v1-24'", "cloudstack.template-register", "--url", IMAGE, "--name",
+              "rhel-8-kube-v1-24", "--zone", "zone-a", "--os-type", RHEL, env=env_for(endpoint))  # fmt: skip
+    assert len(state.templates) == 1 and not next(iter(state.templates.values()))["isready"]
+    res = register(endpoint)
+    assert res.code == 0 and "already there, Download Complete" in res.out, res.out + res.err
+    assert commands(state).count("registerTemplate") == 1 and len(state.templates) == 1
+    assert next(iter(state.templates.values()))["isready"]

@@ -10,7 +10,10 @@ KVM cannot run guests)."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +25,7 @@ from imagebuilder.disk import mounted_root, raw_view
 from imagebuilder.imagediff import diff_images
 from imagebuilder.standin import make_standin_release
 from imagebuilder.verify import verify_image
-from tests.support.common import BIN
+from tests.support.common import BIN, ROOT, run_folders, tagged
 from tests.support.offline import build, in_ns, scan_for
 from tests.support.pki import make_ca
 
@@ -259,9 +262,23 @@ def test_offline_bare_metal_build_is_verified(
     )
     custom = out / "custom" / f"{name}-site.gz"
     site = tmp_path / "site.yaml"
-    res = in_ns(offline_ns, str(BIN / "image-builder"), "image.customize", "--image", str(gz), "-f", str(site),
-                "--dest", str(custom), home=home, env={"SITE_PW": REG_SECRET})  # fmt: skip
+    argv = [str(BIN / "image-builder"), "image.customize", "--image", str(gz), "-f", str(site), "--dest", str(custom)]
+    # issue 29, image.customize: a first run killed alone (as the out-of-memory killer kills) with its guest booting;
+    # the run below must end the QEMU it left running and release its working copy beside the output
+    env = {**os.environ, "HOME": str(home), "IMAGE_BUILDER_WORKSPACE": str(home / "work"), "SITE_PW": REG_SECRET}
+    killed = subprocess.Popen(["ip", "netns", "exec", offline_ns, *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    assert killed.stdout is not None
+    said = next((line for line in killed.stdout if "booting" in line), None)  # read up to the guest's start
+    time.sleep(random.Random(29).uniform(1, 5))
+    killed.kill()
+    killed.wait()
+    killed.stdout.close()
+    assert said and [p for p in tagged(killed.pid) if "qemu-system" in p], "its QEMU runs on"
+    res = in_ns(offline_ns, *argv, home=home, env={"SITE_PW": REG_SECRET})
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert not tagged(killed.pid) and not run_folders(killed.pid), (tagged(killed.pid), run_folders(killed.pid))
+    assert not [p.name for p in custom.parent.iterdir() if p.name.startswith(".")]
     assert REG_SECRET not in res.stdout + res.stderr and not scan_for(REG_SECRET, out)
     assert (custom.parent / f"{custom.name}.sha256").is_file()
     custom_manifest = json.loads(custom.with_name(f"{name}-site.build-manifest.json").read_text())

@@ -23,43 +23,22 @@ from typing import Any
 
 import pytest
 
-from tests.support.common import BIN, ROOT, leaked_scratch, run_folders, tagged
+from tests.support.common import (
+    BIN,
+    ROOT,
+    group_alive,
+    kill_at,
+    killed_at,
+    leaked_scratch,
+    loops_on,
+    mounts_under,
+    run,
+    run_folders,
+    tagged,
+)
 from tests.support.vcsim import Vcsim
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1800)]
-
-
-def kill_at(proc: subprocess.Popen[str], marker: str, delay: float, timeout: float = 900) -> str:
-    """Read the task's output until a line holds ``marker``, wait ``delay`` seconds, SIGKILL its process group."""
-    assert proc.stdout is not None
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    for line in proc.stdout:
-        seen.append(line)
-        if marker in line:
-            break
-        assert time.monotonic() < deadline, f"{marker!r} not seen in {timeout} s:\n{''.join(seen[-40:])}"
-    else:
-        raise AssertionError(f"the task ended before {marker!r}:\n{''.join(seen[-40:])}")
-    time.sleep(delay)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    return "".join(seen)
-
-
-def group_alive(pgid: int) -> list[str]:
-    out = subprocess.run(["pgrep", "-g", str(pgid), "-a"], capture_output=True, text=True, check=False).stdout
-    return out.splitlines()
-
-
-def loops_on(*parts: str) -> list[str]:
-    out = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
-    return [line for line in out.splitlines() if any(p in line for p in parts)]
-
-
-def mounts_under(path: Path) -> list[str]:
-    return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(path) in line]
 
 
 def assert_nothing_left(killed_pid: int, tmp_path: Path, work: Path, out: Path) -> None:
@@ -325,18 +304,12 @@ def test_template_import_killed_at_each_step_converges_to_one_template(
     what the killed ones left; the last run completes. vCenter then holds what one clean import makes: one library
     item holding the OVA, no update session left open, one VM, a template with its snapshot and both tags, and
     nothing else."""
-    from imagebuilder.faults import FAIL_ENV
-
-    args = [str(BIN / "image-builder"), "template.import", "--ova", str(small_ovas["ubuntu"]), "--os", "ubuntu",
-            "--kubernetes", "1.24"]  # fmt: skip
+    args = ["template.import", "--ova", str(small_ovas["ubuntu"]), "--os", "ubuntu", "--kubernetes", "1.24"]
     path = "/DC0/vm/Templates/ubuntu-kubernetes-1-24-eks-5"
     for point in IMPORT_POINTS:
-        env = {**os.environ, **vcsim.env, FAIL_ENV: point}
-        proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-                              start_new_session=True)  # fmt: skip
-        assert proc.returncode == -signal.SIGKILL, f"not killed at {point!r}: {proc.stdout}{proc.stderr}"
-    done = subprocess.run(args, cwd=ROOT, env={**os.environ, **vcsim.env}, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+        killed_at(point, *args, env=vcsim.env)
+    done = run(*args, env=vcsim.env)
+    assert done.code == 0, done.out + done.err
     assert vcsim.govc("library.ls").split() == ["/eksa-templates"]
     assert vcsim.govc("library.ls", "/eksa-templates/*").split() == ["/eksa-templates/ubuntu-kubernetes-1-24-eks-5"]
     files = vcsim.govc("library.info", "-l", "/eksa-templates/ubuntu-kubernetes-1-24-eks-5/*")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.common import run
+from tests.support.common import killed_at, run
 from tests.support.nutanix import PASSWORD, USER, Prism, prism_server
 
 CLOUD_IMAGE = "https://cloud-images.ubuntu.com/releases/22.04/release/ubuntu-22.04-server-cloudimg-amd64.img"
@@ -123,3 +123,27 @@ def test_a_bad_config_is_named(prism: tuple[Path, Prism], tmp_path: Path) -> Non
     res = upload(broken, "--url", CLOUD_IMAGE)
     assert res.code == 2 and "nutanix_prot" in res.err and "broken.json" in res.err, res.err
     assert not state.calls
+
+
+@pytest.mark.parametrize("point", ["created image", "uploaded "])
+def test_an_upload_killed_after_a_step_is_completed_by_the_rerun(
+    prism: tuple[Path, Prism], tmp_path: Path, point: str
+) -> None:
+    """Killed (its process group, SIGKILL: no clean-up of its own runs) once Prism has the image but not its data,
+    or the data but not the end of its task: the rerun, without --force, completes it. One image, holding the file
+    (issue 29)."""
+    config, state = prism
+    disk = tmp_path / "ubuntu.qcow2"
+    disk.write_bytes(os.urandom(1024 * 1024 + 3))
+    args = ("nutanix.image-upload", "--config", str(config), "--file", str(disk), "--name", "ubuntu-local")
+    killed_at(point, *args)
+    [(first, image)] = state.images.items()
+    assert (first in state.uploads) == (point == "uploaded "), "killed where the failpoint says"
+    res = upload(config, "--file", str(disk), "--name", "ubuntu-local")
+    assert res.code == 0, res.out + res.err
+    [(uuid, image)] = state.images.items()
+    assert state.uploads[uuid] == disk.read_bytes() and image["status"]["state"] == "COMPLETE"
+    if point == "created image":
+        assert "a stopped run left it without its data" in res.err and res.out.strip().endswith("completed")
+    again = upload(config, "--file", str(disk), "--name", "ubuntu-local")
+    assert again.code == 0 and again.out.strip().endswith("unchanged") and len(state.images) == 1

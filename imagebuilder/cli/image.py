@@ -52,7 +52,10 @@ def base(
         print(f"  debootstrap: {' '.join(BOOTSTRAP)}\n  then apt-get install: {' '.join(PACKAGES)}")
         print("  GPT: GRUB on the ESP (UEFI) and extlinux (BIOS), serial console, empty machine-id, no SSH host keys")
         return
-    path, digest = make_base_image(target, suite=suite, mirror=mirror, size_gb=size, log=print)
+    # each step as it starts, also into a pipe (a log a user tees, a test that acts on a step)
+    path, digest = make_base_image(
+        target, suite=suite, mirror=mirror, size_gb=size, log=lambda text: print(text, flush=True)
+    )
     print(f"base image: {path}\nsha256:     {digest}")
     print(f'use it: "source_image_url": "{path}", "source_image_checksum": "sha256:{digest}"')
 

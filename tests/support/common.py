@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,18 @@ def run(
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def killed_at(point: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the console script in a process group of its own with the failpoint set at ``point``
+    (:mod:`imagebuilder.faults`): it kills its group there, as a reboot or the OOM killer would."""
+    from imagebuilder.faults import FAIL_ENV
+
+    full_env = {**os.environ, **(env or {}), FAIL_ENV: point}
+    proc = subprocess.run([str(BIN / "image-builder"), *args], cwd=ROOT, env=full_env, capture_output=True, text=True,
+                          timeout=120, start_new_session=True)  # fmt: skip
+    assert proc.returncode == -9, f"not killed at {point!r}: {proc.stdout}{proc.stderr}"
+    return proc
 
 
 def build_args(os_name: str, provider: str, channel: str = "1-24", *extra: str) -> list[str]:
@@ -136,3 +149,36 @@ def run_folders(run: int) -> list[Path]:
         *Path("/dev/shm").glob(f"image-builder-{run}-*"),
         *Path(tempfile.gettempdir()).glob(f"image-builder-{run}-*"),
     ]
+
+
+def kill_at(proc: subprocess.Popen[str], marker: str, delay: float, timeout: float = 900) -> str:
+    """Read the task's output until a line holds ``marker``, wait ``delay`` seconds, SIGKILL its process group."""
+    assert proc.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line:
+            break
+        assert time.monotonic() < deadline, f"{marker!r} not seen in {timeout} s:\n{''.join(seen[-40:])}"
+    else:
+        raise AssertionError(f"the task ended before {marker!r}:\n{''.join(seen[-40:])}")
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    return "".join(seen)
+
+
+def group_alive(pgid: int) -> list[str]:
+    out = subprocess.run(["pgrep", "-g", str(pgid), "-a"], capture_output=True, text=True, check=False).stdout
+    return out.splitlines()
+
+
+def loops_on(*parts: str) -> list[str]:
+    out = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return [line for line in out.splitlines() if any(p in line for p in parts)]
+
+
+def mounts_under(path: Path) -> list[str]:
+    return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(path) in line]
