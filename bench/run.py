@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmarks, one command: ``.venv/bin/python bench/run.py``. Results go to bench/results.json and the README.
+"""Benchmarks, one command: ``.venv/bin/python bench/run.py``. Results go to bench/results.json and docs/benchmarks.md.
 
 e2e: the offline bare-metal flow of ``invoke demo`` (base image reused when present), timed end to end, with
 the share of the build spent outside Packer (rendering, compression, checksum, manifest) from the build
@@ -174,16 +174,16 @@ def write_readme(results: dict[str, object]) -> None:
             END,
         ]
     )
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+    page = ROOT / "docs" / "benchmarks.md"
+    text = page.read_text()
     text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: table, text, flags=re.S)
-    readme.write_text(text)
+    page.write_text(text)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
-    parser.add_argument("--readme-only", action="store_true", help="rewrite the README table from bench/results.json")
+    parser.add_argument("--readme-only", action="store_true", help="rewrite docs/benchmarks.md's table")
     only = ("e2e", "vsphere", "os1", "engines", "startup")
     parser.add_argument("--only", choices=only, help="run one benchmark, keep the others' results")
     args = parser.parse_args()

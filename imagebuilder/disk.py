@@ -657,7 +657,7 @@ def stale_partials(folder: Path, *, recursive: bool = False) -> list[Leftover]:
 def leftovers(
     *, workspaces: Path | None = None, outputs: tuple[Path, ...] = (), recursive: bool = False
 ) -> list[Leftover]:
-    """Everything runs that are gone left (see the README's "Reliability"): the processes they started, their
+    """Everything runs that are gone left (see docs/reliability.md): the processes they started, their
     scratch space in memory with its loop devices, their workspaces under ``workspaces`` and their half-written files
     in ``outputs`` (searched through subfolders with ``recursive``), in the order :func:`release` frees them."""
     found = stale_processes() + stale_scratch()

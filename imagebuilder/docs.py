@@ -1,5 +1,5 @@
-"""Generated documentation: the README's config reference comes from the models and its layout table from the
-package's own module docstrings, so neither can drift."""
+"""Generated documentation: the config reference (``docs/providers.md``) comes from the models and the module table
+(``docs/architecture.md``) from the package's own module docstrings, so neither can drift."""
 
 from __future__ import annotations
 
@@ -101,28 +101,32 @@ def layout_table() -> str:
     return "\n".join(out)
 
 
-#: the generated sections of the README: their first line, last line and text
-SECTIONS: tuple[tuple[str, str, Callable[[], str]], ...] = (
-    (START, END, config_reference),
-    (LAYOUT_START, LAYOUT_END, layout_table),
+#: the generated sections: the page of ``docs/`` that holds each, its first line, its last line and its text
+SECTIONS: tuple[tuple[str, str, str, Callable[[], str]], ...] = (
+    ("providers.md", START, END, config_reference),
+    ("architecture.md", LAYOUT_START, LAYOUT_END, layout_table),
 )
 
 
-def update_readme(path: Path, *, write: bool = True) -> bool:
-    """Rewrite the generated sections of the README; True when one changed (or would, with ``write=False``)."""
-    text = read_text(path, "README")
-    new = text
-    for start, end, make in SECTIONS:
+def update_docs(folder: Path, *, write: bool = True) -> list[Path]:
+    """Rewrite the generated sections of the pages in ``folder`` (the checkout's ``docs/``); returns the pages that
+    changed (or would, with ``write=False``)."""
+    changed = []
+    for page, start, end, make in SECTIONS:
+        path = folder / page
+        text = read_text(path, "documentation page")
         pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
-        if not pattern.search(new):
+        if not pattern.search(text):
             raise InputError("has no generated section", source=path, expected=f"a line {start!r}")
         generated = make()
-        new = pattern.sub(lambda _, g=generated: g, new)  # type: ignore[misc]
-    if new == text or not write:
-        return new != text
-    with atomic_write(path) as fh:
-        fh.write(new)
-    return True
+        new = pattern.sub(lambda _, g=generated: g, text)  # type: ignore[misc]
+        if new == text:
+            continue
+        changed.append(path)
+        if write:
+            with atomic_write(path) as fh:
+                fh.write(new)
+    return changed
 
 
-__all__ = ["config_reference", "layout_table", "update_readme"]
+__all__ = ["SECTIONS", "config_reference", "layout_table", "update_docs"]

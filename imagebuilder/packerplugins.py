@@ -6,7 +6,7 @@ rendered, fetched its source image and, on vSphere, talked to vCenter. So a buil
 
 - :class:`PackerInfo` is the Packer a build runs (``--packer PATH``, else ``packer`` on PATH) and its version.
 - :data:`PLUGINS` lists what each Packer builder folder's template requires, with the lowest plugin version the
-  templates are proven with (the "floor": every pair validates on it, see the README's "Packer versions").
+  templates are proven with (the "floor": every pair validates on it, see docs/packer.md).
 - :func:`check_plugins` compares that with what Packer itself has installed (``packer plugins installed``, or the
   folder layout on Packer < 1.8) in the folder Packer uses (:func:`plugin_folder`), and with a folder of plugin
   binaries for air-gapped sites (``--packer-plugins DIR``, or the mirror's copy). Its :class:`PluginCheck` says,
@@ -108,7 +108,7 @@ class Constraint:
 
     @property
     def floor(self) -> Version | None:
-        """The lowest version a ``>=``/``~>``/``=`` term admits (the "floor" the README lists)."""
+        """The lowest version a ``>=``/``~>``/``=`` term admits (the "floor" docs/packer.md lists)."""
         floors = [v for op, v in self.terms if op in (">=", "~>", "=")]
         return max(floors) if floors else None
 
@@ -570,8 +570,7 @@ def _run_packer(packer: PackerInfo, args: list[str], env: Mapping[str, str], wha
     if proc.returncode != 0:
         tail = " | ".join((proc.stderr + proc.stdout).strip().splitlines()[-6:])
         raise ExternalError(f"{what} failed (exit {proc.returncode}): {tail}",
-                            hint="give the plugins offline with --packer-plugins DIR (see the README's"
-                                 " 'Packer versions')")  # fmt: skip
+                            hint="give the plugins offline with --packer-plugins DIR (see docs/packer.md)")  # fmt: skip
     return proc.stdout
 
 

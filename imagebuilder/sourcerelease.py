@@ -88,7 +88,7 @@ IPTABLES_LINKS = {
 
 @dataclass(frozen=True)
 class Component:
-    """What one component was built from, for the manifest and the README."""
+    """What one component was built from, for the manifest and the docs."""
 
     name: str
     version: str

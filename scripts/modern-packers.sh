@@ -4,7 +4,7 @@
 #      ../shared/tools/build-packer.sh into ~/.cache/packer-from-source (kept while the sources do not change);
 #   2. the plugin floors (the lowest versions required_plugins allows) from the Go module proxy, by
 #      scripts/build_plugin_floors.py into ~/.cache/image-builder/packer-plugin-floors (kept likewise).
-# Users do not need this: they get Packer from HashiCorp and plugins with `packer init` (see the README).
+# Users do not need this: they get Packer from HashiCorp and plugins with `packer init` (see docs/packer.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shared=../shared/tools/build-packer.sh

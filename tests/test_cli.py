@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -344,10 +345,50 @@ def test_config_schema_to_file_and_bad_provider(tmp_path: Path) -> None:
     assert bad.code == 2 and "did you mean 'vsphere'" in bad.err
 
 
-def test_readme_generated_sections_are_current() -> None:
+def test_generated_doc_sections_are_current() -> None:
+    from imagebuilder.docs import SECTIONS
+
+    for page, _, _, make in SECTIONS:
+        assert make() in (ROOT / "docs" / page).read_text(), f"docs/{page}: run 'invoke docs'"
+    assert {make for *_, make in SECTIONS} == {config_reference, layout_table}
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but '-' and '_' dropped, spaces to '-'."""
+    found = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_every_link_in_the_docs_resolves() -> None:
+    """README.md and every page of docs/: a relative link names a file of the repository, and its #anchor a heading
+    of that page (a page renamed or a heading reworded breaks a test, not a reader's click)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert len(pages) > 10
+    checked = 0
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.exists() and ROOT in dest.parents, f"{page.name}: {target} names no file of the repository"
+            if anchor:
+                assert anchor in _anchors(dest.read_text()), f"{page.name}: {target}: no such heading in {dest.name}"
+            checked += 1
+    assert checked > 20, "the links were really read"
+
+
+def test_the_readme_is_an_entry_a_newcomer_reads_in_minutes() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert config_reference() in readme, "run 'invoke docs'"
-    assert layout_table() in readme, "run 'invoke docs'"
+    assert len(readme.splitlines()) <= 200
+    assert readme.index("./scripts/setup.sh && .venv/bin/invoke demo") < readme.index("## Tasks")
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"(docs/{page.name})" in readme, f"docs/{page.name} is not listed in the README"
 
 
 def test_layout_table_lists_every_module() -> None:

@@ -1,6 +1,6 @@
 """``cloudstack.template-register`` (issue 17) with the real ``cs`` client against a CloudStack API contract server
 (tests/support/cloudstack.py: no CloudStack simulator exists; the server checks every request's signature,
-command and parameters against the API's documented rules). A contract test, labelled as such in the README."""
+command and parameters against the API's documented rules). A contract test, labelled as such in docs/providers.md."""
 
 from __future__ import annotations
 

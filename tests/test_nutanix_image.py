@@ -1,6 +1,6 @@
 """``nutanix.image-upload`` (spec 4.3, issue 17): the v3 REST client against a Prism Central v3 **contract server**
 (tests/support/nutanix.py: no Nutanix simulator exists; the server checks authentication and every request's
-shape against the v3 API's documented intents). A contract test, labelled as such in the README."""
+shape against the v3 API's documented intents). A contract test, labelled as such in docs/providers.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``docs``: regenerate the parts of README.md that come from the code."""
+"""``docs``: regenerate the parts of ``docs/`` that come from the code."""
 
 from __future__ import annotations
 
@@ -10,21 +10,23 @@ from imagebuilder.cli._common import cli_task
 
 @task(
     help={
-        "readme": "README file to update (default: the project's README.md)",
-        "dry_run": "say whether the README would change; write nothing",
+        "dir": "the documentation folder to update (default: the checkout's docs/)",
+        "dry_run": "say which pages would change; write nothing",
     },
     auto_shortflags=False,
 )
 @cli_task
-def docs(c: Context, readme: str = "", dry_run: bool = False) -> None:
-    """Regenerate the README's config reference from the config models."""
+def docs(c: Context, dir: str = "", dry_run: bool = False) -> None:
+    """Regenerate the generated sections of docs/: the config reference from the models, the module table from the
+    module docstrings."""
     from imagebuilder import paths
     from imagebuilder.cli import flags
 
-    path = flags.existing_file(readme, "--readme") if readme else paths.require_checkout("docs") / "README.md"
-    from imagebuilder.docs import update_readme
+    folder = flags.existing_dir(dir, "--dir") if dir else paths.require_checkout("docs") / "docs"
+    from imagebuilder.docs import update_docs
 
-    if dry_run:
-        print(f"{'would update' if update_readme(path, write=False) else 'up to date'}: {path}")
-        return
-    print(f"{'updated' if update_readme(path) else 'up to date'}: {path}")
+    changed = update_docs(folder, write=not dry_run)
+    if not changed:
+        print(f"up to date: {folder}")
+    for page in changed:
+        print(f"{'would update' if dry_run else 'updated'}: {page}")

@@ -1,4 +1,4 @@
-"""The providers, by name. Adding one is a module beside these and a line here (see the README)."""
+"""The providers, by name. Adding one is a module beside these and a line here (see docs/architecture.md)."""
 
 from __future__ import annotations
 
