@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from imagebuilder.customize import GUESTINFO_KEYS, Customization
 from imagebuilder.errors import ExternalError, InputError
 from imagebuilder.paths import workspace_root
 from imagebuilder.progress import Say, silent
+from imagebuilder.runs import gone, run_tag, tag_owner
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.session import VSphere
 from imagebuilder.vsphere.templates import (
@@ -44,6 +46,27 @@ STEPS = (
     "clone", "guestinfo", "power on", "wait for an IP", "customize", "power off", "clear guestinfo", "snapshot",
     "mark as template", "tag",
 )  # fmt: skip
+
+
+#: the clone's advanced setting that names the run customizing it, ``<host>:<pid>-s<start>`` (not a guestinfo key:
+#: the guest never sees it); cleared when the VM becomes a template, or when a failed run keeps it for the user
+RUN_KEY = "imagebuilder.run"
+
+
+def _run_marker() -> str:
+    return f"{socket.gethostname()}:{run_tag()}"
+
+
+def _unfinished_by(vs: VSphere, vm: Any) -> tuple[str, bool] | None:
+    """The run that left ``vm`` unfinished, and whether that run is gone; None when no run of this tool claims it (a
+    VM someone made, or one kept with --keep-on-error). A run on another host cannot be checked: taken as live."""
+    options = vs.properties(vm, "config.extraConfig").get("config.extraConfig") or []
+    marker = next((str(o.value) for o in options if o.key == RUN_KEY and o.value), None)
+    if marker is None:
+        return None
+    host, _, tag = marker.rpartition(":")
+    owner = tag_owner(tag)
+    return marker, host == socket.gethostname() and owner is not None and gone(*owner)
 
 
 @dataclass(frozen=True)
@@ -183,6 +206,8 @@ def _steps(vs: VSphere, req: CustomizeRequest, made: list[Any]) -> Iterator[list
         kept = ""
         if made:
             if req.keep_on_error:
+                with contextlib.suppress(Exception):  # the user's now: no later run may take it for a dead run's
+                    vs.wait(made[0].ReconfigVM_Task(spec=_extra_config({RUN_KEY: ""})), "release the VM")
                 kept = f"; the VM is kept at {req.path} (--keep-on-error)"
             else:
                 with contextlib.suppress(Exception):
@@ -201,7 +226,17 @@ def customize_template(vs: VSphere, req: CustomizeRequest, customization: Custom
     existing = inventory.vms_in(vs, folder).get(req.name)
     if existing is not None:
         is_template = bool(vs.properties(existing, "config.template")["config.template"])
-        if not req.force:
+        left = None if is_template else _unfinished_by(vs, existing)
+        if left is not None and not left[1] and not req.force:
+            raise ExternalError(
+                f"{req.path} is being customized by run {left[0]}",
+                hint="wait for that run to finish; if it is gone (another build host's run), rerun with --force",
+            )
+        if left is not None and left[1]:
+            # a run killed before it could clean up (no handler runs on SIGKILL): its VM, guestinfo user data included
+            _remove(vs, existing)
+            out.did(f"removed the VM {req.path} that run {left[0]}, now gone, left unfinished")
+        elif not req.force:
             if is_template:
                 out.kept.append(f"template {req.path} exists; left alone (--force replaces it)")
                 return out
@@ -209,8 +244,9 @@ def customize_template(vs: VSphere, req: CustomizeRequest, customization: Custom
                 f"{req.path} exists and is a VM, not a template (kept by a failed run?)",
                 hint="delete it (govc vm.destroy) or rerun with --force",
             )
-        _remove(vs, existing)
-        out.did(f"removed the existing {'template' if is_template else 'VM'} {req.path} (--force)")
+        else:
+            _remove(vs, existing)
+            out.did(f"removed the existing {'template' if is_template else 'VM'} {req.path} (--force)")
     source = need_vm(vs, req.template)
     pool = inventory.resource_pool(vs, req.resource_pool)
     if req.keep_user:
@@ -218,13 +254,18 @@ def customize_template(vs: VSphere, req: CustomizeRequest, customization: Custom
     made: list[Any] = []
     log = customizer.log_path(workspace_root(), req.name)
     with customizer.run(customization, keep_user=req.keep_user) as run, _steps(vs, req, made) as step:
-        spec = vim.vm.CloneSpec(location=vim.vm.RelocateSpec(pool=pool), powerOn=False, template=False)
+        # the clone names this run from its first moment: killed at any later step, the next run knows it as a dead
+        # run's and removes it (guestinfo and all) instead of asking for --force
+        config = _extra_config({RUN_KEY: _run_marker()})
+        spec = vim.vm.CloneSpec(location=vim.vm.RelocateSpec(pool=pool), powerOn=False, template=False, config=config)
         say(f"cloning {req.template}")
         vm = vs.wait(source.CloneVM_Task(folder=folder, name=req.name, spec=spec), f"clone to {req.path}")
         made.append(vm)
         out.did(f"cloned {req.template}")
         step[0] = "guestinfo"
-        vs.wait(vm.ReconfigVM_Task(spec=_extra_config(run.documents.guestinfo())), "set guestinfo")
+        # the mark again with the user data (a server that drops a clone spec's settings still gets it before them)
+        marked = {**run.documents.guestinfo(), RUN_KEY: _run_marker()}
+        vs.wait(vm.ReconfigVM_Task(spec=_extra_config(marked)), "set guestinfo")
         out.did("set the four guestinfo properties")
         step[0] = "power on"
         vs.wait(vm.PowerOnVM_Task(), "power on")
@@ -243,7 +284,9 @@ def customize_template(vs: VSphere, req: CustomizeRequest, customization: Custom
         step[0] = "power off"
         _wait_powered_off(vs, vm, out, 600, say)
         step[0] = "clear guestinfo"
-        vs.wait(vm.ReconfigVM_Task(spec=_extra_config(dict.fromkeys(GUESTINFO_KEYS, ""))), "clear guestinfo")
+        vs.wait(
+            vm.ReconfigVM_Task(spec=_extra_config(dict.fromkeys((*GUESTINFO_KEYS, RUN_KEY), ""))), "clear guestinfo"
+        )
         out.did("cleared the guestinfo user data")
         if req.snapshot:
             step[0] = "snapshot"
