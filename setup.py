@@ -2,7 +2,7 @@
 
 ``packer/``, ``ansible/``, ``templates/``, ``cloud-init/`` and ``config/`` stay at the top of the repository (the
 design's layout); a built wheel carries a copy of them as ``imagebuilder/_bundle/``, which
-:mod:`imagebuilder.paths` finds when the package is not run from a checkout. Everything else is in pyproject.toml.
+:mod:`imagebuilder.core.paths` finds when the package is not run from a checkout. Everything else is in pyproject.toml.
 """
 
 from __future__ import annotations

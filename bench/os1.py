@@ -1,6 +1,6 @@
 """Benchmarks of issue 6 (OS-1 download and the image server), each against its named peer in the same run.
 
-- convert: lz4 -> gzip of a 1 GiB disk-like image: ours (``imagebuilder.stream.Lz4ToGzip``, one process) against
+- convert: lz4 -> gzip of a 1 GiB disk-like image: ours (``imagebuilder.core.stream.Lz4ToGzip``, one process) against
   the spec's ``lz4 -dc | gzip`` and against ``lz4 -dc | pigz -p2``; wall time and peak RSS (``/usr/bin/time``).
 - download: the whole metal download from a TUF repository on loopback (served by nginx): ours
   (``download.bottlerocket``: metadata, verified stream, lz4 -> gzip) against ``tuftool download`` followed by
@@ -72,7 +72,7 @@ def timed(cmd: list[str] | str, **kw: object) -> tuple[float, int]:
 
 
 def convert_ours(src: Path, dest: Path) -> None:
-    from imagebuilder.stream import Lz4ToGzip
+    from imagebuilder.core.stream import Lz4ToGzip
 
     t = Lz4ToGzip()
     with src.open("rb") as fin, dest.open("wb") as fout:

@@ -69,7 +69,7 @@ def bench_startup(rounds: int = 3) -> dict[str, Any]:
         work = Path(tmp)
         (work / "home").mkdir()
         sys.path.insert(0, str(ROOT))
-        from imagebuilder.profile import load_profile
+        from imagebuilder.release.profile import load_profile
 
         profile = load_profile()
         product = f"{profile.product.env_prefix}_"

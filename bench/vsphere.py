@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuilder.catalog import load_catalog  # noqa: E402
-from imagebuilder.ova import make_ova  # noqa: E402
-from imagebuilder.profile import load_profile  # noqa: E402
+from imagebuilder.image.ova import make_ova  # noqa: E402
+from imagebuilder.release.catalog import load_catalog  # noqa: E402
+from imagebuilder.release.profile import load_profile  # noqa: E402
 from imagebuilder.vsphere.tags import expected_tags  # noqa: E402
 from imagebuilder.vsphere.templates import default_name  # noqa: E402
 from tests.support.vcsim import GOVC, Vcsim, start_vcsim  # noqa: E402

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import field_validator
 
-from imagebuilder import grammar
-from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import parse_json, read_text
-from imagebuilder.progress import Say, Transfers, poll, silent, start
-from imagebuilder.validation import StrictModel, validated
+from imagebuilder.core import grammar
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.files import parse_json, read_text
+from imagebuilder.core.progress import Say, Transfers, poll, silent, start
+from imagebuilder.core.validation import StrictModel, validated
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client

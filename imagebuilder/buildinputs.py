@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder import __version__
-from imagebuilder.customize import Customization
-from imagebuilder.paths import BUNDLE
+from imagebuilder.core.paths import BUNDLE
+from imagebuilder.customization.model import Customization
 from imagebuilder.plan import BuildPlan
 from imagebuilder.providers.config import SourceImageFields
 

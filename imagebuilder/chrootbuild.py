@@ -7,13 +7,13 @@ build host and runs the same playbook and roles through Ansible's chroot connect
 the result by booting it once.
 
 What it does, in order, in the build's workspace (its working disk in memory when the whole disk fits there:
-:func:`imagebuilder.disk.scratch_dir`):
+:func:`imagebuilder.core.disk.scratch_dir`):
 
 1. the source image (already fetched, verified and checked by the runner) is converted to a sparse raw disk and
    grown to the plan's disk size (Packer's ``disk_size`` and cloud-init's growpart do the same in a VM build);
 2. its root partition is attached on a loop device at the partition's offset (no nbd, no partition nodes, no
    udev), its filesystem grown, and mounted; the other partitions its fstab mounts are mounted below it;
-3. /proc, /sys, /dev, /run and /tmp are provided for the run (:func:`imagebuilder.disk.chroot_mounts`: /proc/sys
+3. /proc, /sys, /dev, /run and /tmp are provided for the run (:func:`imagebuilder.core.disk.chroot_mounts`: /proc/sys
    and /sys read-only, a private /dev, tmpfs /run and /tmp, policy-rc.d, the host's resolv.conf for the run only);
 4. ansible-playbook runs ``ansible/node.yml`` with ``community.general.chroot``; every command it starts in the
    chroot goes through a wrapper that clears the environment, so nothing of the build host's environment (its
@@ -36,19 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from imagebuilder import disk
 from imagebuilder.chrootmount import REFUSED, STATUS
-from imagebuilder.customize import Customization
-from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import atomic_write, run_checked
-from imagebuilder.grammar import Redactor
-from imagebuilder.gzipdisk import Base, MemberStore
-from imagebuilder.hostinfo import require_tools, tool_search_path
+from imagebuilder.core import disk
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.files import atomic_write, run_checked
+from imagebuilder.core.grammar import Redactor
+from imagebuilder.core.hostinfo import require_tools, tool_search_path
+from imagebuilder.core.progress import Say, follow
+from imagebuilder.core.render import ROOT
+from imagebuilder.customization.model import Customization
+from imagebuilder.image.gzipdisk import Base, MemberStore
 from imagebuilder.packer import controller_env, node_vars
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say, follow
 from imagebuilder.providers import registry
-from imagebuilder.render import ROOT
 
 #: what the engine runs on the build host
 TOOLS = ("losetup", "mount", "umount", "chroot", "qemu-img", "sfdisk", "e2fsck", "resize2fs", "dumpe2fs", "blkid",
@@ -67,7 +67,7 @@ class OsLayer:
 
     ``image`` is the qcow2 in the layer cache that names it; ``disk`` is the file a build copies: the layer's raw
     twin while the run that made it still has one (no conversion on the way), else ``image`` itself. The images
-    built on one layer share its :class:`~imagebuilder.gzipdisk.MemberStore` when they are compressed."""
+    built on one layer share its :class:`~imagebuilder.image.gzipdisk.MemberStore` when they are compressed."""
 
     image: Path
     disk: Path

@@ -15,10 +15,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from imagebuilder import disk
-from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.progress import Say
-from imagebuilder.safepath import safe_join
+from imagebuilder.core import disk
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.progress import Say
+from imagebuilder.core.safepath import safe_join
 
 
 def _fstab_mounts(root: Path) -> list[tuple[str, str, str]]:

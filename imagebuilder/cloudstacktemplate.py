@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from imagebuilder import faults
-from imagebuilder.errors import ExternalError, InputError, did_you_mean
-from imagebuilder.grammar import redact_url, redact_urls_in, url
-from imagebuilder.progress import Say, poll, silent
+from imagebuilder.core import faults
+from imagebuilder.core.errors import ExternalError, InputError, did_you_mean
+from imagebuilder.core.grammar import redact_url, redact_urls_in, url
+from imagebuilder.core.progress import Say, poll, silent
 
 if TYPE_CHECKING:
     from cs import CloudStack

@@ -36,11 +36,11 @@ from pydantic import (
     model_validator,
 )
 
-from imagebuilder import grammar
-from imagebuilder.errors import ExternalError, InputError, InputErrors
-from imagebuilder.files import atomic_write, load_yaml_mapping
-from imagebuilder.render import template_env
-from imagebuilder.validation import StrictModel, validated
+from imagebuilder.core import grammar
+from imagebuilder.core.errors import ExternalError, InputError, InputErrors
+from imagebuilder.core.files import atomic_write, load_yaml_mapping
+from imagebuilder.core.render import template_env
+from imagebuilder.core.validation import StrictModel, validated
 
 Method = Literal["outside", "shrink", "reserve"]
 
@@ -350,7 +350,7 @@ def install(pool: Pool, host: DhcpHost, *, dry_run: bool = False) -> InstallRepo
     if dry_run:
         # the same check the real run makes before writing, when dhcpd is already here to make it
         if shutil.which("dhcpd") is not None:
-            from imagebuilder.disk import run_tempdir
+            from imagebuilder.core.disk import run_tempdir
 
             with run_tempdir("dhcpd-check") as tmp:
                 check_config(files["/etc/dhcp/dhcpd.conf"], Path(tmp))

@@ -63,7 +63,7 @@ def _device(path: Path) -> int:
 
 def disk_need(plan: BuildPlan) -> DiskNeed:
     """What ``plan`` writes, and where (its workspace, its output folder)."""
-    from imagebuilder import disk
+    from imagebuilder.core import disk
     from imagebuilder.providers import registry
     from imagebuilder.runner import source_image
 

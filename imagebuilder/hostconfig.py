@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from imagebuilder.files import load_yaml_mapping
-from imagebuilder.paths import config_dir
-from imagebuilder.validation import StrictModel, validated
+from imagebuilder.core.files import load_yaml_mapping
+from imagebuilder.core.paths import config_dir
+from imagebuilder.core.validation import StrictModel, validated
 
 
 class Packages(StrictModel):

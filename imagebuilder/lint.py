@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.hostinfo import KvmStatus
+from imagebuilder.core.hostinfo import KvmStatus
+from imagebuilder.core.paths import config_dir
+from imagebuilder.core.progress import Say, silent
 from imagebuilder.packer import EXTERNAL_ONLY, RenderedBuild, fmt_check, render_build, validate
 from imagebuilder.packerplugins import PLUGINS, PackerInfo, prepare_plugins
-from imagebuilder.paths import config_dir
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
-from imagebuilder.progress import Say, silent
+from imagebuilder.release.catalog import load_catalog
 
 #: linting renders without probing KVM (the accelerator does not change what Packer validates)
 LINT_KVM = KvmStatus(False, "not probed for linting")

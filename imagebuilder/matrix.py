@@ -7,7 +7,7 @@ made of (the base image's checksum, the OS, its version, the firmware, the disk 
 make it, this tool's version), and every channel then runs only its own part (``[kubernetes]``: binaries, images,
 provider, custom roles, sysprep) on a copy of it. Changing a role or the base image changes the name, so a stale
 layer is never used; a layer is written atomically, so a crash never leaves a half one to be reused. The layer's
-bytes are also compressed once for all its images: they share its gzip members (:mod:`imagebuilder.gzipdisk`),
+bytes are also compressed once for all its images: they share its gzip members (:mod:`imagebuilder.image.gzipdisk`),
 which a background thread starts making while the images are still provisioned.
 
 Builds run in parallel up to what this host has room for (cores and memory, or ``--jobs``); an output whose build
@@ -28,21 +28,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imagebuilder import disk
-from imagebuilder.bootcheck import check_image
 from imagebuilder.buildinputs import digest, inputs_digest, layer_inputs
-from imagebuilder.catalog import load_catalog
 from imagebuilder.chrootbuild import OsLayer, run_chroot_build
-from imagebuilder.customize import Customization
-from imagebuilder.errors import ExternalError, ImageBuilderError, InputError
-from imagebuilder.files import atomic_write, parse_json, partial_prefix, read_text, run_checked
-from imagebuilder.grammar import Redactor
-from imagebuilder.gzipdisk import Base, MemberStore, prime
+from imagebuilder.core import disk
+from imagebuilder.core.errors import ExternalError, ImageBuilderError, InputError
+from imagebuilder.core.files import atomic_write, parse_json, partial_prefix, read_text, run_checked
+from imagebuilder.core.grammar import Redactor
+from imagebuilder.core.paths import workspace_root
+from imagebuilder.core.progress import Say, silent
+from imagebuilder.customization.model import Customization
+from imagebuilder.image.bootcheck import check_image
+from imagebuilder.image.gzipdisk import Base, MemberStore, prime
 from imagebuilder.packerplugins import PluginCheck
-from imagebuilder.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest
 from imagebuilder.planner import make_plan
-from imagebuilder.progress import Say, silent
+from imagebuilder.release.catalog import load_catalog
 
 #: what one build needs, to bound the parallelism: a chroot build (Ansible, then compression) or a Packer build (a VM)
 CHROOT_BUILD = {"cpus": 1, "memory_mb": 1536}
@@ -61,11 +61,11 @@ def layer_path(plan: BuildPlan, cache: Path) -> Path:
 class LayerBuilds:
     """The OS layers of one matrix run, each built once, and written to the cache without holding up the builds.
 
-    A layer is provisioned as a raw disk (in memory when it fits: :func:`~imagebuilder.disk.scratch_dir`). The
+    A layer is provisioned as a raw disk (in memory when it fits: :func:`~imagebuilder.core.disk.scratch_dir`). The
     builds of the run copy that raw disk (no conversion) and start from the facts its Ansible run gathered, while
     one background thread writes the durable qcow2 into the cache (converted without going through the page
     cache, flushed, renamed into place, so a crash never leaves a half layer to be reused) and another compresses
-    the layer's MiBs into its member store at a low priority (:func:`~imagebuilder.gzipdisk.prime`), which its
+    the layer's MiBs into its member store at a low priority (:func:`~imagebuilder.image.gzipdisk.prime`), which its
     images then only copy when they are packaged: a MiB of an image equal to the layer's at the same offset is
     found by comparing, not hashing. :meth:`close` waits for both and removes the raw disk and the workspaces; a
     later run finds the qcow2 and its members and copies them."""

@@ -29,10 +29,10 @@ from typing import Any
 
 import urllib3
 
-from imagebuilder import faults
-from imagebuilder.errors import ExternalError
-from imagebuilder.files import sha256_file
-from imagebuilder.progress import Say, Transfers, poll, silent, start
+from imagebuilder.core import faults
+from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.files import sha256_file
+from imagebuilder.core.progress import Say, Transfers, poll, silent, start
 from imagebuilder.providers.nutanix import NutanixConfig
 
 API = "/api/nutanix/v3"

@@ -21,19 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.customize import Customization
-from imagebuilder.errors import InputError
-from imagebuilder.fetch import Mirror
-from imagebuilder.files import atomic_write
-from imagebuilder.hostinfo import KvmStatus, kvm_status, ovmf_firmware, tool_search_path
+from imagebuilder.core.errors import InputError
+from imagebuilder.core.fetch import Mirror
+from imagebuilder.core.files import atomic_write
+from imagebuilder.core.hostinfo import KvmStatus, kvm_status, ovmf_firmware, tool_search_path
+from imagebuilder.core.progress import Say, silent
+from imagebuilder.core.render import ROOT, template_env
+from imagebuilder.core.ssh import keypair
+from imagebuilder.customization.model import Customization
 from imagebuilder.packerplugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say, silent
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
-from imagebuilder.render import ROOT, template_env
-from imagebuilder.ssh import keypair
+from imagebuilder.release.catalog import load_catalog
 
 
 def builder_for(plan: BuildPlan) -> str:

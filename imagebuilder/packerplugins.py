@@ -31,11 +31,11 @@ from functools import total_ordering
 from pathlib import Path
 from typing import Any, Literal
 
-from imagebuilder import fetch
-from imagebuilder.disk import run_tempdir
-from imagebuilder.errors import ExternalError, InputError, InputErrors
-from imagebuilder.fetch import Expected, Mirror
-from imagebuilder.files import atomic_write, parse_json, sha256_file
+from imagebuilder.core import fetch
+from imagebuilder.core.disk import run_tempdir
+from imagebuilder.core.errors import ExternalError, InputError, InputErrors
+from imagebuilder.core.fetch import Expected, Mirror
+from imagebuilder.core.files import atomic_write, parse_json, sha256_file
 
 # --- versions and constraints (the grammar of Packer's required_plugins: hashicorp/go-version) -------------------
 
@@ -576,7 +576,7 @@ def _run_packer(packer: PackerInfo, args: list[str], env: Mapping[str, str], wha
 
 def plugins_block(requirements: Iterable[Requirement]) -> str:
     """A ``packer { required_plugins {...} }`` block (what ``packer init`` reads)."""
-    from imagebuilder.render import template_env
+    from imagebuilder.core.render import template_env
 
     return template_env().get_template("packer/common/plugins.pkr.hcl.j2").render(required_plugins=list(requirements))
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuilder.catalog import BuildPair, Firmware, OsVersion, ReleaseChannel
-from imagebuilder.customize import Customization
-from imagebuilder.fetch import Mirror
+from imagebuilder.core.fetch import Mirror
+from imagebuilder.customization.model import Customization
 from imagebuilder.providers.config import ProviderConfig
-from imagebuilder.release_manifest import NodeArtifact
+from imagebuilder.release.catalog import BuildPair, Firmware, OsVersion, ReleaseChannel
+from imagebuilder.release.manifest import NodeArtifact
 
 
 @dataclass

@@ -11,13 +11,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuilder.catalog import ReleaseChannel, load_catalog
-from imagebuilder.errors import ExternalError, InputError, did_you_mean, require_flags
-from imagebuilder.fetch import Mirror
-from imagebuilder.paths import workspace_root
+from imagebuilder.core.errors import ExternalError, InputError, did_you_mean, require_flags
+from imagebuilder.core.fetch import Mirror
+from imagebuilder.core.paths import workspace_root
 from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
-from imagebuilder.productrelease import distro_manifest_for, flag
-from imagebuilder.profile import load_profile
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP
 from imagebuilder.providers.config import (
@@ -27,7 +24,10 @@ from imagebuilder.providers.config import (
     SourceImageFields,
     load_provider_config,
 )
-from imagebuilder.release_manifest import ReleaseManifest, load_manifest
+from imagebuilder.release.catalog import ReleaseChannel, load_catalog
+from imagebuilder.release.manifest import ReleaseManifest, load_manifest
+from imagebuilder.release.product import distro_manifest_for, flag
+from imagebuilder.release.profile import load_profile
 
 #: how long a dry run waits for the upstream manifest before planning without it
 MANIFEST_TIMEOUT = 1.5
@@ -69,7 +69,7 @@ def image_based(provider: str, config: ProviderConfig | None) -> bool:
 def choose_engine(requested: str | None, provider: str, config: ProviderConfig | None) -> tuple[str, str]:
     """(engine, why) for ``--engine``: packer by default; chroot only for image-based builds; auto picks chroot
     for those when KVM is unusable here (QEMU would emulate every instruction) and packer otherwise."""
-    from imagebuilder.hostinfo import kvm_status
+    from imagebuilder.core.hostinfo import kvm_status
 
     engine = requested or "packer"
     if engine not in ENGINES:

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from imagebuilder.catalog import BuildPair, load_catalog
+from imagebuilder.core.errors import ExternalError, ImageBuilderError
+from imagebuilder.core.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
+from imagebuilder.core.paths import existing_parent, workspace_root
+from imagebuilder.core.progress import Say, silent
 from imagebuilder.diskneed import GIB, DiskNeed
-from imagebuilder.errors import ExternalError, ImageBuilderError
 from imagebuilder.hostconfig import load_host_config
-from imagebuilder.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
 from imagebuilder.packerplugins import PackerInfo, PluginCheck, check_plugins, requirements_for
-from imagebuilder.paths import existing_parent, workspace_root
-from imagebuilder.progress import Say, silent
 from imagebuilder.providers import registry
+from imagebuilder.release.catalog import BuildPair, load_catalog
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")

@@ -21,17 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from imagebuilder import __version__, disk, fetch
-from imagebuilder.bootcheck import check_image
+from imagebuilder import __version__
 from imagebuilder.buildinputs import inputs_digest
 from imagebuilder.chrootbuild import OsLayer, check_engine, run_chroot_build
-from imagebuilder.customize import Customization
-from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.fetch import Expected, is_url
-from imagebuilder.files import atomic_write
-from imagebuilder.grammar import Redactor
-from imagebuilder.hostinfo import KvmStatus, kvm_status, tool_version
-from imagebuilder.outputs import sharing
+from imagebuilder.core import disk, fetch
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.fetch import Expected, is_url
+from imagebuilder.core.files import atomic_write
+from imagebuilder.core.grammar import Redactor
+from imagebuilder.core.hostinfo import KvmStatus, kvm_status, tool_version
+from imagebuilder.core.progress import Say, follow, silent
+from imagebuilder.customization.model import Customization
+from imagebuilder.image.bootcheck import check_image
+from imagebuilder.image.outputs import sharing
 from imagebuilder.packer import (
     RenderedBuild,
     builder_for,
@@ -43,7 +45,6 @@ from imagebuilder.packer import (
 )
 from imagebuilder.packerplugins import PackerInfo, PluginCheck
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say, follow, silent
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import SourceImageFields
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote, unquote, urlsplit
 
-from imagebuilder.errors import InputError
-from imagebuilder.safepath import safe_join
+from imagebuilder.core.errors import InputError
+from imagebuilder.core.safepath import safe_join
 
 HOOK_FILES = ("vmlinuz-x86_64", "initramfs-x86_64")
 DEFAULT_PORT = 8080
@@ -273,7 +273,7 @@ def served_url(path: str, port: int = DEFAULT_PORT) -> str:
 
 def nginx_site(root: Path, bind: str, port: int, listing: bool) -> str:
     """The nginx site that serves ``root`` the way ``serve`` does, for production."""
-    from imagebuilder.render import template_env
+    from imagebuilder.core.render import template_env
 
     try:
         return (

@@ -1,7 +1,7 @@
 """``image.verify``: check a built image the way a cluster will meet it.
 
 Three parts:
-- the disk: boot sectors and bootloader consistent, filesystems cleanly unmounted (:mod:`imagebuilder.bootcheck`);
+- the disk: boot sectors and bootloader consistent, filesystems cleanly unmounted (:mod:`imagebuilder.image.bootcheck`);
 - offline: the image's root filesystem is mounted read-only and testinfra (chroot backend) checks what the
   build promised: Kubernetes binaries with the release manifest's checksums, containerd and kubelet enabled, swap
   off, sysctls and modules configured, and nothing of the build VM left (machine-id, SSH host keys, cloud-init
@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imagebuilder import qemu
-from imagebuilder.boltdb import containerd_images
-from imagebuilder.bootcheck import check_raw
-from imagebuilder.catalog import Firmware
-from imagebuilder.disk import mounted_root, raw_view, run_tempdir
-from imagebuilder.errors import InputError
-from imagebuilder.files import parse_json, read_text
-from imagebuilder.hostinfo import KvmStatus
-from imagebuilder.progress import Say, silent
+from imagebuilder.core.disk import mounted_root, raw_view, run_tempdir
+from imagebuilder.core.errors import InputError
+from imagebuilder.core.files import parse_json, read_text
+from imagebuilder.core.hostinfo import KvmStatus
+from imagebuilder.core.progress import Say, silent
+from imagebuilder.image import qemu
+from imagebuilder.image.boltdb import containerd_images
+from imagebuilder.image.bootcheck import check_raw
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import BUILD_USER
+from imagebuilder.release.catalog import Firmware
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ def verify_image(
     join: bool = False,
     say: Say = silent,
 ) -> list[Finding]:
-    """Every check of an image; ``kubernetes``: the node check (:mod:`imagebuilder.nodecheck`) in place of the
+    """Every check of an image; ``kubernetes``: the node check (:mod:`imagebuilder.image.nodecheck`) in place of the
     plain boot test, which it includes."""
     expected = expectations(image, manifest)
     firmware: Firmware = "efi" if expected["plan"].get("firmware") == "efi" else "bios"
@@ -236,7 +236,7 @@ def verify_image(
         with mounted_root(raw) as root:
             findings += offline_checks(root, expected)
         if kubernetes:
-            from imagebuilder.nodecheck import node_check
+            from imagebuilder.image.nodecheck import node_check
 
             steps = node_check(raw, expected, firmware=firmware, timeout=node_timeout, join=join, say=say)
             findings += [Finding(s.name, s.ok, f"{s.detail} [{s.seconds:.0f} s]") for s in steps]

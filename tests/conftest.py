@@ -16,7 +16,7 @@ import pytest
 from tests.support.common import make_manifest
 
 if TYPE_CHECKING:
-    from imagebuilder.sourcerelease import SourceRelease
+    from imagebuilder.release.source import SourceRelease
     from tests.support.vcsim import Vcsim
 
 
@@ -89,7 +89,7 @@ def vcsim() -> Iterator[Vcsim]:
 @pytest.fixture(scope="session")
 def small_ovas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Small OVAs made the way builds make theirs: OS-1 style with two disks, OS-2 style with one."""
-    from imagebuilder.ova import make_ova
+    from imagebuilder.image.ova import make_ova
 
     work = tmp_path_factory.mktemp("ova")
     disks = []
@@ -117,7 +117,7 @@ def base_image(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tupl
     import random
     import subprocess
 
-    from imagebuilder.bootcheck import check_image
+    from imagebuilder.image.bootcheck import check_image
     from tests.support.common import BIN, ROOT, group_alive, kill_at, loops_on, mounts_under, tagged
 
     reuse = os.environ.get("IMAGE_BUILDER_TEST_BASE_IMAGE")  # a local shortcut; CI always makes its own
@@ -159,7 +159,7 @@ def source_release(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> 
     missing Go or gcc fails the tests that need it (CI installs both)."""
     import fcntl
 
-    from imagebuilder.sourcerelease import build_release
+    from imagebuilder.release.source import build_release
 
     shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
     with (shared / "source-release.lock").open("w") as lock:
@@ -211,8 +211,8 @@ def _served_in_ns(ns: str, root: Path, port: int) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def upstream_server(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The stand-in release served by a real HTTP server on 127.0.0.1 inside the namespace."""
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.standin import make_standin_release
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.standin import make_standin_release
 
     root = tmp_path_factory.mktemp("upstream")
     make_standin_release(root, load_catalog().channel("1-24"))

@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import fetch
-from imagebuilder.catalog import load_catalog
-from imagebuilder.errors import ExternalError
-from imagebuilder.fetch import Expected, Mirror
-from imagebuilder.grammar import Redactor
-from imagebuilder.imagecustomize import input_firmware
-from imagebuilder.mirror import create_mirror
-from imagebuilder.ova import make_ova, ova_firmware
+from imagebuilder.core import fetch
+from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.fetch import Expected, Mirror
+from imagebuilder.core.grammar import Redactor
+from imagebuilder.image.apply_customization import input_firmware
+from imagebuilder.image.ova import make_ova, ova_firmware
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
 from imagebuilder.providers import registry
-from imagebuilder.release_manifest import load_manifest
-from imagebuilder.standin import STANDIN_NOTE, make_standin_release
+from imagebuilder.release.catalog import load_catalog
+from imagebuilder.release.manifest import load_manifest
+from imagebuilder.release.mirror import create_mirror
+from imagebuilder.release.standin import STANDIN_NOTE, make_standin_release
 
 CHANNEL = load_catalog().channel("1-24")
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import disk
-from imagebuilder.baseimage import EFI_LOADER, ESP_OFFSET, MBR_CANDIDATES, PARTITION_OFFSET, assemble_disk
-from imagebuilder.bootcheck import check_image, check_raw
-from imagebuilder.errors import ExternalError
+from imagebuilder.core import disk
+from imagebuilder.core.errors import ExternalError
+from imagebuilder.image.base import EFI_LOADER, ESP_OFFSET, MBR_CANDIDATES, PARTITION_OFFSET, assemble_disk
+from imagebuilder.image.bootcheck import check_image, check_raw
 from tests.support.common import run
 
 SIZE = 160 * 1024 * 1024  # the 64 MiB ESP and a small root

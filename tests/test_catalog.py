@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.errors import InputError
+from imagebuilder.core.errors import InputError
+from imagebuilder.release.catalog import load_catalog
 from tests.support.common import PAIRS
 
 catalog = load_catalog()

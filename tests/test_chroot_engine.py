@@ -215,7 +215,7 @@ def test_a_layer_is_saved_where_the_filesystem_has_no_direct_io(
     """The layer's qcow2 is written with O_DIRECT (qemu-img -t none); a cache on a filesystem without it (tmpfs
     before Linux 6.6: EINVAL) gets it written through the page cache instead of failing the matrix."""
     from imagebuilder import matrix
-    from imagebuilder.errors import ExternalError
+    from imagebuilder.core.errors import ExternalError
     from imagebuilder.plan import BuildRequest
     from imagebuilder.planner import make_plan
 
@@ -243,7 +243,7 @@ def test_a_layer_is_saved_where_the_filesystem_has_no_direct_io(
 
 @pytest.mark.root
 def test_chroot_mounts_keep_the_host_out_and_put_everything_back(tmp_path: Path) -> None:
-    from imagebuilder import disk
+    from imagebuilder.core import disk
 
     root = tmp_path / "root"
     (root / "etc").mkdir(parents=True)
@@ -274,7 +274,7 @@ def test_chroot_mounts_keep_the_host_out_and_put_everything_back(tmp_path: Path)
 def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An image built on an OS layer starts from a filesystem that already fills its partition: no second
     e2fsck -f and resize2fs for it (about a second of CPU per image). A smaller or unclean one is still checked."""
-    from imagebuilder import disk
+    from imagebuilder.core import disk
 
     image = tmp_path / "fs.img"
     image.write_bytes(b"")
@@ -311,10 +311,10 @@ def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch:
 def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     offline_ns: str, home: Path, base_image: tuple[Path, str], tmp_path: Path
 ) -> None:
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.fetch import Mirror
-    from imagebuilder.mirror import create_mirror
-    from imagebuilder.standin import make_standin_release
+    from imagebuilder.core.fetch import Mirror
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.mirror import create_mirror
+    from imagebuilder.release.standin import make_standin_release
     from imagebuilder.verify import verify_image
     from tests.support.offline import in_ns
 
@@ -368,7 +368,7 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
 
 
 def test_image_diff_reads_packages_etc_units_and_binaries(tmp_path: Path) -> None:
-    from imagebuilder.imagediff import compare, inventory
+    from imagebuilder.image.diff import compare, inventory
 
     def image(name: str, version: str, extra: dict[str, str]) -> Path:
         root = tmp_path / name
@@ -407,7 +407,7 @@ def test_an_image_whose_fstab_leads_out_is_refused_and_nothing_is_left(
     host's directories are untouched, nothing stays mounted, no output or workspace is left."""
     import hashlib
 
-    from imagebuilder import disk
+    from imagebuilder.core import disk
 
     raw = tmp_path / "hostile.raw"
     subprocess.run(["qemu-img", "convert", "-O", "raw", str(base_image[0]), str(raw)], check=True)
@@ -421,8 +421,8 @@ def test_an_image_whose_fstab_leads_out_is_refused_and_nothing_is_left(
     config.write_text(json.dumps({"source_image_url": str(raw), "source_image_checksum": f"sha256:{digest}"}))
     out, work = tmp_path / "out", tmp_path / "work"
     mirror = tmp_path / "mirror"
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.standin import make_standin_release
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.standin import make_standin_release
 
     make_standin_release(mirror, load_catalog().channel("1-24"))
     res = run("build", *BASE, "--baremetal-config", str(config), "--mirror", str(mirror), "--engine", "chroot",

@@ -13,8 +13,14 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagebuilder.customize import GUESTINFO_KEYS, SeedDocuments, _public_key, load_customization, seed_documents
-from imagebuilder.errors import InputErrors
+from imagebuilder.core.errors import InputErrors
+from imagebuilder.customization.model import (
+    GUESTINFO_KEYS,
+    SeedDocuments,
+    _public_key,
+    load_customization,
+    seed_documents,
+)
 from tests.support.pki import make_ca
 
 
@@ -262,7 +268,7 @@ def test_any_valid_user_and_hostname_render_to_exactly_themselves(user: str, hos
 
 
 def test_image_customize_checks_formats_and_destinations_before_booting(tmp_path: Path) -> None:
-    from imagebuilder.imagecustomize import check_request
+    from imagebuilder.image.apply_customization import check_request
     from tests.support.common import run
 
     disk = tmp_path / "node.qcow2"
@@ -297,7 +303,7 @@ def run_containerd_tasks(tmp_path: Path, config: Path, customization: Path, env:
     import os
     import sys
 
-    from imagebuilder.paths import BUNDLE
+    from imagebuilder.core.paths import BUNDLE
 
     c = load_customization(customization, env=env)
     # no service restart: this host's containerd is not ours to touch

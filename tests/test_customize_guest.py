@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.customize import SeedDocuments
-from imagebuilder.disk import mounted_root, raw_view
-from imagebuilder.hostinfo import kvm_status
+from imagebuilder.core.disk import mounted_root, raw_view
+from imagebuilder.core.hostinfo import kvm_status
+from imagebuilder.customization.model import SeedDocuments
+from imagebuilder.release.catalog import load_catalog
 from imagebuilder.vsphere.tags import expected_tags
 from tests.support.common import BIN, ROOT, ArgvWatcher
 from tests.support.pki import make_ca

@@ -16,8 +16,8 @@ import pytest
 import testinfra
 import yaml
 
+from imagebuilder.core.errors import ExternalError, InputErrors
 from imagebuilder.dhcp import DhcpConfig, DhcpHost, Pool, dummy_mac, install, load_dhcp_config, render
-from imagebuilder.errors import ExternalError, InputErrors
 from tests.support.common import BIN, ROOT, run
 
 EXAMPLE = ROOT / "config" / "examples" / "dhcp.yaml"

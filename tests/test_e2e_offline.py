@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.disk import mounted_root, raw_view
-from imagebuilder.imagediff import diff_images
-from imagebuilder.standin import make_standin_release
+from imagebuilder.core.disk import mounted_root, raw_view
+from imagebuilder.image.diff import diff_images
+from imagebuilder.release.catalog import load_catalog
+from imagebuilder.release.standin import make_standin_release
 from imagebuilder.verify import verify_image
 from tests.support.common import BIN, ROOT, run_folders, tagged
 from tests.support.offline import build, in_ns, scan_for
 from tests.support.pki import make_ca
 
 if TYPE_CHECKING:
-    from imagebuilder.sourcerelease import SourceRelease
+    from imagebuilder.release.source import SourceRelease
 
 # a QEMU build under TCG takes minutes; the first test also pays for the base image fixture, and the bare-metal
 # test builds twice, boots a node (the node check) and customizes (about 20 minutes alone, more beside other tests)

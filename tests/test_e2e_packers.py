@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.imagediff import diff_images
+from imagebuilder.image.diff import diff_images
 from imagebuilder.verify import verify_image
 from tests.support import packers
 from tests.support.common import BIN, ROOT, ArgvWatcher, run, run_folders, tagged

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagebuilder.customize import load_customization
+from imagebuilder.core.errors import InputError, InputErrors
+from imagebuilder.customization.model import load_customization
 from imagebuilder.dhcp import load_dhcp_config
-from imagebuilder.errors import InputError, InputErrors
 from imagebuilder.vsphere.userconfig import load_user_config
 from tests.support.common import EXAMPLES
 

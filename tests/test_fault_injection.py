@@ -141,8 +141,8 @@ def wait_for(what: str, found: Callable[[], list[Path] | list[str]], timeout: fl
 def test_a_mirror_killed_mid_download_is_completed_by_the_rerun_and_leaves_no_part(tmp_path: Path) -> None:
     """mirror.create killed while a download is half on the disk (its ``.part`` file, named with the run's pid):
     the rerun releases it, completes the mirror and verifies every file; nothing partial is left anywhere."""
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.standin import make_standin_release
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.standin import make_standin_release
 
     channel = load_catalog().channel("1-24")
     upstream = tmp_path / "upstream"
@@ -197,8 +197,8 @@ def test_a_full_output_filesystem_is_a_clear_failure_and_leaves_nothing(
     """A small loop-mounted filesystem as the output folder. A write that runs out of room (the mirror, as a disk
     that fills while a task writes) exits 1 naming the folder, the file and the room left, and keeps nothing
     partial; a build that would not fit says so before it starts, with the room it needs there."""
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.standin import make_standin_release
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.standin import make_standin_release
 
     upstream = tmp_path / "upstream"
     make_standin_release(upstream, load_catalog().channel("1-24"))
@@ -234,10 +234,10 @@ def test_verify_killed_by_the_oom_killer_leaves_its_guest_and_mount_to_host_clea
     mounted in the host's namespace and once with its QEMU guest booting, leaves a mount with its loop device and a
     QEMU running on. host.clean finds them by the run's tag and folder names (the dry run lists them with the run
     that left them), releases them, and touches nothing of a live run's."""
-    from imagebuilder.catalog import load_catalog
     from imagebuilder.plan import BuildRequest
     from imagebuilder.planner import make_plan
-    from imagebuilder.standin import make_standin_release
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.standin import make_standin_release
 
     make_standin_release(tmp_path / "m", load_catalog().channel("1-24"))
     plan = make_plan(
@@ -246,7 +246,7 @@ def test_verify_killed_by_the_oom_killer_leaves_its_guest_and_mount_to_host_clea
     manifest = tmp_path / "expected.json"
     manifest.write_text(json.dumps({"plan": plan.to_json()}))
     args = [str(BIN / "image-builder"), "image.verify", "--image", str(base_image[0]), "--manifest", str(manifest)]
-    from imagebuilder.runs import RUN_ENV, run_tag
+    from imagebuilder.core.runs import RUN_ENV, run_tag
 
     live = subprocess.Popen(["sleep", "300"], env={**os.environ, RUN_ENV: run_tag()})  # this test's own child
     tmp = Path(tempfile.gettempdir())

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import disk
-from imagebuilder.progress import follow
+from imagebuilder.core import disk
+from imagebuilder.core.progress import follow
 
 
 def alive(pid: int) -> bool:

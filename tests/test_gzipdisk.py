@@ -1,4 +1,4 @@
-"""The bare-metal image's gzip (imagebuilder/gzipdisk.py): one member per MiB, zero MiBs never compressed, and a
+"""The bare-metal image's gzip (imagebuilder/image/gzipdisk.py): one member per MiB, zero MiBs never compressed, and a
 member store that images of one OS layer share. Decoded by the real gzip and zcat as well as Python's reader."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagebuilder import gzipdisk
-from imagebuilder.errors import ExternalError
-from imagebuilder.gzipdisk import MEMBER, MemberStore, gzip_disk
+from imagebuilder.core.errors import ExternalError
+from imagebuilder.image import gzipdisk
+from imagebuilder.image.gzipdisk import MEMBER, MemberStore, gzip_disk
 
 MiB = MEMBER
 

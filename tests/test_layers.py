@@ -8,9 +8,9 @@ from pathlib import Path
 
 from invoke.collection import Collection
 
-from imagebuilder.catalog import load_catalog
 from imagebuilder.cli import build
 from imagebuilder.providers import registry
+from imagebuilder.release.catalog import load_catalog
 from tests.support.imports import cycles, import_graph
 
 PACKAGE = Path(__file__).resolve().parents[1] / "imagebuilder"
@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "imagebuilder"
 
 def test_no_import_cycles() -> None:
     graph = import_graph(PACKAGE, "imagebuilder")
-    assert "imagebuilder.fetch" in graph and graph["imagebuilder.mirror"]  # the graph is really read
+    assert "imagebuilder.core.fetch" in graph and graph["imagebuilder.release.mirror"]  # the graph is really read
     assert cycles(graph) == []
 
 
@@ -37,29 +37,37 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
     assert cycles(import_graph(pkg, "pkg")) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
 
 
-def test_low_layers_import_nothing_above_them() -> None:
+#: the capability packages, lowest first: each imports only itself and the packages before it (its docstring says
+#: so); the modules not yet in a package (the build, the providers, the host tasks) sit above all of them
+LAYERS = ("core", "release", "customization", "image")
+
+
+def test_each_package_imports_only_the_packages_below_it() -> None:
     graph = import_graph(PACKAGE, "imagebuilder")
-    bottom = {
-        "errors",
-        "files",
-        "grammar",
-        "safepath",
-        "stream",
-        "validation",
-        "paths",
-        "disk",
-        "progress",
-        "fetch",
-        "runs",
-        "faults",
-    }
-    for name in bottom:
-        module = f"imagebuilder.{name}"
-        assert module in graph, module
-        above = {m for m in graph[module] if m.removeprefix("imagebuilder.") not in bottom}
-        assert not above, f"{module} imports {above}"
+    for level, package in enumerate(LAYERS):
+        allowed = {f"imagebuilder.{p}" for p in LAYERS[: level + 1]}
+        modules = [m for m in graph if m.startswith(f"imagebuilder.{package}.")]
+        assert len(modules) >= 2, f"{package}: the graph is really read"
+        for module in modules:
+            above = {m for m in graph[module] if not any(m == a or m.startswith(f"{a}.") for a in allowed)}
+            assert not above, f"{module} imports {above}, above {package}"
+        doc = (PACKAGE / package / "__init__.py").read_text()
+        assert "May import: " + (", ".join(f"``{p}``" for p in LAYERS[:level]) or "nothing") in doc, package
     # the vSphere connection is below its facade and the clients built on it
-    assert graph["imagebuilder.vsphere.connection"] <= {f"imagebuilder.{m}" for m in bottom | {"profile", "catalog"}}
+    below = {m for m in graph["imagebuilder.vsphere.connection"] if not m.startswith("imagebuilder.core.")}
+    assert below <= {"imagebuilder.release.profile", "imagebuilder.release.catalog"}, below
+
+
+def test_the_layer_rule_finds_an_upward_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    for sub in ("core", "image"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "image" / "qemu.py").write_text("from pkg.core import files\n")
+    (pkg / "core" / "files.py").write_text("def f():\n    from pkg.image import qemu  # upward, lazily\n")
+    graph = import_graph(pkg, "pkg")
+    assert graph["pkg.core.files"] == {"pkg.image.qemu"} and graph["pkg.image.qemu"] == {"pkg.core.files"}
 
 
 def test_every_provider_of_the_catalog_is_one_registered_unit() -> None:
@@ -119,7 +127,7 @@ def test_required_flags_are_checked_in_one_place() -> None:
 
 
 def test_only_the_cli_draws_progress() -> None:
-    """One progress protocol (imagebuilder.progress): the library reports through it, only the CLI renders it."""
+    """One progress protocol (imagebuilder.core.progress): the library reports through it, only the CLI renders it."""
     graph = import_graph(PACKAGE, "imagebuilder")
     sources = {name: (PACKAGE.parent / (name.replace(".", "/") + ".py")) for name in graph}
     drawing = [
@@ -133,4 +141,4 @@ def test_only_the_cli_draws_progress() -> None:
             for node in ast.walk(ast.parse(path.read_text()))
         )
     ]
-    assert not drawing, f"draw progress through imagebuilder.progress, not rich: {drawing}"
+    assert not drawing, f"draw progress through imagebuilder.core.progress, not rich: {drawing}"

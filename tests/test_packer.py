@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.errors import InputError
-from imagebuilder.hostinfo import KvmStatus
+from imagebuilder.core.errors import InputError
+from imagebuilder.core.hostinfo import KvmStatus
+from imagebuilder.core.render import hcl
 from imagebuilder.lint import lint_templates, render_pair
 from imagebuilder.packer import PackerInfo, fmt_check, render_build, validate
 from imagebuilder.plan import BuildRequest
 from imagebuilder.planner import make_plan
-from imagebuilder.render import hcl
 from tests.support.common import BIN, EXAMPLES, PAIRS, ROOT
 
 PACKER = PackerInfo.detect()
@@ -227,7 +227,7 @@ def test_ansible_is_lint_clean_and_parses() -> None:
 def test_build_customize_adds_the_role_and_keeps_its_secrets_in_the_environment(
     os_name: str, provider: str, tmp_path: Path
 ) -> None:
-    from imagebuilder.customize import REGISTRY_AUTH_ENV, load_customization
+    from imagebuilder.customization.model import REGISTRY_AUTH_ENV, load_customization
     from tests.support.pki import make_ca
 
     make_ca(tmp_path / "ca.pem")

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagebuilder.errors import InputError, InputErrors
-from imagebuilder.fetch import Mirror
+from imagebuilder.core.errors import InputError, InputErrors
+from imagebuilder.core.fetch import Mirror
 from imagebuilder.lint import lint_templates
 from imagebuilder.packerplugins import (
     PLUGINS,
@@ -264,8 +264,8 @@ def test_preflight_shows_packer_and_each_plugin(modern: PackerInfo, tmp_path: Pa
 def test_a_mirror_carries_the_plugins(modern: PackerInfo, tmp_path: Path, served: tuple[Path, str]) -> None:
     """mirror.create --packer-plugins copies them beside the release; a build from that mirror, as a folder or
     served over HTTP, finds them there with no --packer-plugins."""
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.standin import make_standin_release
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.standin import make_standin_release
 
     upstream = tmp_path / "upstream"
     make_standin_release(upstream, load_catalog().channel("1-24"))

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.errors import InputError
-from imagebuilder.hostinfo import CHECKS, KvmStatus, kvm_status
+from imagebuilder.core.errors import InputError
+from imagebuilder.core.hostinfo import CHECKS, KvmStatus, kvm_status
 from imagebuilder.packerplugins import PackerInfo, PluginCheck, PluginState, Version, requirements_for
 from imagebuilder.preflight import GIB, HostFacts, mask_url, run_checks
+from imagebuilder.release.catalog import load_catalog
 from tests.support.common import run
 
 catalog = load_catalog()

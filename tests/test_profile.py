@@ -6,7 +6,7 @@ import re
 import subprocess
 
 from imagebuilder import __version__
-from imagebuilder.profile import load_profile
+from imagebuilder.release.profile import load_profile
 from tests.support.common import ROOT
 
 # Values the spec leaves as placeholders; only config/ may spell them.

@@ -21,12 +21,12 @@ import yaml
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from imagebuilder import grammar
+from imagebuilder.core import grammar
+from imagebuilder.core.errors import InputError
+from imagebuilder.core.files import parse_yaml_documents
+from imagebuilder.core.render import hcl, nginx_string
+from imagebuilder.core.safepath import safe_join
 from imagebuilder.dhcp import DhcpConfig, render, resolve
-from imagebuilder.errors import InputError
-from imagebuilder.files import parse_yaml_documents
-from imagebuilder.render import hcl, nginx_string
-from imagebuilder.safepath import safe_join
 from imagebuilder.serve import ByteRange, parse_range
 
 SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -297,7 +297,7 @@ def _mutate(doc: object, path: list[int], replacement: object) -> object:
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 50), max_size=8), wrong_shapes)
 def test_release_manifests_of_any_shape(path: list[int], replacement: object) -> None:
-    from imagebuilder.release_manifest import parse_manifest
+    from imagebuilder.release.manifest import parse_manifest
 
     doc = _mutate(_loaded("release"), path, replacement)
     with contextlib.suppress(InputError):
@@ -308,7 +308,7 @@ def test_release_manifests_of_any_shape(path: list[int], replacement: object) ->
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 50), max_size=10), wrong_shapes)
 def test_bundle_manifests_of_any_shape(path: list[int], replacement: object) -> None:
-    from imagebuilder.hook import hook_assets
+    from imagebuilder.release.hook import hook_assets
 
     doc = _mutate(_loaded("bundle"), path, replacement)
     with contextlib.suppress(InputError):

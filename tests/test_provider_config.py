@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.errors import InputErrors
+from imagebuilder.core.errors import InputErrors
 from imagebuilder.providers.config import (
     BuildExtras,
     ConfigContext,
@@ -19,6 +18,7 @@ from imagebuilder.providers.config import (
     validate_provider_config,
 )
 from imagebuilder.providers.registry import config_models
+from imagebuilder.release.catalog import load_catalog
 from tests.support.common import EXAMPLES, PAIRS
 
 MODELS = config_models()

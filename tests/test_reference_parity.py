@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.customize import load_additional_files
-from imagebuilder.errors import InputError, InputErrors
-from imagebuilder.hostinfo import KvmStatus
+from imagebuilder.core.errors import InputError, InputErrors
+from imagebuilder.core.hostinfo import KvmStatus
+from imagebuilder.customization.model import load_additional_files
 from imagebuilder.packer import ACTIVATION_KEY_ENV, BUILD_PROXY_ENV, PackerInfo, render_build, validate
 from imagebuilder.plan import BuildPlan, BuildRequest
 from imagebuilder.planner import make_plan
@@ -432,7 +432,7 @@ def test_a_bad_firmware_is_bad_input(value: str) -> None:
 
 
 def test_the_matrix_defaults_to_efi_only_where_efi_is_built() -> None:
-    from imagebuilder.catalog import load_catalog
+    from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
     for os_ in catalog.operating_systems.values():

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.fetch import Mirror
-from imagebuilder.release_manifest import BINARIES, IMAGES, load_manifest, parse_manifest
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.fetch import Mirror
+from imagebuilder.release.manifest import BINARIES, IMAGES, load_manifest, parse_manifest
 from tests.support.common import make_manifest, reference
 
 NEEDED = {(b, "binary") for b in BINARIES} | {("cni-plugins", "archive"), ("etcd", "archive")}

@@ -1,4 +1,4 @@
-"""Working disks in memory (imagebuilder/disk.py ``scratch_dir``): used only when the whole disk fits with room to
+"""Working disks in memory (imagebuilder/core/disk.py ``scratch_dir``): used only when the whole disk fits with room to
 spare, counted against each other, removed on the way out (also after a failure), and the leftovers of a run that
 was killed are swept by the next one. The tmpfs is stood in for by a directory of the test (the decision reads its
 free space and the host's available memory, both real)."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import disk, runs
+from imagebuilder.core import disk, runs
 from tests.support.common import leaked_scratch
 
 GiB = 1024**3
@@ -181,7 +181,7 @@ def test_half_written_outputs_of_killed_runs_are_found_by_the_pid_in_their_name(
     """atomic_write's and the OVA writer's temporary names carry the writer's pid: a killed run's file or folder is
     released by the next build into that folder and by ``host.clean --output-dir``; a live writer's, and anything
     else hidden there, stay."""
-    from imagebuilder.files import atomic_write
+    from imagebuilder.core.files import atomic_write
     from tests.support.common import run
 
     out = tmp_path / "out"

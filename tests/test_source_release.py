@@ -22,12 +22,12 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagebuilder.boltdb import BoltFile, containerd_images
-from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.imagearchive import Entry, ImageSpec, archive_refs, docker_archive
-from imagebuilder.nodecheck import kubeadm_config
-from imagebuilder.release_manifest import IMAGE_REF, load_manifest, parse_manifest
-from imagebuilder.sourcerelease import LABEL, SourceRelease, parse_version
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.image.boltdb import BoltFile, containerd_images
+from imagebuilder.image.nodecheck import kubeadm_config
+from imagebuilder.release.imagearchive import Entry, ImageSpec, archive_refs, docker_archive
+from imagebuilder.release.manifest import IMAGE_REF, load_manifest, parse_manifest
+from imagebuilder.release.source import LABEL, SourceRelease, parse_version
 from tests.support.common import reference, run
 
 SOURCE_VERSION = "v1.34.2"
@@ -81,7 +81,7 @@ def _images(manifest_path: Path) -> dict[str, str]:
 
 
 def test_a_folder_becomes_layer_entries_with_its_links(tmp_path: Path) -> None:
-    from imagebuilder.imagearchive import layer_tar, tree_entries
+    from imagebuilder.release.imagearchive import layer_tar, tree_entries
 
     (tmp_path / "usr/sbin").mkdir(parents=True)
     (tmp_path / "usr/sbin/xtables-nft-multi").write_bytes(b"\x7fELF")
@@ -293,7 +293,7 @@ def test_a_release_built_from_source_is_a_distro_format_release(source_release: 
 
     # a second run takes what is cached: nothing is rebuilt, the same files come out
     stamps = {c.name: (c.bin_dir.parent / "inputs.json").stat().st_mtime_ns for c in source_release.components}
-    from imagebuilder.sourcerelease import build_release
+    from imagebuilder.release.source import build_release
 
     again = build_release(SOURCE_VERSION, tmp_path / "again")
     assert {c.name: (c.bin_dir.parent / "inputs.json").stat().st_mtime_ns for c in again.components} == stamps
@@ -317,7 +317,7 @@ def test_the_release_images_import_into_containerd_under_kubeadms_names(
 
 
 def test_the_source_cache_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from imagebuilder.sourcerelease import source_cache
+    from imagebuilder.release.source import source_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert source_cache() == tmp_path / "image-builder" / "source-release"
@@ -328,7 +328,7 @@ def test_the_source_cache_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path:
 def test_a_second_node_joins_with_the_token_and_the_pinned_ca_hash(tmp_path: Path) -> None:
     """The join's configuration: the first node's address on the wire, the bootstrap token the init creates, and
     the CA's public-key hash computed the way kubeadm's documentation computes it with openssl."""
-    from imagebuilder.nodecheck import WIRE_IPS, Join, _ca_and_admin, _seed, join_config
+    from imagebuilder.image.nodecheck import WIRE_IPS, Join, _ca_and_admin, _seed, join_config
 
     files = _ca_and_admin(tmp_path)
     (tmp_path / "ca.pem").write_bytes(files["ca.crt"])
@@ -361,7 +361,7 @@ def test_a_second_node_joins_with_the_token_and_the_pinned_ca_hash(tmp_path: Pat
 def test_real_kubeadm_validates_the_node_checks_configurations(source_release: SourceRelease, tmp_path: Path) -> None:
     """kubeadm's own strict decoder (``kubeadm config validate``) accepts what the node check hands the guests: the
     init configuration with the join's token and the join configuration, the lengthened waits included."""
-    from imagebuilder.nodecheck import SLOW_HOST_WAIT, Join, join_config
+    from imagebuilder.image.nodecheck import SLOW_HOST_WAIT, Join, join_config
 
     kubeadm = next(c.bin_dir for c in source_release.components if c.name == "kubernetes") / "kubeadm"
     join = Join("abcdef.0123456789abcdef", "a" * 64)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from imagebuilder.customize import SeedDocuments
+from imagebuilder.customization.model import SeedDocuments
 from tests.support.common import BIN, ROOT, killed_at, run
 from tests.support.pki import make_ca
 from tests.support.vcsim import Vcsim

@@ -68,7 +68,11 @@ def test_installed_package_runs_outside_the_checkout(installed: tuple[Path, Path
     _, target = installed
     where = _run(target, tmp_path, "--version")
     found = subprocess.run(
-        [sys.executable, "-c", "import imagebuilder, imagebuilder.paths as p; print(imagebuilder.__file__, p.BUNDLE)"],
+        [
+            sys.executable,
+            "-c",
+            "import imagebuilder, imagebuilder.core.paths as p; print(imagebuilder.__file__, p.BUNDLE)",
+        ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(target)},
         capture_output=True,

@@ -1,6 +1,6 @@
 """Shared pieces of the task modules: error-to-exit-status translation and output.
 
-Every task body runs inside :func:`cli_task`, so an :class:`~imagebuilder.errors.ImageBuilderError` becomes a
+Every task body runs inside :func:`cli_task`, so an :class:`~imagebuilder.core.errors.ImageBuilderError` becomes a
 one-paragraph message on stderr and exit status 2 (bad input) or 1 (external failure), never a traceback.
 """
 
@@ -20,10 +20,10 @@ from typing import Any, TypeVar
 from invoke.exceptions import Exit
 from invoke.tasks import Task
 
-from imagebuilder.errors import ImageBuilderError, InputErrors
-from imagebuilder.grammar import redact_urls_in
-from imagebuilder.progress import Advance, Say, Transfers
-from imagebuilder.runs import RUN_ENV, run_tag
+from imagebuilder.core.errors import ImageBuilderError, InputErrors
+from imagebuilder.core.grammar import redact_urls_in
+from imagebuilder.core.progress import Advance, Say, Transfers
+from imagebuilder.core.runs import RUN_ENV, run_tag
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,7 +100,7 @@ def transfer_bars() -> Iterator[Transfers | None]:
 
 @contextlib.contextmanager
 def status_line(title: str) -> Iterator[Say]:
-    """The CLI's rendering of :data:`~imagebuilder.progress.Say`: on a terminal one spinner line that each report
+    """The CLI's rendering of :data:`~imagebuilder.core.progress.Say`: on a terminal one spinner line that each report
     replaces (a ``warning:`` stays visible above it); elsewhere each report is a line on standard error."""
     if not sys.stderr.isatty():
         yield lambda text: print(text, file=sys.stderr, flush=True)

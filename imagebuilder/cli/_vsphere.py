@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from imagebuilder.cli import flags
 
 if TYPE_CHECKING:
-    from imagebuilder.catalog import OperatingSystem, ReleaseChannel
+    from imagebuilder.release.catalog import OperatingSystem, ReleaseChannel
     from imagebuilder.vsphere.connection import Target
 
 CONNECTION_HELP = {
@@ -39,7 +39,7 @@ def target(server: str, insecure: bool | None, thumbprint: str) -> Target:
 
 
 def os_channel(os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseChannel]:
-    from imagebuilder.catalog import load_catalog
+    from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
     return (

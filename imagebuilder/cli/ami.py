@@ -5,9 +5,9 @@ from __future__ import annotations
 from invoke.context import Context
 from invoke.tasks import task
 
-from imagebuilder import grammar
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, status_line, transfer_bars
+from imagebuilder.core import grammar
 
 
 @task(

@@ -9,7 +9,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json, status_line
-from imagebuilder.errors import InputError, require_flags
+from imagebuilder.core.errors import InputError, require_flags
 
 if TYPE_CHECKING:
     from imagebuilder.plan import BuildRequest
@@ -73,7 +73,7 @@ def _request(
     """The build request of ``build``'s and ``build.matrix``'s shared flags (config files by provider or alias)."""
     import os as os_env
 
-    from imagebuilder.catalog import load_catalog
+    from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
     # the names first: a mistyped --os is answered before anything heavy is imported (the start-up benchmark)
@@ -93,7 +93,7 @@ def _request(
     files = str(flags.existing_file(files_config, "--files-config")) if files_config else None
     verbosity = flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0
     from imagebuilder.plan import BuildRequest
-    from imagebuilder.productrelease import check_version, env_name
+    from imagebuilder.release.product import check_version, env_name
 
     env_release = os_env.environ.get(env_name()) or None  # the reference tool's variable; the flag wins
     if env_release:
@@ -145,7 +145,7 @@ def build(
     packer_plugins: str | None = None,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
-    from imagebuilder.hostinfo import check_skips
+    from imagebuilder.core.hostinfo import check_skips
 
     # the required flags first: a command missing them is answered before anything heavy is imported
     require_flags(("--os", os), ("--hypervisor", hypervisor), ("--release-channel", release_channel))
@@ -174,8 +174,8 @@ def build(
         engine=engine,
     )
     # imported once the flags are known good: a mistyped flag is answered without them
-    from imagebuilder.customize import load_customization
-    from imagebuilder.fetch import Mirror
+    from imagebuilder.core.fetch import Mirror
+    from imagebuilder.customization.model import load_customization
     from imagebuilder.packer import packer_check
     from imagebuilder.packerplugins import PluginCheck
     from imagebuilder.planner import make_plan
@@ -296,7 +296,7 @@ def matrix(
     """Build many images at once: every pair and channel, one OS layer per OS shared by its channels."""
     from pathlib import Path
 
-    from imagebuilder.catalog import load_catalog
+    from imagebuilder.release.catalog import load_catalog
 
     parse_list = flags.comma_list
 
@@ -343,7 +343,7 @@ def matrix(
         firmware=firmware,
         engine=engine,
     )
-    from imagebuilder.customize import load_customization
+    from imagebuilder.customization.model import load_customization
     from imagebuilder.matrix import expand, parallelism, run_matrix
 
     customization = load_customization(customize_file) if customize_file else None
@@ -353,7 +353,7 @@ def matrix(
 
         text = emit_ci(emit, plans, request=request, customize=customize, runs_on=labels)
         if emit_file:
-            from imagebuilder.files import atomic_write
+            from imagebuilder.core.files import atomic_write
 
             with atomic_write(flags.dest_file(emit_file, "--emit-file")) as fh:
                 fh.write(text)
@@ -384,7 +384,7 @@ def matrix(
     print_matrix(rows)
     failed = [r.plan.output_name for r in rows if r.status == "failed"]
     if failed:
-        from imagebuilder.errors import ExternalError
+        from imagebuilder.core.errors import ExternalError
 
         raise ExternalError(f"{len(failed)} of {len(rows)} builds failed: {', '.join(failed)}")
 

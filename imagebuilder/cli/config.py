@@ -9,12 +9,12 @@ from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json
-from imagebuilder.errors import InputError, did_you_mean
+from imagebuilder.core.errors import InputError, did_you_mean
 
 
 def _provider_name(value: str) -> str:
-    from imagebuilder.catalog import load_catalog
     from imagebuilder.providers.registry import config_models
+    from imagebuilder.release.catalog import load_catalog
 
     name = load_catalog().provider(value, flag="--provider").name
     if name not in config_models():
@@ -37,11 +37,11 @@ def schema(c: Context, provider: str = "", dest: str = "", customize: bool = Fal
         raise InputError("give --provider or --customize, not both", field="--customize")
     target = flags.dest_file(dest, "--dest") if dest else None
     if provider:  # the name first, from the catalog: a mistyped --provider is answered before the models load
-        from imagebuilder.catalog import load_catalog
+        from imagebuilder.release.catalog import load_catalog
 
         load_catalog().provider(provider, flag="--provider")
-    from imagebuilder.customize import CustomizeFile
-    from imagebuilder.files import atomic_write
+    from imagebuilder.core.files import atomic_write
+    from imagebuilder.customization.model import CustomizeFile
     from imagebuilder.providers.config import json_schema
     from imagebuilder.providers.registry import config_models
 

@@ -8,7 +8,7 @@ from invoke.tasks import task
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, status_line
 from imagebuilder.cli.image import print_findings
-from imagebuilder.errors import ExternalError
+from imagebuilder.core.errors import ExternalError
 
 
 @task(
@@ -41,15 +41,15 @@ def demo(
 ) -> None:
     """Run the offline flow end to end: base image, Kubernetes built from source, mirror, bare-metal build, and a
     node brought up on the image (--standin: a stand-in release, verified to a login prompt)."""
-    from imagebuilder.errors import InputError
-    from imagebuilder.hostinfo import check_skips
+    from imagebuilder.core.errors import InputError
+    from imagebuilder.core.hostinfo import check_skips
 
     out = flags.dest_dir(dest, "--dest")
     size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
     flags.choice(engine, "--engine", ("auto", "chroot", "packer"))
     check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.k8sversion import parse_version
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.k8sversion import parse_version
 
     if standin and kubernetes:
         raise InputError("--kubernetes chooses the release built from source; --standin uses none",

@@ -9,9 +9,9 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
-from imagebuilder import paths
 from imagebuilder.cli._common import cli_task
-from imagebuilder.errors import ExternalError
+from imagebuilder.core import paths
+from imagebuilder.core.errors import ExternalError
 
 BIN = Path(sys.executable).parent
 #: the pytest markers of tests that need root, a VM or a long run (pyproject.toml declares them)

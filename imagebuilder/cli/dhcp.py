@@ -8,10 +8,10 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
-from imagebuilder import grammar
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, print_json
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.core import grammar
+from imagebuilder.core.errors import ExternalError, InputError
 
 CONFIG_HELP = "the DHCP config file (YAML; see config/examples/dhcp.yaml)"
 
@@ -34,8 +34,8 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool
     """Render dhcpd.conf and the isc-dhcp-server defaults file from the DHCP config."""
     source = _need(config)
     out = flags.dest_dir(dest, "--dest")
+    from imagebuilder.core.files import atomic_write
     from imagebuilder.dhcp import load_dhcp_config, render
-    from imagebuilder.files import atomic_write
 
     pool = load_dhcp_config(source)
     files = render(pool)

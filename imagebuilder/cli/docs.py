@@ -19,8 +19,8 @@ from imagebuilder.cli._common import cli_task
 def docs(c: Context, dir: str = "", dry_run: bool = False) -> None:
     """Regenerate the generated sections of docs/: the config reference from the models, the module table from the
     module docstrings."""
-    from imagebuilder import paths
     from imagebuilder.cli import flags
+    from imagebuilder.core import paths
 
     folder = flags.existing_dir(dir, "--dir") if dir else paths.require_checkout("docs") / "docs"
     from imagebuilder.docs import update_docs

@@ -46,13 +46,13 @@ def bottlerocket(
             flags.url(value, flag, ("http", "https"))
     if root:
         flags.url_or_file(root, "--root")
-    from imagebuilder.os1 import download, os1_target, pinned_root  # python-tuf: once the flags are known good
+    from imagebuilder.release.os1 import download, os1_target, pinned_root  # python-tuf: once the flags are known good
 
     target = os1_target(variant, kube, metadata_url or None, targets_url or None)
     print(f"target:   {target.name}\nmetadata: {target.metadata_url}\ntargets:  {target.targets_url}")
     trusted = pinned_root(root or None, root_sha512 or None)
     if dry_run:  # the root and the signed metadata are checked; the image is not downloaded
-        from imagebuilder.os1 import target_info
+        from imagebuilder.release.os1 import target_info
 
         expected, url = target_info(target, trusted)
         print(f"verified: {expected.length} bytes at {url}, {', '.join(expected.hashes)} signed")
@@ -80,7 +80,7 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
     """Download the bare-metal boot kernel and ramdisk of the bundle, verified (spec 1.8)."""
     out = flags.dest_dir(dest, "--dest")
     location = flags.url_or_file(manifest, "--manifest") if manifest else None
-    from imagebuilder.hook import destinations, download_hook, load_hook_assets
+    from imagebuilder.release.hook import destinations, download_hook, load_hook_assets
 
     assets = load_hook_assets(location)
     if dry_run:

@@ -1,7 +1,7 @@
 """The one flag layer: every typed flag is parsed here, and every bad value exits 2 naming the flag.
 
 Tasks declare their flags as text (Invoke would otherwise convert ``--port abc`` itself and crash with a traceback)
-and turn each into its type with one of these functions. The rules are those of :mod:`imagebuilder.grammar`, the
+and turn each into its type with one of these functions. The rules are those of :mod:`imagebuilder.core.grammar`, the
 same a config file's fields follow.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import SplitResult
 
-from imagebuilder import grammar
-from imagebuilder.errors import InputError, did_you_mean
+from imagebuilder.core import grammar
+from imagebuilder.core.errors import InputError, did_you_mean
 
 T = TypeVar("T")
 
@@ -118,7 +118,7 @@ def dest_file(value: str, flag: str) -> Path:
 
 
 def grammar_of(parse: Callable[[str], str], value: str, flag: str) -> str:
-    """``value`` held to one of :mod:`imagebuilder.grammar`'s rules, named by ``flag`` when it breaks it."""
+    """``value`` held to one of :mod:`imagebuilder.core.grammar`'s rules, named by ``flag`` when it breaks it."""
     return _typed(flag, value, parse)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from invoke.context import Context
 from invoke.tasks import task
 
-from imagebuilder import grammar
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
+from imagebuilder.core import grammar
 
 
 @task(
@@ -36,7 +36,7 @@ def prepare(
     dry_run: bool = False,
 ) -> None:
     """Prepare this machine as a build host (spec 4.3): user, packages, kvm, SSH config, proxy. Rerunnable."""
-    from imagebuilder.catalog import load_catalog
+    from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
     providers = tuple(catalog.provider(h).name for h in hypervisor or [])
@@ -80,9 +80,9 @@ def clean(c: Context, dry_run: bool = False, output_dir: list[str] | None = None
     their build workspaces and (with --output-dir, subfolders included) their half-written outputs and downloads.
     A live run's resources are never touched."""
     folders = [flags.existing_dir(d, "--output-dir") for d in output_dir or []]
-    from imagebuilder.disk import leftovers, release
-    from imagebuilder.errors import ExternalError
-    from imagebuilder.paths import workspace_root
+    from imagebuilder.core.disk import leftovers, release
+    from imagebuilder.core.errors import ExternalError
+    from imagebuilder.core.paths import workspace_root
 
     found = leftovers(workspaces=workspace_root(), outputs=tuple(folders), recursive=True)
     if not found:

@@ -10,7 +10,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import FileFlag, cli_task, status_line
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.core.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
     from imagebuilder.verify import Finding
@@ -44,7 +44,7 @@ def base(
         flags.existing_dir(mirror.removeprefix("file://"), "--mirror")
     else:
         flags.url(mirror, "--mirror", ("http", "https"))
-    from imagebuilder.baseimage import BOOTSTRAP, PACKAGES, check_prerequisites, make_base_image
+    from imagebuilder.image.base import BOOTSTRAP, PACKAGES, check_prerequisites, make_base_image
 
     if dry_run:
         check_prerequisites()
@@ -138,7 +138,7 @@ def diff(c: Context, image: str = "", against: str = "", output: str = "text") -
     first = flags.existing_file(flags.required(image, "--image", "an image"), "--image")
     second = flags.existing_file(flags.required(against, "--against", "an image"), "--against")
     flags.choice(output, "--output", ("text", "json"))
-    from imagebuilder.imagediff import diff_images
+    from imagebuilder.image.diff import diff_images
 
     report = diff_images(first, second)
     if output == "json":
@@ -181,9 +181,9 @@ def customize(
     target = flags.dest_file(flags.required(dest, "--dest", "a path for the customized image"), "--dest")
     customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")
     seconds = flags.duration(timeout, "--timeout", 30, 86400)
-    from imagebuilder.customize import load_customization
-    from imagebuilder.hostinfo import require_tools
-    from imagebuilder.imagecustomize import check_request, customize_image
+    from imagebuilder.core.hostinfo import require_tools
+    from imagebuilder.customization.model import load_customization
+    from imagebuilder.image.apply_customization import check_request, customize_image
 
     customization = load_customization(customize_file)
     kind = check_request(source, target)

@@ -34,18 +34,18 @@ def create(
     packer_plugins: str = "",
 ) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.errors import InputError
-    from imagebuilder.fetch import Mirror
+    from imagebuilder.core.errors import InputError
+    from imagebuilder.core.fetch import Mirror
+    from imagebuilder.release.catalog import load_catalog
 
     channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-21 to 1-35"))
     out = flags.dest_dir(dest, "--dest")
     url = flags.url_or_file(release_manifest, "--release-manifest") if release_manifest else channel.manifest_url
     src = Mirror.parse(source, "--source") if source else None
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    from imagebuilder.mirror import create_mirror, file_sha256, mirror_items
     from imagebuilder.packerplugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
-    from imagebuilder.release_manifest import load_manifest
+    from imagebuilder.release.manifest import load_manifest
+    from imagebuilder.release.mirror import create_mirror, file_sha256, mirror_items
 
     plugins = plugin_binaries(plugin_dir) if plugin_dir else {}
     if packer_plugins and not plugins:

@@ -9,7 +9,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, status_line, transfer_bars
-from imagebuilder.errors import InputError
+from imagebuilder.core.errors import InputError
 
 
 @task(
@@ -36,7 +36,7 @@ def image_upload(
     dry_run: bool = False,
 ) -> None:
     """Create the build's source image in Prism Central from a URL or a file, idempotent by name (spec 4.3)."""
-    from imagebuilder.grammar import is_hex_digest
+    from imagebuilder.core.grammar import is_hex_digest
 
     path = flags.existing_file(flags.required(config, "--config", "the nutanix build config"), "--config")
     if bool(url) == bool(file):

@@ -7,7 +7,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
-from imagebuilder.hostinfo import CHECKS
+from imagebuilder.core.hostinfo import CHECKS
 
 
 @task(
@@ -36,8 +36,8 @@ def preflight(
     config, proxy."""
     flags.required(os, "--os", "ubuntu or redhat")
     flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
-    from imagebuilder.catalog import load_catalog
-    from imagebuilder.hostinfo import check_skips
+    from imagebuilder.core.hostinfo import check_skips
+    from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
     catalog.os(os)

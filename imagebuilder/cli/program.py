@@ -12,8 +12,8 @@ from invoke.program import Program
 
 from imagebuilder import __version__
 from imagebuilder.cli import namespace
-from imagebuilder.errors import did_you_mean
-from imagebuilder.grammar import redact_urls_in
+from imagebuilder.core.errors import did_you_mean
+from imagebuilder.core.grammar import redact_urls_in
 
 
 def friendly_parse_error(exc: ParseError, task_names: list[str]) -> str:

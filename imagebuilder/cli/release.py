@@ -24,13 +24,13 @@ from imagebuilder.cli._common import cli_task, status_line
 def build(c: Context, kubernetes: str = "", dest: str = "release", base_url: str = "", dry_run: bool = False) -> None:
     """Build a Kubernetes release from upstream source: binaries, etcd, CoreDNS, pause, crictl, CNI plugins and the
     control-plane images, in the distro's manifest format (cached by version)."""
-    from imagebuilder.k8sversion import parse_version
+    from imagebuilder.release.k8sversion import parse_version
 
     # the flags first: a bad one is answered before the recipe is imported
     version, minor, _ = parse_version(flags.required(kubernetes, "--kubernetes", "v1.<minor>.<patch>"))
     out = flags.dest_dir(dest, "--dest")
-    from imagebuilder.hostinfo import require_tools
-    from imagebuilder.sourcerelease import DEFAULT_BASE_URL, manifest_url, needed_tools, source_cache
+    from imagebuilder.core.hostinfo import require_tools
+    from imagebuilder.release.source import DEFAULT_BASE_URL, manifest_url, needed_tools, source_cache
 
     base = flags.url(base_url, "--base-url", ("http", "https")).geturl() if base_url else DEFAULT_BASE_URL
     require_tools(*needed_tools())
@@ -39,7 +39,7 @@ def build(c: Context, kubernetes: str = "", dest: str = "release", base_url: str
         print(f"would build Kubernetes {version} from k8s.io/kubernetes@{version} (cache: {source_cache()})")
         print(f"would write the release under {out.resolve()}; its manifest: {url}")
         return
-    from imagebuilder.sourcerelease import build_release
+    from imagebuilder.release.source import build_release
 
     with status_line("release.build") as status:
         release = build_release(version, out, base_url=base, say=status)

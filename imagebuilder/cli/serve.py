@@ -10,7 +10,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.serve import ALL_INTERFACES, DEFAULT_PORT
 
 
@@ -44,7 +44,7 @@ def serve(
     number = flags.port(port)
     address = flags.ip_address(bind, "--bind")
     if nginx_config:
-        from imagebuilder.files import atomic_write
+        from imagebuilder.core.files import atomic_write
 
         site = flags.dest_file(nginx_config, "--nginx-config")
         text = nginx_site(root, address, number, listing)

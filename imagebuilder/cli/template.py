@@ -10,7 +10,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli import _vsphere, flags
 from imagebuilder.cli._common import FileFlag, cli_task, status_line, transfer_bars
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.core.errors import ExternalError, InputError
 
 
 @task(
@@ -58,7 +58,7 @@ def import_ova(
         flags.url_or_file(flags.required(ova, "--ova", "a local OVA path or an http(s) URL"), "--ova")
         _vsphere.os_channel(os, kubernetes)
     tgt = _vsphere.target(server, insecure, thumbprint)
-    from imagebuilder.ova import check_ova
+    from imagebuilder.image.ova import check_ova
     from imagebuilder.vsphere.session import connect
     from imagebuilder.vsphere.templates import (
         ImportEntry,
@@ -213,9 +213,9 @@ def customize(
     customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")
     seconds = flags.duration(timeout, "--timeout", 30, 86400)
     tgt = _vsphere.target(server, insecure, thumbprint)
-    from imagebuilder.customize import load_customization
-    from imagebuilder.hostinfo import require_tools
-    from imagebuilder.vsphere.customize import customize_template, plan_customize, plan_text
+    from imagebuilder.core.hostinfo import require_tools
+    from imagebuilder.customization.model import load_customization
+    from imagebuilder.vsphere.apply_customization import customize_template, plan_customize, plan_text
     from imagebuilder.vsphere.session import connect
 
     customization = load_customization(customize_file)

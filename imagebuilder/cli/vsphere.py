@@ -7,7 +7,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli import _vsphere, flags
 from imagebuilder.cli._common import cli_task
-from imagebuilder.errors import InputError
+from imagebuilder.core.errors import InputError
 
 
 @task(

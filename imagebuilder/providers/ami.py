@@ -9,14 +9,14 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.outputs import Packaged, packer_manifest
-from imagebuilder.paths import workspace_root
+from imagebuilder.core.paths import workspace_root
+from imagebuilder.core.progress import Say
+from imagebuilder.core.validation import Problem
+from imagebuilder.image.outputs import Packaged, packer_manifest
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say
 from imagebuilder.providers.base import SYSPREP, Provider, node_step
 from imagebuilder.providers.config import BoolStr, BuildExtras, ConfigContext, Size, Text, alias
-from imagebuilder.validation import Problem
+from imagebuilder.release.catalog import load_catalog
 
 _OWNER_ALIASES = ("amazon", "aws-marketplace", "self", "aws-backup-vault")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imagebuilder.outputs import Packaged, compress, qemu_disk
+from imagebuilder.core.progress import Say
+from imagebuilder.image.outputs import Packaged, compress, qemu_disk
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
 from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
 

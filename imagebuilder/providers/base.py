@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from imagebuilder.outputs import Packaged
+from imagebuilder.core.progress import Say
+from imagebuilder.image.outputs import Packaged
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say
 from imagebuilder.providers.config import ProviderConfig
 
 #: the user Packer logs in as, made by the install seed and removed by sysprep

@@ -9,12 +9,12 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from imagebuilder.outputs import Packaged, place, qemu_disk
+from imagebuilder.core.progress import Say
+from imagebuilder.core.validation import Problem
+from imagebuilder.image.outputs import Packaged, place, qemu_disk
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
 from imagebuilder.providers.config import BoolStr, BuildExtras, ConfigContext, Os3Fields, Secret, Text
-from imagebuilder.validation import Problem
 
 
 class CloudstackConfig(Os3Fields, BuildExtras):

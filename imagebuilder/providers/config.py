@@ -34,12 +34,12 @@ from pydantic import (
     field_validator,
 )
 
-from imagebuilder import grammar
-from imagebuilder.catalog import OsVersion
-from imagebuilder.customize import PACKAGE_NAME, Customization, build_extras
-from imagebuilder.errors import InputError, InputErrors, did_you_mean
-from imagebuilder.files import load_json_object
-from imagebuilder.validation import Problem, StrictModel, pydantic_problems
+from imagebuilder.core import grammar
+from imagebuilder.core.errors import InputError, InputErrors, did_you_mean
+from imagebuilder.core.files import load_json_object
+from imagebuilder.core.validation import Problem, StrictModel, pydantic_problems
+from imagebuilder.customization.model import PACKAGE_NAME, Customization, build_extras
+from imagebuilder.release.catalog import OsVersion
 
 # --- value types -----------------------------------------------------------------------------------------------
 
@@ -339,7 +339,7 @@ class BuildExtras(ProviderConfig):
     additional files, Red Hat Satellite registration, and the air-gapped artifact hosts.
 
     They are mapped onto this tool's model, not passed through: packages, repositories and files go through the
-    build-time customization role (see :func:`imagebuilder.customize.build_extras`), proxies into Packer's,
+    build-time customization role (see :func:`imagebuilder.customization.model.build_extras`), proxies into Packer's,
     Ansible's and the build VM's environment, the private artifact hosts become the build's mirror.
     """
 

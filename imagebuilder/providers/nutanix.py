@@ -8,11 +8,11 @@ from typing import Any
 
 from pydantic import Field
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.errors import ExternalError
-from imagebuilder.outputs import Packaged, packer_manifest, place
+from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.progress import Say
+from imagebuilder.core.validation import Problem
+from imagebuilder.image.outputs import Packaged, packer_manifest, place
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say
 from imagebuilder.providers.base import SYSPREP, Provider, node_step
 from imagebuilder.providers.config import (
     BoolStr,
@@ -25,7 +25,7 @@ from imagebuilder.providers.config import (
     Text,
     alias,
 )
-from imagebuilder.validation import Problem
+from imagebuilder.release.catalog import load_catalog
 
 
 class NutanixConfig(BuildExtras):

@@ -8,11 +8,12 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from imagebuilder.files import sha256_file
-from imagebuilder.outputs import Packaged, exported_disk, qemu_disk, require_bootable
-from imagebuilder.ova import make_ova
+from imagebuilder.core.files import sha256_file
+from imagebuilder.core.progress import Say
+from imagebuilder.core.validation import Problem
+from imagebuilder.image.outputs import Packaged, exported_disk, qemu_disk, require_bootable
+from imagebuilder.image.ova import make_ova
 from imagebuilder.plan import BuildPlan
-from imagebuilder.progress import Say
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
 from imagebuilder.providers.config import (
     BoolStr,
@@ -26,7 +27,6 @@ from imagebuilder.providers.config import (
     Text,
     alias,
 )
-from imagebuilder.validation import Problem
 
 
 class VsphereConfig(Os3Fields, SourceImageFields, BuildExtras):

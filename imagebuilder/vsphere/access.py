@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from imagebuilder.errors import ExternalError, InputError, InputErrors
-from imagebuilder.paths import config_dir
+from imagebuilder.core.errors import ExternalError, InputError, InputErrors
+from imagebuilder.core.paths import config_dir
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.session import VSphere
 from imagebuilder.vsphere.userconfig import UserConfig

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from imagebuilder import grammar
-from imagebuilder.catalog import load_catalog
-from imagebuilder.errors import ExternalError, InputError, InputErrors
-from imagebuilder.files import parse_yaml_documents, read_text
-from imagebuilder.profile import load_profile
+from imagebuilder.core import grammar
+from imagebuilder.core.errors import ExternalError, InputError, InputErrors
+from imagebuilder.core.files import parse_yaml_documents, read_text
+from imagebuilder.release.catalog import load_catalog
+from imagebuilder.release.profile import load_profile
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.connection import THUMBPRINT_EXPECTED, THUMBPRINT_RE, server_thumbprint, target_from
 from imagebuilder.vsphere.session import VSphere, connect

@@ -1,5 +1,5 @@
 """The vCenter connection's bottom layer: server, credentials, TLS trust and call counting (polling is
-:func:`imagebuilder.progress.poll`, shared with every service that runs tasks).
+:func:`imagebuilder.core.progress.poll`, shared with every service that runs tasks).
 
 Everything vSphere builds on this: the REST and SSO clients, and the :class:`~imagebuilder.vsphere.session.VSphere`
 facade above them. It imports none of them.
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from imagebuilder import grammar
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.core import grammar
+from imagebuilder.core.errors import ExternalError, InputError
 
 #: a SHA1 thumbprint as vSphere writes it: 20 upper-case hex pairs joined by colons
 THUMBPRINT_RE = re.compile(r"^(?:[0-9A-F]{2}:){19}[0-9A-F]{2}$")
@@ -107,7 +107,7 @@ def credentials_from_env(env: Mapping[str, str] | None = None) -> Credentials:
     """``<PREFIX>_VSPHERE_USERNAME``/``_PASSWORD``, else ``GOVC_USERNAME``/``GOVC_PASSWORD``, else the user info of
     ``GOVC_URL`` (spec 5)."""
     env = os.environ if env is None else env
-    from imagebuilder.profile import load_profile  # pydantic: when a connection is made, not at start-up
+    from imagebuilder.release.profile import load_profile  # pydantic: when a connection is made, not at start-up
 
     prefix = f"{load_profile().product.env_prefix}_VSPHERE"
     for user_var, pass_var in ((f"{prefix}_USERNAME", f"{prefix}_PASSWORD"), ("GOVC_USERNAME", "GOVC_PASSWORD")):

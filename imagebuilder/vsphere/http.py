@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from imagebuilder.errors import ExternalError
+from imagebuilder.core.errors import ExternalError
 from imagebuilder.vsphere.connection import PIN_HINT, Target, sha1_thumbprint, ssl_context
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from imagebuilder.errors import ExternalError, InputError
+from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.vsphere.session import VSphere
 
 

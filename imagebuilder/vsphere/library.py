@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from imagebuilder import faults, progress
-from imagebuilder.errors import ExternalError, InputError
-from imagebuilder.files import sha256_file
-from imagebuilder.progress import Advance, Transfers, poll
+from imagebuilder.core import faults, progress
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.files import sha256_file
+from imagebuilder.core.progress import Advance, Transfers, poll
 from imagebuilder.vsphere.rest import Call, RestClient
 
 FIND_LIBRARY = Call("POST", "/content/library", "/com/vmware/content/library", "spec")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from imagebuilder.errors import ExternalError
+from imagebuilder.core.errors import ExternalError
 from imagebuilder.vsphere.connection import CallCounter, Credentials, Target
 from imagebuilder.vsphere.http import HttpClient, Response
 

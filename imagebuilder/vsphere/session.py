@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 
-from imagebuilder.errors import ExternalError
-from imagebuilder.progress import poll
+from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.progress import poll
 from imagebuilder.vsphere.connection import (
     CallCounter,
     Credentials,

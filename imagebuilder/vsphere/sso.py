@@ -22,7 +22,7 @@ from xml.sax.saxutils import escape
 
 from defusedxml.ElementTree import fromstring as defused_fromstring
 
-from imagebuilder.errors import ExternalError
+from imagebuilder.core.errors import ExternalError
 from imagebuilder.vsphere.http import HttpClient
 
 if TYPE_CHECKING:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from imagebuilder.catalog import OperatingSystem, ReleaseChannel
-from imagebuilder.errors import ExternalError
-from imagebuilder.profile import load_profile
+from imagebuilder.core.errors import ExternalError
+from imagebuilder.release.catalog import OperatingSystem, ReleaseChannel
+from imagebuilder.release.profile import load_profile
 from imagebuilder.vsphere.rest import Call, RestClient
 
 CATEGORY = Call("GET", "/cis/tagging/category", "/com/vmware/cis/tagging/category")

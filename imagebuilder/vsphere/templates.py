@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from imagebuilder import faults, grammar
-from imagebuilder.catalog import OperatingSystem, ReleaseChannel, load_catalog
-from imagebuilder.errors import ExternalError, InputError, InputErrors, did_you_mean
-from imagebuilder.files import parse_yaml_documents, read_text
-from imagebuilder.profile import load_profile
-from imagebuilder.progress import Transfers
+from imagebuilder.core import faults, grammar
+from imagebuilder.core.errors import ExternalError, InputError, InputErrors, did_you_mean
+from imagebuilder.core.files import parse_yaml_documents, read_text
+from imagebuilder.core.progress import Transfers
+from imagebuilder.release.catalog import OperatingSystem, ReleaseChannel, load_catalog
+from imagebuilder.release.profile import load_profile
 from imagebuilder.vsphere import inventory
 from imagebuilder.vsphere.session import VSphere
 from imagebuilder.vsphere.tags import ExpectedTag, expected_tags
@@ -67,7 +67,7 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
 
     def did(self, what: str) -> None:
-        """Record a change made (a step of the task's progress: a failpoint, see :mod:`imagebuilder.faults`)."""
+        """Record a change made (a step of the task's progress: a failpoint, see :mod:`imagebuilder.core.faults`)."""
         self.done.append(faults.step(what))
 
 

@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder import grammar
-from imagebuilder.errors import InputError, InputErrors, did_you_mean
-from imagebuilder.files import load_yaml_mapping
-from imagebuilder.profile import load_profile
+from imagebuilder.core import grammar
+from imagebuilder.core.errors import InputError, InputErrors, did_you_mean
+from imagebuilder.core.files import load_yaml_mapping
+from imagebuilder.release.profile import load_profile
 from imagebuilder.vsphere.connection import split_server
 
 MAX_USERNAME = 300  # spec 5, 8: and it cannot be changed after creation

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagebuilder.catalog import load_catalog
-from imagebuilder.customize import AdditionalFile
-from imagebuilder.errors import InputErrors
+from imagebuilder.core.errors import InputErrors
+from imagebuilder.customization.model import AdditionalFile
 from imagebuilder.providers.baremetal import BaremetalConfig
 from imagebuilder.providers.config import ConfigContext, validate_provider_config
+from imagebuilder.release.catalog import load_catalog
 from tests.support.inproc import cli
 
 UBUNTU = load_catalog().os("ubuntu")
@@ -103,7 +103,7 @@ def test_a_hostile_files_json_exits_2_and_creates_nothing(tmp_path: Path) -> Non
 @settings(max_examples=200, deadline=None)
 @given(value=st.text(max_size=30), provider=st.sampled_from(["baremetal", "vsphere", "cloudstack", "nutanix", "ami"]))
 def test_firmware_is_bios_or_efi_where_the_matrix_allows_it_and_nothing_else(value: str, provider: str) -> None:
-    from imagebuilder.errors import InputError
+    from imagebuilder.core.errors import InputError
 
     for os_ in (o for o in load_catalog().operating_systems.values() if o.buildable):
         if value == "bios" or (value == "efi" and provider in os_.efi_providers):

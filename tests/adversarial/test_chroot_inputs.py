@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import disk
 from imagebuilder.chrootmount import attached
-from imagebuilder.errors import InputError
+from imagebuilder.core import disk
+from imagebuilder.core.errors import InputError
 
 pytestmark = pytest.mark.root
 

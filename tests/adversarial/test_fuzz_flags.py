@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagebuilder.cli import namespace
-from imagebuilder.grammar import redact_urls_in
+from imagebuilder.core.grammar import redact_urls_in
 from tests.support.inproc import cli
 
 #: tasks left out: they run the whole suite, rebuild the docs, or serve forever

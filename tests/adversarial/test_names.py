@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagebuilder.errors import InputError
-from imagebuilder.safepath import safe_join
+from imagebuilder.core.errors import InputError
+from imagebuilder.core.safepath import safe_join
 from tests.support.common import make_manifest
 from tests.support.inproc import cli
 

@@ -65,8 +65,8 @@ def run(
 
 def killed_at(point: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the console script in a process group of its own with the failpoint set at ``point``
-    (:mod:`imagebuilder.faults`): it kills its group there, as a reboot or the OOM killer would."""
-    from imagebuilder.faults import FAIL_ENV
+    (:mod:`imagebuilder.core.faults`): it kills its group there, as a reboot or the OOM killer would."""
+    from imagebuilder.core.faults import FAIL_ENV
 
     full_env = {**os.environ, **(env or {}), FAIL_ENV: point}
     proc = subprocess.run([str(BIN / "image-builder"), *args], cwd=ROOT, env=full_env, capture_output=True, text=True,

@@ -1,0 +1,47 @@
+"""Which run a resource belongs to, and whether that run is gone.
+
+A run is named by its pid and its kernel start time (field 22 of ``/proc/<pid>/stat``): a pid alone may name another
+process since (pids are reused), the pair never does. Workspaces, scratch folders and the processes a run starts
+carry that name, so that after a SIGKILL, an out-of-memory kill or a power cut (no clean-up handler runs) the next
+run can tell what a dead run left from what a live one uses. Kept apart from :mod:`imagebuilder.core.disk`, which
+acts on what is found, so that every task can tag its children without importing it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: the variable every child of a run inherits: ``<pid>-s<start>`` of the run (:func:`run_tag`)
+RUN_ENV = "IMAGE_BUILDER_RUN"
+
+
+def start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid``, None when no such process runs."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def gone(pid: int, start: str | None) -> bool:
+    """Whether the run ``pid`` (started at ``start``, when recorded) is gone: no such process, or one that started
+    at another time has its pid now."""
+    now = start_time(pid)
+    return now is None or (start is not None and now != start)
+
+
+def run_tag() -> str:
+    """This process's name as a run: ``<pid>-s<start>``. Set as :data:`RUN_ENV` by every task, so that Packer and
+    the QEMU and Ansible it starts, debootstrap or a boot check's QEMU carry it in their environment (a cgroup's job
+    without one): an out-of-memory kill ends this process only, its children run on, and the next run finds them."""
+    pid = os.getpid()
+    return f"{pid}-s{start_time(pid)}"
+
+
+def tag_owner(tag: str) -> tuple[int, str | None] | None:
+    """The run a :func:`run_tag` names: its pid and start time (None when ``tag`` is no such name)."""
+    pid, _, start = tag.partition("-s")
+    return (int(pid), start if start.isdigit() else None) if pid.isdigit() else None

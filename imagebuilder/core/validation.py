@@ -1,0 +1,108 @@
+"""The one validation layer for files: strict models and one problem report.
+
+Every file the tool reads is parsed by :mod:`imagebuilder.core.files` (safe loaders, size limits) and validated against
+a :class:`StrictModel` (unknown keys refused, values immutable). A file's problems are collected (every one, not
+the first) as :class:`Problem` rows naming the field as the file spells it, then raised together as
+:class:`~imagebuilder.core.errors.InputErrors` (exit 2) by :func:`validated`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from imagebuilder.core.errors import InputError, InputErrors, did_you_mean
+
+
+class StrictModel(BaseModel):
+    """Base of every model a file is validated against: an unknown key is an error, a loaded value never changes,
+    and an optional field given as an empty (or blank) string is not set, as the reference tool reads its files:
+    ``""`` is its "unset" (a required field given empty is still refused, naming it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_unset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            k: v
+            for k, v in data.items()
+            if not (isinstance(v, str) and not v.strip() and k in fields and not fields[k].is_required())
+        }
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Problem:
+    field: str
+    message: str
+    expected: str | None = None
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+_MESSAGES = {
+    "missing": "required field is missing",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "extra_forbidden": "unknown field",
+}
+
+
+def pydantic_problems(exc: ValidationError, model: type[BaseModel] | None = None) -> list[Problem]:
+    """A pydantic error as our problems: the field path as the user writes it, a plain message, and (for a
+    missing field of ``model``) what is expected."""
+    problems = []
+    for err in exc.errors():
+        field = _loc(err["loc"])
+        kind = err["type"]
+        msg = _MESSAGES.get(kind) or str(err["msg"]).removeprefix("Value error, ")
+        expected = None
+        top = err["loc"][0] if err["loc"] else None
+        info = model.model_fields.get(str(top)) if model is not None and top is not None else None
+        if kind == "missing" and info is not None:
+            expected = info.description
+        elif kind == "literal_error":
+            msg = f"got {err['input']!r}"
+            expected = str(err["msg"]).removeprefix("Input should be ")
+        problems.append(Problem(field, msg, expected))
+    return problems
+
+
+def validated(
+    model: type[M],
+    data: Mapping[str, Any],
+    source: str | Path,
+    *,
+    context: dict[str, Any] | None = None,
+    problems: Iterable[Problem] = (),
+) -> M:
+    """``data`` validated against ``model``, or one :class:`InputErrors` naming ``source`` and every problem: the
+    ``problems`` the caller found first, unknown top-level keys (with "did you mean"), then the model's own."""
+    found = list(problems)
+    known = list(model.model_fields)
+    unknown = [k for k in data if k not in known]
+    found += [Problem(str(k), f"unknown field{did_you_mean(str(k), known)}") for k in unknown]
+    result: M | None = None
+    try:
+        result = model.model_validate({k: v for k, v in data.items() if k not in unknown}, context=context)
+    except ValidationError as exc:
+        found += pydantic_problems(exc, model)
+    if found:
+        raise InputErrors([InputError(p.message, source=source, field=p.field, expected=p.expected) for p in found])
+    assert result is not None
+    return result

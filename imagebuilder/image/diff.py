@@ -1,0 +1,175 @@
+"""``image.diff``: what differs between two node images, in the terms a node cares about.
+
+Why: the chroot engine and the Packer engine must make the same image from the same inputs, and a user moving a
+build from one to the other (or from one release of this tool to the next) wants the proof. Both images are
+mounted read-only (the journal is not replayed) and compared on what decides how a node behaves: the installed
+packages and their versions, every file, link and directory under /etc (content, mode, owner), the systemd units
+enabled there, the Kubernetes binaries and the images preloaded in containerd (name and digest). Two builds
+legitimately differ in a few places that depend on when and how the build ran, not on its inputs; those are listed
+in :data:`EXPECTED` with the reason, reported apart, and never hidden.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagebuilder.core.disk import mounted_root, raw_view
+from imagebuilder.image.boltdb import containerd_images
+
+#: differences two correct builds of the same inputs show, by path under /etc, with why. A VM build (Packer) boots
+#: the image once: cloud-init creates the build user and the seal script deletes it, which leaves traces a chroot
+#: build (no user, nothing booted) does not have
+_SHADOW_BACKUP = (
+    "shadow-utils' backup of the file before its last change: a VM build's last change removed its build user"
+)
+EXPECTED: dict[str, str] = {
+    **{f"etc/{name}-": _SHADOW_BACKUP for name in ("passwd", "group", "shadow", "gshadow", "subuid", "subgid")},
+    "etc/sudoers.d": "cloud-init set its mode (0750) when it wrote the build user's sudo rule in a VM build",
+}
+#: the Kubernetes binaries a node image carries
+KUBERNETES_BINARIES = ("usr/bin/kubelet", "usr/bin/kubeadm", "usr/bin/kubectl")
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What :func:`inventory` reads off a mounted image."""
+
+    packages: dict[str, str]
+    etc: dict[str, str]
+    enabled_units: frozenset[str]
+    kubernetes: dict[str, str]
+    #: containerd's images (namespace k8s.io): name -> the digest it points at
+    images: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Difference:
+    kind: str  #: package, etc, unit, kubernetes, image (a preloaded one)
+    name: str
+    a: str | None
+    b: str | None
+    expected: str | None = None  #: why two correct builds differ here (:data:`EXPECTED`), or None
+
+    def __str__(self) -> str:
+        why = f"  [expected: {self.expected}]" if self.expected else ""
+        return f"{self.kind:<10} {self.name}: {self.a or '(absent)'}  |  {self.b or '(absent)'}{why}"
+
+
+@dataclass
+class Report:
+    a: str
+    b: str
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def unexpected(self) -> list[Difference]:
+        return [d for d in self.differences if d.expected is None]
+
+
+def _packages(root: Path) -> dict[str, str]:
+    status = root / "var" / "lib" / "dpkg" / "status"
+    out: dict[str, str] = {}
+    if status.is_file():
+        for block in status.read_text(errors="replace").split("\n\n"):
+            fields = dict(
+                line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(" ")
+            )
+            if fields.get("Status", "").endswith(" installed") and "Package" in fields:
+                arch = fields.get("Architecture", "")
+                out[fields["Package"] + (f":{arch}" if arch not in ("", "all", "amd64") else "")] = fields.get(
+                    "Version", ""
+                )
+    elif (root / "var" / "lib" / "rpm").is_dir():
+        proc = subprocess.run(
+            ["rpm", "--root", str(root), "-qa", "--qf", "%{NAME}.%{ARCH} %{VERSION}-%{RELEASE}\n"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        for line in proc.stdout.splitlines():
+            name, _, version = line.partition(" ")
+            out[name] = version
+    return out
+
+
+def _describe(path: Path) -> str:
+    st = path.lstat()
+    owner = f"{st.st_uid}:{st.st_gid}"
+    mode = oct(stat.S_IMODE(st.st_mode))
+    if stat.S_ISLNK(st.st_mode):
+        return f"link -> {os.readlink(path)}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"dir {mode} {owner}"
+    if stat.S_ISREG(st.st_mode):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        return f"file {digest} {mode} {owner}"
+    return f"special {mode} {owner}"
+
+
+def _etc(root: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    base = root / "etc"
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            with contextlib.suppress(OSError):
+                out[str(path.relative_to(root))] = _describe(path)
+    return out
+
+
+def _units(root: Path) -> frozenset[str]:
+    """Units enabled under /etc/systemd/system: ``<target>.wants/<unit>`` (and ``.requires``)."""
+    system = root / "etc" / "systemd" / "system"
+    found = set()
+    for wants in (*system.glob("*.wants"), *system.glob("*.requires")):
+        for unit in wants.iterdir():
+            found.add(f"{wants.name}/{unit.name}")
+    return frozenset(found)
+
+
+def inventory(root: Path) -> Inventory:
+    """Read the packages, /etc, enabled units and Kubernetes binaries of the image mounted at ``root``."""
+    kube = {}
+    for rel in KUBERNETES_BINARIES:
+        path = root / rel
+        kube[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return Inventory(_packages(root), _etc(root), _units(root), kube, containerd_images(root))
+
+
+def _expected(name: str) -> str | None:
+    for prefix, why in EXPECTED.items():
+        if name == prefix or name.startswith(prefix + "/"):
+            return why
+    return None
+
+
+def compare(a: Inventory, b: Inventory) -> list[Difference]:
+    """Every difference between two inventories, expected ones marked."""
+    out: list[Difference] = []
+
+    def mapping(kind: str, x: dict[str, str], y: dict[str, str]) -> None:
+        for key in sorted(set(x) | set(y)):
+            if x.get(key) != y.get(key):
+                out.append(Difference(kind, key, x.get(key), y.get(key), _expected(key) if kind == "etc" else None))
+
+    mapping("package", a.packages, b.packages)
+    mapping("etc", a.etc, b.etc)
+    for unit in sorted(a.enabled_units ^ b.enabled_units):
+        there = "enabled" if unit in a.enabled_units else None
+        out.append(Difference("unit", unit, there, None if there else "enabled"))
+    mapping("kubernetes", a.kubernetes, b.kubernetes)
+    mapping("image", a.images, b.images)
+    return out
+
+
+def diff_images(a: Path, b: Path, *, work_dir: Path | None = None) -> Report:
+    """Compare two images (any format :func:`raw_view` reads), each mounted read-only in turn."""
+    inventories = []
+    for image in (a, b):
+        with raw_view(image, work_dir=work_dir) as raw, mounted_root(raw) as root:
+            inventories.append(inventory(root))
+    return Report(str(a), str(b), compare(*inventories))

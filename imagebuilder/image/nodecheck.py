@@ -1,0 +1,630 @@
+"""The node check (``image.verify --kubernetes``): an image is proven by a node that becomes Ready on it.
+
+A throwaway copy of the image boots under QEMU (KVM when usable, else TCG) with a NoCloud seed. cloud-init runs
+one script there: it lists what this kubeadm will pull (``kubeadm config images list``) against containerd's
+preloaded images, then ``kubeadm init`` brings up a single-node control plane from those images alone (no
+registry, no network beyond QEMU's user network), with a bridge CNI configuration of the installed CNI plugins.
+The script reports each step on the serial console, and on a failure the kubelet's and containerd's journal.
+
+The host then checks the node as a cluster's user would, with the image's own kubectl over a forwarded port on
+127.0.0.1: the node Ready, the control-plane pods Running and ready, kubeadm's addons (kube-proxy, whose rules route
+the service network, and CoreDNS, which is ready only once it reaches the API server through them) Running and ready,
+one pod of the preloaded pause
+image Running and then deleted. The cluster's CA and an admin client certificate are made here (kubeadm uses a CA it
+finds in place), so nothing has to be copied out of the guest; keys live in a 0700 work folder removed with the
+check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from imagebuilder.core.disk import mounted_root, run_tempdir
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.files import sha256_file
+from imagebuilder.core.progress import Say, silent
+from imagebuilder.image import qemu
+from imagebuilder.release.catalog import Firmware
+
+#: what the guest says on its serial console, one line each: ``NODE-CHECK <event> [detail]``
+MARK = "NODE-CHECK"
+POD_SUBNET = "10.244.0.0/16"
+#: each node's part of the pod range (the bridge plugin's host-local addresses)
+NODE_SUBNETS = ("10.244.0.0/24", "10.244.1.0/24")
+NODE_NAME = "node-check"
+WORKER_NAME = "node-check-2"
+#: the private wire between the two guests of a join: RFC 2544's benchmarking range, inside the guests only
+WIRE_IPS = ("198.18.0.10", "198.18.0.11")
+#: the guests' NICs: on QEMU's user network, and on the wire
+MACS = (("52:54:00:6e:63:01", "52:54:00:6e:63:11"), ("52:54:00:6e:63:02", "52:54:00:6e:63:12"))
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+ADDONS = ("kube-proxy", "coredns")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+
+
+class _Failed(Exception):
+    def __init__(self, step: Step) -> None:
+        self.step = step
+
+
+def _ca_and_admin(work: Path) -> dict[str, bytes]:
+    """A cluster CA for kubeadm to use, and an admin client certificate of it (``system:masters``) for the host."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+
+    def issue(subject: x509.Name, key: rsa.RSAPrivateKey, extension: x509.ExtensionType, critical: bool) -> Any:
+        """A certificate of ``key`` for ``subject``, signed by the CA's key, valid for the day of the check."""
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(extension, critical=critical)
+        )
+        if key is ca_key:
+            builder = builder.add_extension(
+                x509.KeyUsage(True, False, True, False, False, True, True, False, False), critical=True
+            )
+        return builder.sign(ca_key, hashes.SHA256())
+
+    ca = issue(ca_name, ca_key, x509.BasicConstraints(ca=True, path_length=None), True)
+    admin_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    admin_name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "image-builder-node-check"),
+        ]
+    )
+    admin = issue(admin_name, admin_key, x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), False)
+
+    def pem_key(key: rsa.RSAPrivateKey) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                 serialization.NoEncryption())  # fmt: skip
+
+    spki = ca.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return {
+        "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+        "ca.hash": hashlib.sha256(spki).hexdigest().encode(),
+        "ca.key": pem_key(ca_key),
+        "admin.crt": admin.public_bytes(serialization.Encoding.PEM),
+        "admin.key": pem_key(admin_key),
+    }
+
+
+def _split(ref: str) -> tuple[str, str]:
+    """``registry.k8s.io/coredns/coredns:v1.12.1`` -> (``registry.k8s.io/coredns``, ``v1.12.1``)."""
+    name, tag = ref.rsplit(":", 1)
+    return name.rsplit("/", 1)[0], tag
+
+
+@dataclass(frozen=True)
+class Join:
+    """A second node joining the first over a private wire between the two guests: the bootstrap token kubeadm
+    init creates and the join presents, and the CA's public-key hash the join pins."""
+
+    token: str
+    ca_hash: str
+
+
+def _api(kubernetes_version: str) -> tuple[str, int]:
+    minor = int(kubernetes_version.lstrip("v").split(".")[1])
+    return ("kubeadm.k8s.io/v1beta4" if minor >= 31 else "kubeadm.k8s.io/v1beta3"), minor
+
+
+#: kubeadm's waits on a node check: its defaults (4-5 minutes) are tight for a guest emulated on a shared host (TCG);
+#: the node check's own deadline still bounds the whole check
+SLOW_HOST_WAIT = "20m0s"
+
+
+def _timeouts(minor: int) -> dict[str, Any]:
+    """The fields that lengthen kubeadm's waits (v1beta4's ``timeouts``, kubeadm 1.31+); older releases take
+    ``apiServer.timeoutForControlPlane`` and ``discovery.timeout`` instead, set where those documents are built."""
+    if minor < 31:
+        return {}
+    return {"timeouts": {"controlPlaneComponentHealthCheck": SLOW_HOST_WAIT, "kubeletHealthCheck": SLOW_HOST_WAIT,
+                         "tlsBootstrap": SLOW_HOST_WAIT, "discovery": SLOW_HOST_WAIT}}  # fmt: skip
+
+
+def _node_registration(name: str, ip: str | None, minor: int) -> dict[str, Any]:
+    registration: dict[str, Any] = {"name": name, "criSocket": "unix:///run/containerd/containerd.sock"}
+    if ip is not None:  # the kubelet's address on the wire, not QEMU's user network (the same 10.0.2.15 on both)
+        # v1beta4 takes a list of name/value pairs where v1beta3 took a map
+        registration["kubeletExtraArgs"] = [{"name": "node-ip", "value": ip}] if minor >= 31 else {"node-ip": ip}
+    return registration
+
+
+def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join | None = None) -> str:
+    """kubeadm's configuration for a node of these images: the repository and tags the manifest names, so kubeadm
+    asks for exactly what the image preloaded (a distro's ``v1.24.8-eks-1-24-5`` tags included); with ``join``,
+    the API server advertised on the wire and a bootstrap token for the second node."""
+    repo, tag = _split(images["kube-apiserver"])
+    etcd_repo, etcd_tag = _split(images["etcd"])
+    dns_repo, dns_tag = _split(images["coredns"])
+    api, minor = _api(kubernetes_version)
+    init: dict[str, Any] = {
+        "apiVersion": api,
+        "kind": "InitConfiguration",
+        "nodeRegistration": _node_registration(NODE_NAME, WIRE_IPS[0] if join else None, minor),
+        **_timeouts(minor),
+    }
+    if join is not None:
+        init["localAPIEndpoint"] = {"advertiseAddress": WIRE_IPS[0], "bindPort": 6443}
+        init["bootstrapTokens"] = [{"token": join.token, "ttl": "2h", "usages": ["signing", "authentication"],
+                                    "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]  # fmt: skip
+    docs: list[dict[str, Any]] = [
+        init,
+        {
+            "apiVersion": api,
+            "kind": "ClusterConfiguration",
+            "kubernetesVersion": tag,
+            "imageRepository": repo,
+            "apiServer": {
+                "certSANs": ["127.0.0.1"],
+                **({} if minor >= 31 else {"timeoutForControlPlane": SLOW_HOST_WAIT}),
+            },
+            "networking": {"podSubnet": POD_SUBNET, "serviceSubnet": "10.96.0.0/12"},
+            "etcd": {"local": {"imageRepository": etcd_repo, "imageTag": etcd_tag}},
+            "dns": {"imageRepository": dns_repo, "imageTag": dns_tag},
+        },
+        {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "cgroupDriver": "systemd",
+        },
+    ]
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def join_config(kubernetes_version: str, join: Join) -> str:
+    """The second node's ``kubeadm join`` configuration: the first node's API server on the wire, the token, the
+    CA pinned by its public-key hash."""
+    api, minor = _api(kubernetes_version)
+    discovery: dict[str, Any] = {"bootstrapToken": {"apiServerEndpoint": f"{WIRE_IPS[0]}:6443", "token": join.token,
+                                                    "caCertHashes": [f"sha256:{join.ca_hash}"]}}  # fmt: skip
+    if minor < 31:
+        discovery["timeout"] = SLOW_HOST_WAIT
+    return yaml.safe_dump({
+        "apiVersion": api,
+        "kind": "JoinConfiguration",
+        "discovery": discovery,
+        "nodeRegistration": _node_registration(WORKER_NAME, WIRE_IPS[1], minor),
+        **_timeouts(minor),
+    }, sort_keys=False)  # fmt: skip
+
+
+def _cni_config(subnet: str) -> dict[str, Any]:
+    """The bridge network of one node, from the installed CNI plugins (each node its own part of the pod range)."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": "node-check",
+        "plugins": [
+            {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": True, "hairpinMode": True,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }  # fmt: skip
+
+
+#: how both guests' scripts begin: ``say`` reports a step on the serial console the host reads, ``journal`` shows
+#: the kubelet's and containerd's
+SCRIPT_HEAD = f"""#!/bin/sh
+out=/dev/ttyS0
+say() {{ echo "{MARK} $*" > $out; }}
+journal() {{
+  say journal-begin
+  journalctl -u containerd -u kubelet --no-pager -n 120 -o cat > $out 2>&1
+  say journal-end
+}}
+cd /root/node-check || exit 1
+"""
+
+#: the first guest's side, run once by cloud-init: preloaded images, kubeadm init, the node Ready
+GUEST_SCRIPT = (
+    SCRIPT_HEAD
+    + f"""export KUBECONFIG=/etc/kubernetes/admin.conf
+say started
+i=0
+until ctr version >/dev/null 2>&1; do
+  i=$((i + 1)); [ $i -lt 120 ] || {{ say containerd-down; journal; exit 1; }}; sleep 1
+done
+wanted=$(kubeadm config images list --config kubeadm.yaml 2>kubeadm-images.log) || {{
+  say images-failed "$(tail -n 3 kubeadm-images.log | tr '\\n' ' ')"; exit 1; }}
+have=$(ctr -n k8s.io images ls -q)
+missing=""
+for ref in $wanted; do
+  echo "$have" | grep -qxF "$ref" || missing="$missing $ref"
+done
+if [ -n "$missing" ]; then say images-missing$missing; else say images-ok $(echo $wanted); fi
+say init-begin
+if kubeadm init --config kubeadm.yaml > init.log 2>&1; then
+  say init-ok
+else
+  say init-failed
+  tail -n 40 init.log > $out
+  journal
+  exit 1
+fi
+i=0
+ready='{{.status.conditions[?(@.type=="Ready")].status}}'
+until kubectl get node {NODE_NAME} -o jsonpath="$ready" 2>/dev/null | grep -qx True; do
+  i=$((i + 1)); [ $i -lt 180 ] || {{ say not-ready; kubectl describe node {NODE_NAME} > $out 2>&1; journal; exit 1; }}
+  sleep 5
+done
+say ready
+"""
+)
+
+
+#: the second node's side: wait for the first node's API server on the wire, then kubeadm join
+WORKER_SCRIPT = (
+    SCRIPT_HEAD
+    + f"""say started
+i=0
+until curl -ks --max-time 5 https://{WIRE_IPS[0]}:6443/healthz | grep -qx ok; do
+  i=$((i + 1)); [ $i -lt 400 ] || {{ say api-unreachable; ip addr > $out; exit 1; }}; sleep 5
+done
+say api-reachable
+if kubeadm join --config join.yaml > join.log 2>&1; then
+  say join-ok
+else
+  say join-failed
+  tail -n 40 join.log > $out
+  journal
+  exit 1
+fi
+"""
+)
+
+
+def _network_config(index: int) -> str:
+    """netplan for guest ``index``: DHCP on QEMU's user network, its fixed address on the wire (NICs by MAC)."""
+    uplink, wire = MACS[index]
+    return yaml.safe_dump({"version": 2, "ethernets": {
+        "uplink": {"match": {"macaddress": uplink}, "dhcp4": True},
+        "wire": {"match": {"macaddress": wire}, "dhcp4": False, "addresses": [f"{WIRE_IPS[index]}/24"]},
+    }}, sort_keys=False)  # fmt: skip
+
+
+def _seed(files: dict[str, bytes], kubeadm: str, *, index: int = 0, joined: bool = False) -> dict[str, str]:
+    """The NoCloud seed of guest ``index``: 0 runs kubeadm init (with the CA), 1 joins it."""
+    write = [
+        {"path": "/etc/cni/net.d/10-node-check.conflist", "content": json.dumps(_cni_config(NODE_SUBNETS[index]),
+                                                                                indent=2), "permissions": "0644"},
+        {"path": f"/root/node-check/{'kubeadm' if index == 0 else 'join'}.yaml", "content": kubeadm,
+         "permissions": "0600"},
+        {"path": "/root/node-check/run.sh", "content": GUEST_SCRIPT if index == 0 else WORKER_SCRIPT,
+         "permissions": "0700"},
+    ]  # fmt: skip
+    if index == 0:
+        write += [
+            {"path": "/etc/kubernetes/pki/ca.crt", "content": files["ca.crt"].decode(), "permissions": "0644"},
+            {"path": "/etc/kubernetes/pki/ca.key", "content": files["ca.key"].decode(), "permissions": "0600"},
+        ]
+    user_data = {"write_files": write, "runcmd": [["/root/node-check/run.sh"]]}
+    seed = {
+        "meta-data": yaml.safe_dump(
+            {"instance-id": f"node-check-{index + 1}", "local-hostname": NODE_NAME if index == 0 else WORKER_NAME}
+        ),
+        "user-data": "#cloud-config\n" + yaml.safe_dump(user_data, sort_keys=False),
+    }
+    if joined:
+        seed["network-config"] = _network_config(index)
+    return seed
+
+
+def _kubeconfig(files: dict[str, bytes], work: Path, port: int) -> Path:
+    for name in ("ca.crt", "admin.crt", "admin.key"):
+        (work / name).write_bytes(files[name])
+        (work / name).chmod(0o600)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "node-check", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                                       "certificate-authority": str(work / "ca.crt")}}],
+        "users": [{"name": "admin", "user": {"client-certificate": str(work / "admin.crt"),
+                                             "client-key": str(work / "admin.key")}}],
+        "contexts": [{"name": "node-check", "context": {"cluster": "node-check", "user": "admin"}}],
+        "current-context": "node-check",
+    }  # fmt: skip
+    path = work / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+class _Kubectl:
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.args = [str(binary), "--kubeconfig", str(kubeconfig), "--request-timeout=30s"]
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.args, *args], input=stdin, capture_output=True, text=True, timeout=90,
+                              check=False)  # fmt: skip
+
+    def json(self, *args: str) -> Any:
+        proc = self.run(*args, "-o", "json")
+        if proc.returncode != 0:
+            raise ExternalError(f"kubectl {' '.join(args)}: {proc.stderr.strip()[-300:]}")
+        return json.loads(proc.stdout)
+
+
+def _image_kubectl(root: Path, work: Path, expected: dict[str, Any]) -> Path:
+    """The image's own kubectl, copied out, after checking it is the release manifest's (and a real binary)."""
+    source = root / "usr/bin/kubectl"
+    if not source.is_file():
+        raise InputError("the image has no /usr/bin/kubectl", expected="an image built with a Kubernetes release")
+    with source.open("rb") as fh:
+        if fh.read(4) != b"\x7fELF":
+            raise InputError(
+                "the image's kubectl is not a program (a stand-in release's script?)",
+                expected="an image of a real release: image-builder release.build, or the distro's",
+            )
+    want = next((a.get("sha256") for a in expected["plan"]["artifacts"] if a["name"] == "kubectl"), None)
+    copy = work / "kubectl"
+    shutil.copyfile(source, copy)
+    copy.chmod(0o700)
+    if want and sha256_file(copy) != want:
+        raise InputError("the image's kubectl differs from the release manifest's", expected=f"sha256 {want}")
+    return copy
+
+
+def _images(expected: dict[str, Any]) -> dict[str, str]:
+    images = {a["name"]: a["uri"] for a in expected["plan"]["artifacts"] if a["kind"] == "image"}
+    missing = {"kube-apiserver", "etcd", "coredns", "pause"} - set(images)
+    if missing:
+        raise InputError(f"the build manifest names no {', '.join(sorted(missing))} image")
+    return images
+
+
+class _Console:
+    """The guest's ``NODE-CHECK`` lines, read from its serial console as they come."""
+
+    def __init__(self, guest: qemu.Guest) -> None:
+        self.guest = guest
+
+    def events(self) -> list[tuple[str, str]]:
+        out = []
+        for line in self.guest.console(0).splitlines():
+            if line.startswith(MARK + " "):
+                event, _, detail = line[len(MARK) + 1 :].strip().partition(" ")
+                out.append((event, detail))
+        return out
+
+    def wait(self, wanted: tuple[str, ...], failures: tuple[str, ...], timeout: float) -> tuple[str, str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event, detail in self.events():
+                if event in wanted or event in failures:
+                    return event, detail
+            if reason := self.guest.exited():
+                raise ExternalError(f"the guest stopped: {reason}")
+            time.sleep(2)
+        return "timeout", f"none of {', '.join(wanted)} within {timeout:.0f} s"
+
+    def journal(self) -> str:
+        text = self.guest.console(0)
+        start = text.rfind(f"{MARK} journal-begin")
+        if start < 0:
+            return self.guest.console(3000)
+        return text[start : text.find(f"{MARK} journal-end", start) + 1 or None]
+
+
+def _poll(what: str, check: Callable[[], tuple[bool, str]], timeout: float) -> tuple[bool, str]:
+    deadline = time.monotonic() + timeout
+    ok, detail = check()
+    while not ok and time.monotonic() < deadline:
+        time.sleep(5)
+        ok, detail = check()
+    return ok, detail if ok else f"{what}: {detail} (after {timeout:.0f} s)"
+
+
+def _pod_phases(kubectl: _Kubectl) -> dict[str, str]:
+    """kube-system's pods: name -> ``Running, ready`` (its phase, and whether every container passed its probes)."""
+    pods = kubectl.json("get", "pods", "-n", "kube-system")
+    out = {}
+    for pod in pods["items"]:
+        status = pod["status"]
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+        out[pod["metadata"]["name"]] = f"{status.get('phase', '?')}, {'ready' if ready else 'not ready'}"
+    return out
+
+
+def _node_ready(kubectl: _Kubectl, name: str = NODE_NAME) -> tuple[bool, str]:
+    try:
+        node = kubectl.json("get", "node", name)
+    except ExternalError as exc:
+        return False, str(exc)
+    conditions = {c["type"]: c for c in node["status"].get("conditions", [])}
+    ready = conditions.get("Ready", {})
+    info = node["status"].get("nodeInfo", {})
+    detail = (f"Ready={ready.get('status', '?')} ({ready.get('reason', '')}); kubelet {info.get('kubeletVersion')}, "
+              f"{info.get('containerRuntimeVersion')}, {info.get('osImage')}")  # fmt: skip
+    return ready.get("status") == "True", detail
+
+
+def _pods_running(kubectl: _Kubectl, prefixes: tuple[str, ...]) -> tuple[bool, str]:
+    """Every kube-system pod of each prefix Running and ready (and at least one of each)."""
+    try:
+        phases = _pod_phases(kubectl)
+    except ExternalError as exc:
+        return False, str(exc)
+    found = {c: {n: p for n, p in phases.items() if n.startswith(f"{c}-")} for c in prefixes}
+    detail = ", ".join(f"{n} {p}" for pods in found.values() for n, p in sorted(pods.items()))
+    absent = [c for c, pods in found.items() if not pods]
+    if absent:
+        detail += ("; " if detail else "") + "no pod of " + ", ".join(absent)
+    states = [p for pods in found.values() for p in pods.values()]
+    return not absent and all(p == "Running, ready" for p in states), detail
+
+
+def _test_pod(pause: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "node-check", "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "automountServiceAccountToken": False,
+            "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+                             "effect": "NoSchedule"}],
+            "containers": [{"name": "pause", "image": pause, "imagePullPolicy": "Never"}],
+        },
+    }  # fmt: skip
+
+
+def _pod_state(kubectl: _Kubectl) -> tuple[bool, str]:
+    try:
+        pod = kubectl.json("get", "pod", "node-check", "-n", "default")
+    except ExternalError as exc:
+        return False, str(exc)
+    phase = pod["status"].get("phase", "?")
+    waiting = [
+        f"{s['state']['waiting'].get('reason')}: {s['state']['waiting'].get('message', '')[:200]}"
+        for s in pod["status"].get("containerStatuses", [])
+        if "waiting" in s.get("state", {})
+    ]
+    return phase == "Running", f"phase {phase}" + (f" ({'; '.join(waiting)})" if waiting else "")
+
+
+def node_check(
+    raw: Path,
+    expected: dict[str, Any],
+    *,
+    firmware: Firmware = "bios",
+    timeout: float = 2400,
+    join: bool = False,
+    say: Say = silent,
+) -> list[Step]:
+    """Boot ``raw`` (left untouched), bring a single-node cluster up on it and check it; ``join``: a second copy
+    joins it as a worker over a private wire between the two guests, and the test pod runs there. One
+    :class:`Step` each, timed; steps after a failed one are not run (its detail carries the guest's journal)."""
+    steps: list[Step] = []
+    images = _images(expected)
+    version = expected["plan"].get("kubernetes_version") or _split(images["kube-apiserver"])[1]
+    began = time.monotonic()
+
+    def step(name: str, ok: bool, detail: str, since: float) -> None:
+        done = Step(name, ok, detail, time.monotonic() - since)
+        steps.append(done)
+        say(f"node check: {name}: {'ok' if ok else 'FAILED'} ({done.seconds:.0f} s) {detail[:100]}")
+        if not ok:
+            raise _Failed(done)
+
+    def left() -> float:
+        return max(60.0, timeout - (time.monotonic() - began))
+
+    with run_tempdir("node-check") as tmp, contextlib.ExitStack() as guests:
+        work = Path(tmp)
+        work.chmod(0o700)
+        with mounted_root(raw) as root:
+            kubectl_binary = _image_kubectl(root, work, expected)
+        files = _ca_and_admin(work)
+        token = f"{secrets.token_hex(3)}.{secrets.token_hex(8)}"
+        joining = Join(token, files["ca.hash"].decode()) if join else None
+        (work / "first").mkdir()
+        seed = qemu.seed_iso(_seed(files, kubeadm_config(images, version, joining), joined=join), work / "first")
+        port = qemu.free_port()
+        wire = qemu.free_port() if join else 0
+        kubectl = _Kubectl(kubectl_binary, _kubeconfig(files, work, port))
+        say(f"node check: booting the image under QEMU with kubeadm's seed (API server on 127.0.0.1:{port})")
+        guest = guests.enter_context(qemu.running(
+            raw, serial=work / "serial.log", snapshot=True, cdrom=seed, memory_mb=3072, firmware=firmware,
+            forwards=((port, 6443),), mac=MACS[0][0] if join else None,
+            link=qemu.Link(wire, MACS[0][1], listen=True) if join else None))  # fmt: skip
+        console = _Console(guest)
+        try:
+            t = time.monotonic()
+            event, detail = console.wait(("started",), (), min(900.0, timeout))
+            step("boot and cloud-init", event == "started",
+                 f"the seed's script started ({guest.accelerator})" if event == "started" else
+                 f"{detail}; console ends: {guest.console(600)}", t)  # fmt: skip
+            if joining is not None:  # the second guest boots while the first runs kubeadm init
+                (work / "second").mkdir()
+                second_seed = qemu.seed_iso(_seed(files, join_config(version, joining), index=1, joined=True),
+                                            work / "second")  # fmt: skip
+                worker = guests.enter_context(qemu.running(
+                    raw, serial=work / "serial-2.log", snapshot=True, cdrom=second_seed, memory_mb=2048,
+                    firmware=firmware, mac=MACS[1][0], link=qemu.Link(wire, MACS[1][1], listen=False)))  # fmt: skip
+            t = time.monotonic()
+            event, detail = console.wait(("images-ok",), ("images-missing", "images-failed", "containerd-down"),
+                                         300)  # fmt: skip
+            step("preloaded images", event == "images-ok",
+                 f"every image kubeadm {version} asks for is in containerd: {detail}" if event == "images-ok"
+                 else f"{event}: {detail}", t)  # fmt: skip
+            t = time.monotonic()
+            event, detail = console.wait(("init-ok",), ("init-failed",), left())
+            step("kubeadm init", event == "init-ok",
+                 "control plane, offline, from the preloaded images" if event == "init-ok"
+                 else f"{event}: {detail}\n{console.journal()}", t)  # fmt: skip
+            t = time.monotonic()
+            ok, detail = _poll("node Ready", lambda: _node_ready(kubectl), 600)
+            step("node Ready", ok, detail if ok else f"{detail}\n{console.journal()}", t)
+            t = time.monotonic()
+            ok, detail = _poll("control-plane pods", lambda: _pods_running(kubectl, CONTROL_PLANE), 600)
+            step("control-plane pods Running", ok, detail, t)
+            pod_node = NODE_NAME
+            if joining is not None:
+                second = _Console(worker)
+                t = time.monotonic()
+                event, detail = second.wait(("join-ok",), ("join-failed", "api-unreachable"), left())
+                step("second node joined", event == "join-ok",
+                     f"kubeadm join over the wire ({WIRE_IPS[1]} -> {WIRE_IPS[0]}:6443), token and pinned CA"
+                     if event == "join-ok" else f"{event}: {detail}\n{second.journal()}", t)  # fmt: skip
+                t = time.monotonic()
+                ok, detail = _poll("second node Ready", lambda: _node_ready(kubectl, WORKER_NAME), 900)
+                step("second node Ready", ok, detail if ok else f"{detail}\n{second.journal()}", t)
+                pod_node = WORKER_NAME
+            t = time.monotonic()
+            ok, detail = _poll("kube-proxy and CoreDNS", lambda: _pods_running(kubectl, ADDONS), 600)
+            step("kube-proxy and CoreDNS Running", ok, detail, t)
+            t = time.monotonic()
+            pod = json.dumps(_test_pod(images["pause"], pod_node))
+
+            def create() -> tuple[bool, str]:  # the default service account appears a little after init
+                proc = kubectl.run("apply", "-f", "-", stdin=pod)
+                return proc.returncode == 0, proc.stderr.strip()[-200:]
+
+            ok, detail = _poll("test pod created", create, 300)
+            if ok:
+                ok, detail = _poll("test pod Running", lambda: _pod_state(kubectl), 600)
+            step("test pod Running", ok, f"{images['pause']} on {pod_node} (preloaded, never pulled): {detail}", t)
+            t = time.monotonic()
+            gone = kubectl.run("delete", "pod", "node-check", "-n", "default", "--wait=true", "--timeout=300s")
+            ok = gone.returncode == 0 and kubectl.run("get", "pod", "node-check", "-n", "default").returncode != 0
+            step("test pod deleted", ok, "deleted and gone" if ok else gone.stderr.strip()[-300:], t)
+        except _Failed:
+            pass
+    total = time.monotonic() - began
+    steps.append(Step("node check", all(s.ok for s in steps), f"{len(steps)} steps in {total:.0f} s", total))
+    return steps
+
+
+__all__ = ["Join", "Step", "join_config", "kubeadm_config", "node_check"]

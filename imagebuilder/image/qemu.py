@@ -1,0 +1,129 @@
+"""A QEMU guest started by this tool (the boot test, ``image.customize``): one command line, one clean-up.
+
+The guest gets a virtio disk, a virtio NIC on QEMU's user network (the host reaches its SSH through a forwarded
+port on 127.0.0.1 only), an optional CD (a NoCloud seed), and its serial console in a file the caller reads.
+KVM is used when it works, TCG otherwise (see :func:`hostinfo.kvm_status`). The process is killed when the
+``with`` block ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuilder.core.files import run_checked
+from imagebuilder.core.hostinfo import KvmStatus, kvm_status, ovmf_firmware, require_tools
+from imagebuilder.release.catalog import Firmware
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a forward into the guest)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def seed_iso(files: dict[str, str], work: Path) -> Path:
+    """A NoCloud seed (an ISO labelled ``cidata``) of ``files`` (meta-data, user-data...), made in ``work``."""
+    folder = work / "seed"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o600)
+    iso = work / "seed.iso"
+    run_checked("xorriso", "-as", "mkisofs", "-quiet", "-o", str(iso), "-V", "cidata", "-J", "-r", str(folder))
+    iso.chmod(0o600)
+    return iso
+
+
+@dataclass(frozen=True)
+class Link:
+    """One end of a private Ethernet wire between two guests: QEMU's socket network over a TCP port on 127.0.0.1
+    (the first guest listens, the second connects), so nothing of it reaches a network of the host."""
+
+    port: int
+    mac: str
+    listen: bool
+
+    def netdev(self, name: str) -> str:
+        return f"socket,id={name},{'listen' if self.listen else 'connect'}=127.0.0.1:{self.port}"
+
+
+@dataclass
+class Guest:
+    proc: subprocess.Popen[bytes]
+    serial: Path
+    accelerator: str
+
+    def console(self, tail: int = 400) -> str:
+        text = self.serial.read_text(errors="replace") if self.serial.exists() else ""
+        return text[-tail:] if tail else text
+
+    def exited(self) -> str | None:
+        """Why the guest is gone (QEMU's exit status and last words), or None while it runs."""
+        if self.proc.poll() is None:
+            return None
+        err = self.proc.stderr.read().decode(errors="replace").strip() if self.proc.stderr else ""
+        return f"QEMU exited ({self.proc.returncode}){': ' + err[-300:] if err else ''}"
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for the guest to power itself off; False at the timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return True
+            time.sleep(1)
+        return False
+
+
+@contextlib.contextmanager
+def running(
+    disk: Path,
+    *,
+    serial: Path,
+    fmt: str = "raw",
+    snapshot: bool = False,
+    cdrom: Path | None = None,
+    ssh_port: int | None = None,
+    memory_mb: int = 1024,
+    kvm: KvmStatus | None = None,
+    firmware: Firmware = "bios",
+    forwards: tuple[tuple[int, int], ...] = (),
+    mac: str | None = None,
+    link: Link | None = None,
+) -> Iterator[Guest]:
+    """Start a guest on ``disk`` (``snapshot``: writes go to a throwaway overlay) and stop it after the block;
+    ``firmware="efi"``: OVMF in place of SeaBIOS, the guest boots by UEFI; ``forwards``: more (host port, guest
+    port) pairs reached on 127.0.0.1, beside ``ssh_port`` (the node check's API server); ``mac``: the first NIC's
+    address; ``link``: a second NIC on a private wire to another guest (the node check's second node)."""
+    kvm = kvm or kvm_status()
+    qemu = require_tools("qemu-system-x86_64")["qemu-system-x86_64"]
+    serial.touch()
+    pairs = ((ssh_port, 22),) if ssh_port else ()
+    netdev = "user,id=n0" + "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in (*pairs, *forwards))
+    cmd = [qemu, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", "2", "-display", "none",
+           "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
+           "-drive", f"file={disk},if=virtio,format={fmt}",
+           "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0" + (f",mac={mac}" if mac else "")]  # fmt: skip
+    if link is not None:
+        cmd += ["-netdev", link.netdev("n1"), "-device", f"virtio-net-pci,netdev=n1,mac={link.mac}"]
+    if firmware == "efi":
+        cmd += ["-bios", str(ovmf_firmware())]
+    if snapshot:
+        cmd.append("-snapshot")
+    if cdrom is not None:
+        cmd += ["-drive", f"file={cdrom},media=cdrom,readonly=on"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield Guest(proc, serial, kvm.accelerator)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr:
+            proc.stderr.close()

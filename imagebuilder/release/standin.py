@@ -1,0 +1,120 @@
+"""A stand-in distro release: a manifest of the real format and small stand-in artifacts at the upstream paths.
+
+The real artifacts cannot be downloaded on air-gapped machines (nor on these test machines), yet the offline
+flow (mirror, build, verify) must run end to end. Everything here is labelled a stand-in: the binaries are shell
+scripts that say so, the images are one-file images. Checksums are real, so every verification runs for real.
+Only ``invoke demo`` and the tests use it; a real build uses the channel's manifest or ``--release-manifest``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from imagebuilder.core.files import atomic_write
+from imagebuilder.release.catalog import ReleaseChannel
+from imagebuilder.release.imagearchive import Entry, ImageSpec, docker_archive
+from imagebuilder.release.manifest import IMAGES, archive_asset, image_asset
+from imagebuilder.release.profile import load_profile
+
+STANDIN_NOTE = "image-builder stand-in artifact: not a real Kubernetes binary"
+IMAGE_REPOS = {
+    "pause": "kubernetes/pause",
+    "coredns": "coredns/coredns",
+    "etcd": "etcd-io/etcd",
+    "kube-apiserver": "kubernetes/kube-apiserver",
+    "kube-controller-manager": "kubernetes/kube-controller-manager",
+    "kube-scheduler": "kubernetes/kube-scheduler",
+    "kube-proxy": "kubernetes/kube-proxy",
+}
+
+
+@dataclass(frozen=True)
+class StandinRelease:
+    manifest_url: str
+    manifest_path: Path
+    root: Path
+
+
+def _script(name: str, version: str) -> bytes:
+    return f'#!/bin/sh\n# {STANDIN_NOTE}\necho "{name} {version} ({STANDIN_NOTE})"\n'.encode()
+
+
+def _tar_gz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    # a fixed mtime keeps the bytes (and so the checksums) the same on every run
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o755, 0
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def image_archive(ref: str) -> bytes:
+    """A one-layer image in docker-archive form, which ``ctr images import`` accepts."""
+    layer = {"standin.txt": Entry(f"{ref}\n{STANDIN_NOTE}\n".encode())}
+    labels = {"org.opencontainers.image.description": STANDIN_NOTE}
+    return docker_archive(ImageSpec(ref, (layer,), labels=labels))
+
+
+def _asset(name: str, url: str, data: bytes) -> dict[str, object]:
+    return archive_asset(name, url, data, f"{name} ({STANDIN_NOTE})")
+
+
+def make_standin_release(dest: Path, channel: ReleaseChannel) -> StandinRelease:
+    """Write a stand-in release for ``channel`` under ``dest`` at the upstream URL paths."""
+    profile = load_profile()
+    version, number, ch = channel.kubernetes_version, channel.release, channel.name
+    base = f"https://{profile.hosts.distro}/kubernetes-{ch}/releases/{number}/artifacts"
+    tag = f"{version}-{profile.distro.name}-{ch}-{number}"
+    files: dict[str, bytes] = {}
+    components: dict[str, list[dict[str, object]]] = {"kubernetes": [], "cni-plugins": [], "etcd": [], "coredns": []}
+
+    for binary in ("kubelet", "kubeadm", "kubectl"):
+        url = f"{base}/kubernetes/{version}/bin/linux/amd64/{binary}"
+        files[url] = _script(binary, version)
+        components["kubernetes"].append(_asset(f"bin/linux/amd64/{binary}", url, files[url]))
+    cni_version = "v1.1.1"
+    cni_url = f"{base}/plugins/{cni_version}/cni-plugins-linux-amd64-{cni_version}.tar.gz"
+    files[cni_url] = _tar_gz({f"./{p}": _script(p, cni_version) for p in ("bridge", "host-local", "loopback")})
+    components["cni-plugins"].append(_asset(f"cni-plugins-linux-amd64-{cni_version}.tar.gz", cni_url, files[cni_url]))
+    etcd_version = "v3.5.6"
+    etcd_url = f"{base}/etcd/{etcd_version}/etcd-linux-amd64-{etcd_version}.tar.gz"
+    files[etcd_url] = _tar_gz(
+        {f"etcd-{etcd_version}-linux-amd64/{b}": _script(b, etcd_version) for b in ("etcd", "etcdctl")}
+    )
+    components["etcd"].append(_asset(f"etcd-linux-amd64-{etcd_version}.tar.gz", etcd_url, files[etcd_url]))
+
+    for image in IMAGES:
+        ref = f"{profile.distro.image_registry}/{IMAGE_REPOS[image]}:{tag}"
+        component = {"pause": "kubernetes", "etcd": "etcd", "coredns": "coredns"}.get(image, "kubernetes")
+        url = f"{base}/kubernetes/{version}/bin/linux/amd64/{image}.tar"
+        files[url] = image_archive(ref)
+        components[component].append(_asset(f"bin/linux/amd64/{image}.tar", url, files[url]))
+        description = f"{image} container image ({STANDIN_NOTE})"
+        components[component].append(image_asset(image, ref, description, ("amd64", "arm64")))
+    git_tags = {"kubernetes": version, "cni-plugins": cni_version, "etcd": etcd_version, "coredns": "v1.8.7"}
+    manifest = {
+        "apiVersion": profile.distro.manifest_api_version,
+        "kind": "Release",
+        "metadata": {"name": profile.release_name(ch, number), "annotations": {"description": STANDIN_NOTE}},
+        "spec": {"channel": ch, "number": number},
+        "status": {
+            "components": [{"assets": a, "gitTag": git_tags[n], "name": n} for n, a in components.items()],
+            "date": "2022-12-01T00:00:00Z",
+        },
+    }
+    manifest_url = channel.manifest_url
+    files[manifest_url] = yaml.safe_dump(manifest, sort_keys=False).encode()
+    for url, data in files.items():
+        target = dest / urlsplit(url).path.lstrip("/")
+        with atomic_write(target, "wb") as fh:
+            fh.write(data)
+    return StandinRelease(manifest_url, dest / urlsplit(manifest_url).path.lstrip("/"), dest)
