@@ -14,20 +14,20 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuilder.build.disk_need import disk_need
+from imagebuilder.build.plan import BuildRequest
+from imagebuilder.build.resolve import make_plan
+from imagebuilder.build.runner import BuildResult, run_build
+from imagebuilder.build.verify import Finding, verify_image
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.diskneed import disk_need
+from imagebuilder.host.preflight import require
 from imagebuilder.image.base import make_base_image
-from imagebuilder.plan import BuildRequest
-from imagebuilder.planner import make_plan
-from imagebuilder.preflight import require
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.mirror import create_mirror, file_sha256
 from imagebuilder.release.source import DEFAULT_BASE_URL, build_release, manifest_url, parse_version
 from imagebuilder.release.standin import make_standin_release
-from imagebuilder.runner import BuildResult, run_build
-from imagebuilder.verify import Finding, verify_image
 
 
 @dataclass

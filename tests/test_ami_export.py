@@ -24,9 +24,9 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from imagebuilder.amiexport import Clients, ExportPlan, export_ami, plan_export
 from imagebuilder.core import grammar
 from imagebuilder.core.errors import ExternalError
+from imagebuilder.providers.ami_export import Clients, ExportPlan, export_ami, plan_export
 from tests.support.common import BIN, run
 from tests.support.vcsim import free_port
 

@@ -58,8 +58,8 @@ def test_engine_flag_is_checked_and_explained(tmp_path: Path) -> None:
 def test_auto_picks_chroot_for_an_image_based_build_only_without_kvm(
     tmp_path: Path, accel: str, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from imagebuilder.plan import BuildRequest
-    from imagebuilder.planner import make_plan
+    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.build.resolve import make_plan
 
     monkeypatch.setenv("IMAGE_BUILDER_ACCEL", accel)  # what kvm_status reports, as a host without/with KVM
     config = write_config(tmp_path)
@@ -140,9 +140,9 @@ def test_matrix_flags_are_checked(tmp_path: Path) -> None:
 def test_inputs_digest_follows_the_inputs(tmp_path: Path) -> None:
     import dataclasses
 
-    from imagebuilder.buildinputs import inputs_digest, layer_inputs
-    from imagebuilder.plan import BuildRequest
-    from imagebuilder.planner import make_plan
+    from imagebuilder.build.inputs import inputs_digest, layer_inputs
+    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.build.resolve import make_plan
 
     config = write_config(tmp_path)
     request = BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
@@ -167,9 +167,9 @@ def test_only_a_whole_output_is_trusted_as_built(tmp_path: Path) -> None:
     its manifest, or a missing or mismatched piece, means the output is built again."""
     import hashlib
 
-    from imagebuilder.matrix import recorded_inputs
-    from imagebuilder.plan import BuildRequest
-    from imagebuilder.planner import make_plan
+    from imagebuilder.build.matrix import recorded_inputs
+    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.build.resolve import make_plan
 
     out = tmp_path / "out"
     plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
@@ -214,10 +214,10 @@ def test_a_layer_is_saved_where_the_filesystem_has_no_direct_io(
 ) -> None:
     """The layer's qcow2 is written with O_DIRECT (qemu-img -t none); a cache on a filesystem without it (tmpfs
     before Linux 6.6: EINVAL) gets it written through the page cache instead of failing the matrix."""
-    from imagebuilder import matrix
+    from imagebuilder.build import matrix
+    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.build.resolve import make_plan
     from imagebuilder.core.errors import ExternalError
-    from imagebuilder.plan import BuildRequest
-    from imagebuilder.planner import make_plan
 
     plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
                                   configs={"baremetal": str(write_config(tmp_path))}, engine="chroot"))  # fmt: skip
@@ -311,11 +311,11 @@ def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch:
 def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     offline_ns: str, home: Path, base_image: tuple[Path, str], tmp_path: Path
 ) -> None:
+    from imagebuilder.build.verify import verify_image
     from imagebuilder.core.fetch import Mirror
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.mirror import create_mirror
     from imagebuilder.release.standin import make_standin_release
-    from imagebuilder.verify import verify_image
     from tests.support.offline import in_ns
 
     upstream, mirror = tmp_path / "upstream", tmp_path / "mirror"

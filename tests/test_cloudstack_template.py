@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from cs import CloudStack
 
-from imagebuilder.cloudstacktemplate import TemplateRequest, register_template
 from imagebuilder.core.errors import ExternalError
+from imagebuilder.providers.cloudstack_template import TemplateRequest, register_template
 from tests.support.cloudstack import KEY, SECRET, State, contract_server, signature_of
 from tests.support.common import killed_at, run
 

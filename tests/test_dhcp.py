@@ -17,7 +17,7 @@ import testinfra
 import yaml
 
 from imagebuilder.core.errors import ExternalError, InputErrors
-from imagebuilder.dhcp import DhcpConfig, DhcpHost, Pool, dummy_mac, install, load_dhcp_config, render
+from imagebuilder.host.dhcp import DhcpConfig, DhcpHost, Pool, dummy_mac, install, load_dhcp_config, render
 from tests.support.common import BIN, ROOT, run
 
 EXAMPLE = ROOT / "config" / "examples" / "dhcp.yaml"

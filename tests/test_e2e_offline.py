@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from imagebuilder.build.verify import verify_image
 from imagebuilder.core.disk import mounted_root, raw_view
 from imagebuilder.image.diff import diff_images
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.standin import make_standin_release
-from imagebuilder.verify import verify_image
 from tests.support.common import BIN, ROOT, run_folders, tagged
 from tests.support.offline import build, in_ns, scan_for
 from tests.support.pki import make_ca
@@ -302,8 +302,8 @@ def test_offline_bare_metal_build_is_verified(
 
 
 def test_verify_fails_an_image_that_was_not_provisioned(base_image: tuple[Path, str], tmp_path: Path) -> None:
-    from imagebuilder.plan import BuildRequest
-    from imagebuilder.planner import make_plan
+    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.build.resolve import make_plan
 
     mirror_root = tmp_path / "m"
     make_standin_release(mirror_root, load_catalog().channel("1-24"))

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.build.verify import verify_image
 from imagebuilder.image.diff import diff_images
-from imagebuilder.verify import verify_image
 from tests.support import packers
 from tests.support.common import BIN, ROOT, ArgvWatcher, run, run_folders, tagged
 from tests.support.offline import build, in_ns, scan_for

@@ -11,7 +11,7 @@ import yaml
 
 from imagebuilder.core.errors import InputError, InputErrors
 from imagebuilder.customization.model import load_customization
-from imagebuilder.dhcp import load_dhcp_config
+from imagebuilder.host.dhcp import load_dhcp_config
 from imagebuilder.vsphere.userconfig import load_user_config
 from tests.support.common import EXAMPLES
 

@@ -22,7 +22,7 @@ from typing import ClassVar
 import lz4.frame
 import pytest
 
-from imagebuilder.serve import FileServer, Handler
+from imagebuilder.host.serve import FileServer, Handler
 from tests.support.common import BIN, ROOT, reference, run
 from tests.support.tufrepo import TufRepo, sha512
 from tests.support.vcsim import free_port

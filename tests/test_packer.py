@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from imagebuilder.build.lint import lint_templates, render_pair
+from imagebuilder.build.packer import PackerInfo, fmt_check, render_build, validate
+from imagebuilder.build.plan import BuildRequest
+from imagebuilder.build.resolve import make_plan
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.hostinfo import KvmStatus
 from imagebuilder.core.render import hcl
-from imagebuilder.lint import lint_templates, render_pair
-from imagebuilder.packer import PackerInfo, fmt_check, render_build, validate
-from imagebuilder.plan import BuildRequest
-from imagebuilder.planner import make_plan
 from tests.support.common import BIN, EXAMPLES, PAIRS, ROOT
 
 PACKER = PackerInfo.detect()

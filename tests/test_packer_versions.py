@@ -13,10 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagebuilder.core.errors import InputError, InputErrors
-from imagebuilder.core.fetch import Mirror
-from imagebuilder.lint import lint_templates
-from imagebuilder.packerplugins import (
+from imagebuilder.build.lint import lint_templates
+from imagebuilder.build.packer_plugins import (
     PLUGINS,
     Constraint,
     PackerInfo,
@@ -30,6 +28,8 @@ from imagebuilder.packerplugins import (
     prepare_plugins,
     requirements_for,
 )
+from imagebuilder.core.errors import InputError, InputErrors
+from imagebuilder.core.fetch import Mirror
 from tests.support import packers
 from tests.support.common import run
 

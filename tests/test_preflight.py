@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, PluginState, Version, requirements_for
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.hostinfo import CHECKS, KvmStatus, kvm_status
-from imagebuilder.packerplugins import PackerInfo, PluginCheck, PluginState, Version, requirements_for
-from imagebuilder.preflight import GIB, HostFacts, mask_url, run_checks
+from imagebuilder.host.preflight import GIB, HostFacts, mask_url, run_checks
 from imagebuilder.release.catalog import load_catalog
 from tests.support.common import run
 
@@ -175,10 +175,10 @@ def test_the_disk_check_follows_the_work(tmp_path: Path) -> None:
     import os
     import subprocess
 
-    from imagebuilder.diskneed import disk_need
-    from imagebuilder.plan import BuildRequest
-    from imagebuilder.planner import make_plan
-    from imagebuilder.preflight import check_disk
+    from imagebuilder.build.disk_need import disk_need
+    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.host.preflight import check_disk
 
     mounts = {}
     for name, size in (("small", "600M"), ("roomy", "16G")):
@@ -221,7 +221,7 @@ def test_the_disk_check_follows_the_work(tmp_path: Path) -> None:
         advice = check_disk(dataclasses.replace(GOOD, disk_free_bytes=10 * GIB), None, 50)
         assert advice.status == "warn" and "spec 8" in advice.detail
         # host.prepare gives spec 8's figure as advice for the workspace's filesystem, and still prepares the host
-        from imagebuilder.hostprep import disk_advice
+        from imagebuilder.host.prepare import disk_advice
 
         small = disk_advice(mounts["small"] / "work")
         assert small is not None and "50 GB" in small and str(mounts["small"]) in small

@@ -26,8 +26,8 @@ from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import parse_yaml_documents
 from imagebuilder.core.render import hcl, nginx_string
 from imagebuilder.core.safepath import safe_join
-from imagebuilder.dhcp import DhcpConfig, render, resolve
-from imagebuilder.serve import ByteRange, parse_range
+from imagebuilder.host.dhcp import DhcpConfig, render, resolve
+from imagebuilder.host.serve import ByteRange, parse_range
 
 SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FAST = settings(max_examples=300, deadline=None)
@@ -326,10 +326,10 @@ VSPHERE_TEXT_FIELDS = ["datacenter", "cluster", "resource_pool", "datastore", "n
 @given(st.dictionaries(st.sampled_from(VSPHERE_TEXT_FIELDS), hostile_text, min_size=1, max_size=3))
 @example(changes={"cluster": ""})  # empty is unset: no cluster line (found by CI)
 def test_any_accepted_vsphere_config_renders_a_template_packer_accepts(changes: dict[str, str]) -> None:
-    from imagebuilder.lint import LINT_KVM
-    from imagebuilder.packer import PackerInfo, fmt_check, render_build
-    from imagebuilder.plan import BuildRequest
-    from imagebuilder.planner import make_plan
+    from imagebuilder.build.lint import LINT_KVM
+    from imagebuilder.build.packer import PackerInfo, fmt_check, render_build
+    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.build.resolve import make_plan
 
     base = json.loads((Path(__file__).resolve().parents[1] / "config" / "examples" / "vsphere-ubuntu.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:

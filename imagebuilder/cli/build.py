@@ -12,7 +12,7 @@ from imagebuilder.cli._common import cli_task, print_json, status_line
 from imagebuilder.core.errors import InputError, require_flags
 
 if TYPE_CHECKING:
-    from imagebuilder.plan import BuildRequest
+    from imagebuilder.build.plan import BuildRequest
 
 HELP = {
     "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
@@ -92,7 +92,7 @@ def _request(
     disk = flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None
     files = str(flags.existing_file(files_config, "--files-config")) if files_config else None
     verbosity = flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0
-    from imagebuilder.plan import BuildRequest
+    from imagebuilder.build.plan import BuildRequest
     from imagebuilder.release.product import check_version, env_name
 
     env_release = os_env.environ.get(env_name()) or None  # the reference tool's variable; the flag wins
@@ -174,13 +174,13 @@ def build(
         engine=engine,
     )
     # imported once the flags are known good: a mistyped flag is answered without them
+    from imagebuilder.build.packer import packer_check
+    from imagebuilder.build.packer_plugins import PluginCheck
+    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.build.runner import check_source_image, run_build
     from imagebuilder.core.fetch import Mirror
     from imagebuilder.customization.model import load_customization
-    from imagebuilder.packer import packer_check
-    from imagebuilder.packerplugins import PluginCheck
-    from imagebuilder.planner import make_plan
-    from imagebuilder.preflight import require
-    from imagebuilder.runner import check_source_image, run_build
+    from imagebuilder.host.preflight import require
 
     customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
     packer_checks: list[PluginCheck] = []
@@ -196,13 +196,13 @@ def build(
         before_fetch=packer_first,
     )
     tools = packer_checks[0] if packer_checks else None
-    from imagebuilder.diskneed import disk_need
+    from imagebuilder.build.disk_need import disk_need
 
     need = disk_need(plan)
     # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
     checked = check_source_image(plan) if dry_run else None
     if dry_run and plan.engine == "chroot":
-        from imagebuilder.chrootbuild import check_engine
+        from imagebuilder.build.chroot import check_engine
 
         check_engine()  # root, the tools, Ansible's chroot connection: what the real run checks first
     if output == "json":
@@ -343,13 +343,13 @@ def matrix(
         firmware=firmware,
         engine=engine,
     )
+    from imagebuilder.build.matrix import expand, parallelism, run_matrix
     from imagebuilder.customization.model import load_customization
-    from imagebuilder.matrix import expand, parallelism, run_matrix
 
     customization = load_customization(customize_file) if customize_file else None
     plans = expand(request, pair_list, channels)
     if emit:
-        from imagebuilder.ciemit import emit_ci
+        from imagebuilder.build.ci_emit import emit_ci
 
         text = emit_ci(emit, plans, request=request, customize=customize, runs_on=labels)
         if emit_file:
@@ -361,7 +361,7 @@ def matrix(
         else:
             print(text, end="")
         return
-    from imagebuilder.packer import prepare_packer
+    from imagebuilder.build.packer import prepare_packer
 
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
     tools = prepare_packer(plans, packer=packer, plugins=plugin_dir, install=not dry_run, say=print)
@@ -369,7 +369,7 @@ def matrix(
         print("\n".join(tools.lines()))
     if dry_run:
         if any(p.engine == "chroot" for p in plans):
-            from imagebuilder.chrootbuild import check_engine
+            from imagebuilder.build.chroot import check_engine
 
             check_engine()
         for p in plans:

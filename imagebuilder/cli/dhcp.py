@@ -35,7 +35,7 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool
     source = _need(config)
     out = flags.dest_dir(dest, "--dest")
     from imagebuilder.core.files import atomic_write
-    from imagebuilder.dhcp import load_dhcp_config, render
+    from imagebuilder.host.dhcp import load_dhcp_config, render
 
     pool = load_dhcp_config(source)
     files = render(pool)
@@ -65,7 +65,7 @@ def install_server(c: Context, config: str = "", prefix: str = "/", dry_run: boo
     """On the DHCP host: install isc-dhcp-server, write its files atomically, check with dhcpd -t, restart."""
     source = _need(config)
     root = flags.dest_dir(prefix, "--prefix")
-    from imagebuilder.dhcp import DhcpHost, install, load_dhcp_config, render
+    from imagebuilder.host.dhcp import DhcpHost, install, load_dhcp_config, render
 
     pool = load_dhcp_config(source)
     host = DhcpHost(root)
@@ -97,7 +97,7 @@ def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
     if not Path("/sys/class/net", interface).exists():
         raise InputError(f"no network interface {interface!r} on this host", field="--interface")
     seconds = flags.duration(timeout, "--timeout", 1, 3600)
-    from imagebuilder.dhcp import capture, complete
+    from imagebuilder.host.dhcp import capture, complete
 
     messages = capture(interface, seconds)
     ack = complete(messages)
@@ -117,7 +117,7 @@ def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
 @cli_task
 def schema(c: Context) -> None:
     """Print the JSON Schema of the DHCP config file."""
-    from imagebuilder.dhcp import DhcpConfig
+    from imagebuilder.host.dhcp import DhcpConfig
 
     data = DhcpConfig.model_json_schema()
     data["$schema"] = "https://json-schema.org/draft/2020-12/schema"

@@ -62,7 +62,7 @@ def bottlerocket(
         path = download(target, out, trusted, transfers)
     print(f"wrote {path} (verified against the signed metadata)")
     if variant == "baremetal":
-        from imagebuilder.serve import served_url
+        from imagebuilder.host.serve import served_url
 
         print(f"osImageURL: {served_url(path.name)} (once 'image-builder serve --dir {dest}' runs)")
 
@@ -93,7 +93,7 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
         paths = download_hook(out, assets, transfers)
     for path in paths:
         print(f"wrote {path} (verified)")
-    from imagebuilder.serve import served_url
+    from imagebuilder.host.serve import served_url
 
     print(
         f"hookImagesURLPath: {served_url(Path(dest).name)} (once 'image-builder serve --dir {Path(dest).parent}' runs)"

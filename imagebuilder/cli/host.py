@@ -48,7 +48,7 @@ def prepare(
     if no_proxy:
         flags.grammar_of(grammar.no_proxy_list, no_proxy, "--no-proxy")
     root_dir = flags.existing_dir(root, "--root")
-    from imagebuilder.hostprep import HostPrep, apply, disk_advice, proxies_from
+    from imagebuilder.host.prepare import HostPrep, apply, disk_advice, proxies_from
 
     prep = HostPrep(root_dir, user=user or None, providers=providers)
     actions = prep.actions(proxies_from(http_proxy, https_proxy, no_proxy))

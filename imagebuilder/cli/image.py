@@ -13,7 +13,7 @@ from imagebuilder.cli._common import FileFlag, cli_task, status_line
 from imagebuilder.core.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
-    from imagebuilder.verify import Finding
+    from imagebuilder.build.verify import Finding
 
 
 @task(
@@ -101,7 +101,7 @@ def verify(
     node_seconds = flags.duration(node_timeout, "--node-timeout", 60, 14400)
     boot_seconds = flags.duration(boot_timeout, "--boot-timeout", 10, 7200)
     expected = flags.existing_file(manifest, "--manifest") if manifest else None
-    from imagebuilder.verify import verify_image
+    from imagebuilder.build.verify import verify_image
 
     with status_line("image.verify") as status:
         findings = verify_image(

@@ -43,7 +43,7 @@ def create(
     url = flags.url_or_file(release_manifest, "--release-manifest") if release_manifest else channel.manifest_url
     src = Mirror.parse(source, "--source") if source else None
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    from imagebuilder.packerplugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
+    from imagebuilder.build.packer_plugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
     from imagebuilder.release.manifest import load_manifest
     from imagebuilder.release.mirror import create_mirror, file_sha256, mirror_items
 

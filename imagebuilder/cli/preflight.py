@@ -45,6 +45,6 @@ def preflight(
     check_skips(skip_check or [])
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    from imagebuilder.preflight import require
+    from imagebuilder.host.preflight import require
 
     require(os, hypervisor, skip_check or [], min_disk, say=print, packer=packer, plugins=plugin_dir)

@@ -11,7 +11,7 @@ from invoke.tasks import task
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
 from imagebuilder.core.errors import ExternalError, InputError
-from imagebuilder.serve import ALL_INTERFACES, DEFAULT_PORT
+from imagebuilder.host.serve import ALL_INTERFACES, DEFAULT_PORT
 
 
 @task(
@@ -38,7 +38,7 @@ def serve(
     dry_run: bool = False,
 ) -> None:
     """Serve images and boot assets over HTTP (ranges, HEAD, sendfile); print osImageURL and hookImagesURLPath."""
-    from imagebuilder.serve import FileServer, cluster_values, nginx_site
+    from imagebuilder.host.serve import FileServer, cluster_values, nginx_site
 
     root = flags.existing_dir(flags.required(dir, "--dir", "the directory to serve"), "--dir")
     number = flags.port(port)

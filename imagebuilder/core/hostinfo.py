@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-#: the preflight checks, by name (imagebuilder.preflight runs them; here so the CLI can name them cheaply)
+#: the preflight checks, by name (imagebuilder.host.preflight runs them; here so the CLI can name them cheaply)
 CHECKS = ("host-os", "arch", "disk", "cpus", "memory", "tools", "packer", "kvm", "ssh-rsa", "proxy")
 
 

@@ -1,5 +1,9 @@
-"""Providers: one module each (its config model, plan steps, Packer context and secrets, packaging).
+"""Providers: one module each (its config model, plan steps, Packer context and secrets, packaging), beside the
+tasks that come before or after its build (``ami_export``, ``nutanix_image``, ``cloudstack_template``).
 
 ``registry`` maps names to them; ``config`` holds what every config model shares; ``base`` what every provider
-shares. Shared code imports ``registry`` and asks the provider; it never branches on a provider's name.
+shares. Shared code imports ``registry`` and asks the provider; it never branches on a provider's name. The build
+plan a provider contributes steps to is only named in annotations here: the build sits above the providers.
+
+May import: ``core``, ``release``, ``customization``, ``image``, ``vsphere``.
 """

@@ -10,12 +10,14 @@ overrides only where it differs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from imagebuilder.core.progress import Say
 from imagebuilder.image.outputs import Packaged
-from imagebuilder.plan import BuildPlan
 from imagebuilder.providers.config import ProviderConfig
+
+if TYPE_CHECKING:
+    from imagebuilder.build.plan import BuildPlan  # annotations only: the build sits above the providers
 
 #: the user Packer logs in as, made by the install seed and removed by sysprep
 BUILD_USER = "builder"

@@ -4,7 +4,7 @@ the image service (spec 2.3). The image lives in Prism; the build keeps Packer's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -12,7 +12,6 @@ from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.progress import Say
 from imagebuilder.core.validation import Problem
 from imagebuilder.image.outputs import Packaged, packer_manifest, place
-from imagebuilder.plan import BuildPlan
 from imagebuilder.providers.base import SYSPREP, Provider, node_step
 from imagebuilder.providers.config import (
     BoolStr,
@@ -26,6 +25,9 @@ from imagebuilder.providers.config import (
     alias,
 )
 from imagebuilder.release.catalog import load_catalog
+
+if TYPE_CHECKING:
+    from imagebuilder.build.plan import BuildPlan  # annotations only: the build sits above the providers
 
 
 class NutanixConfig(BuildExtras):

@@ -10,5 +10,8 @@ Layers, lowest first:
 - :mod:`.tags`, :mod:`.library` -- tagging and content library over REST;
 - :mod:`.userconfig`, :mod:`.access` -- ``user.yaml`` and ``vsphere.setup-user``;
 - :mod:`.templates` -- ``template.import``, ``template.tag``, ``template.validate``;
-- :mod:`.clusterspec` -- ``cluster.validate``.
+- :mod:`.clusterspec` -- ``cluster.validate``;
+- :mod:`.apply_customization` -- ``template.customize``: the customization applied to a template's clone.
+
+May import: ``core``, ``release``, ``customization``, ``image``.
 """

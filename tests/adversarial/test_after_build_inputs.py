@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagebuilder.amiexport import artifact_pairs
-from imagebuilder.cloudstacktemplate import name_of
 from imagebuilder.core import grammar
+from imagebuilder.providers.ami_export import artifact_pairs
+from imagebuilder.providers.cloudstack_template import name_of
 
 
 @settings(max_examples=300, deadline=None)

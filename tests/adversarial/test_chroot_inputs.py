@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.chrootmount import attached
+from imagebuilder.build.chroot_mounts import attached
 from imagebuilder.core import disk
 from imagebuilder.core.errors import InputError
 

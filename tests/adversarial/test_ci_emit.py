@@ -13,9 +13,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagebuilder.ciemit import emit_ci
-from imagebuilder.plan import BuildRequest
-from imagebuilder.planner import make_plan
+from imagebuilder.build.ci_emit import emit_ci
+from imagebuilder.build.plan import BuildRequest
+from imagebuilder.build.resolve import make_plan
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=60)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.serve import FileServer
+from imagebuilder.host.serve import FileServer
 from tests.support.common import BIN, ROOT
 
 DATA = bytes(range(256)) * 4  # 1024 bytes

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from imagebuilder.plan import BuildPlan, BuildRequest
+from imagebuilder.build.plan import BuildPlan, BuildRequest
 
 LAYER_DIR = "layers"
 OUTPUT_DIR = "output"

@@ -11,10 +11,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from imagebuilder.build.plan import BuildPlan, BuildRequest, ManifestState
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean, require_flags
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.paths import workspace_root
-from imagebuilder.plan import BuildPlan, BuildRequest, ManifestState
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP
 from imagebuilder.providers.config import (

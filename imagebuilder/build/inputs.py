@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder import __version__
+from imagebuilder.build.plan import BuildPlan
 from imagebuilder.core.paths import BUNDLE
 from imagebuilder.customization.model import Customization
-from imagebuilder.plan import BuildPlan
 from imagebuilder.providers.config import SourceImageFields
 
 #: the roles (and playbook) whose files make the OS layer; a change to any of them makes a new layer

@@ -1,4 +1,4 @@
-"""The build plan's types: the request as the user gave it, and the plan made of it (see :mod:`planner`).
+"""The build plan's types: the request as the user gave it, and the plan made of it (see :mod:`.resolve`).
 
 ``build --dry-run`` prints it; a real build executes it. Building the plan touches nothing but the config files
 and, when reachable, the release manifest, so a user learns in seconds what a 40-minute build would do.

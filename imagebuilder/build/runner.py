@@ -22,8 +22,19 @@ from pathlib import Path
 from typing import IO, Any
 
 from imagebuilder import __version__
-from imagebuilder.buildinputs import inputs_digest
-from imagebuilder.chrootbuild import OsLayer, check_engine, run_chroot_build
+from imagebuilder.build.chroot import OsLayer, check_engine, run_chroot_build
+from imagebuilder.build.inputs import inputs_digest
+from imagebuilder.build.packer import (
+    RenderedBuild,
+    builder_for,
+    check_buildable,
+    effective_customization,
+    packer_env,
+    prepare_packer,
+    render_build,
+)
+from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck
+from imagebuilder.build.plan import BuildPlan
 from imagebuilder.core import disk, fetch
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.fetch import Expected, is_url
@@ -34,17 +45,6 @@ from imagebuilder.core.progress import Say, follow, silent
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.outputs import sharing
-from imagebuilder.packer import (
-    RenderedBuild,
-    builder_for,
-    check_buildable,
-    effective_customization,
-    packer_env,
-    prepare_packer,
-    render_build,
-)
-from imagebuilder.packerplugins import PackerInfo, PluginCheck
-from imagebuilder.plan import BuildPlan
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import SourceImageFields
 

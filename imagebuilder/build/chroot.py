@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from imagebuilder.chrootmount import REFUSED, STATUS
+from imagebuilder.build.chroot_mounts import REFUSED, STATUS
+from imagebuilder.build.packer import controller_env, node_vars
+from imagebuilder.build.plan import BuildPlan
 from imagebuilder.core import disk
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write, run_checked
@@ -46,8 +48,6 @@ from imagebuilder.core.progress import Say, follow
 from imagebuilder.core.render import ROOT
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.gzipdisk import Base, MemberStore
-from imagebuilder.packer import controller_env, node_vars
-from imagebuilder.plan import BuildPlan
 from imagebuilder.providers import registry
 
 #: what the engine runs on the build host
@@ -63,7 +63,7 @@ SEAL = "/usr/local/sbin/image-builder-seal"
 
 @dataclass(frozen=True)
 class OsLayer:
-    """A cached OS layer (:mod:`imagebuilder.matrix`) a chroot build starts from instead of its source image.
+    """A cached OS layer (:mod:`imagebuilder.build.matrix`) a chroot build starts from instead of its source image.
 
     ``image`` is the qcow2 in the layer cache that names it; ``disk`` is the file a build copies: the layer's raw
     twin while the run that made it still has one (no conversion on the way), else ``image`` itself. The images
@@ -199,7 +199,7 @@ def provision(
         "private",
         sys.executable,
         "-m",
-        "imagebuilder.chrootmount",
+        "imagebuilder.build.chroot_mounts",
         str(spec),
     ]
     mark = STATUS.strip()

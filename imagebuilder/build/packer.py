@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
+from imagebuilder.build.plan import BuildPlan
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.files import atomic_write
@@ -29,8 +31,6 @@ from imagebuilder.core.progress import Say, silent
 from imagebuilder.core.render import ROOT, template_env
 from imagebuilder.core.ssh import keypair
 from imagebuilder.customization.model import Customization
-from imagebuilder.packerplugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
-from imagebuilder.plan import BuildPlan
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
 from imagebuilder.release.catalog import load_catalog
@@ -77,7 +77,7 @@ def packer_check(
     say: Say = silent,
 ) -> PluginCheck:
     """:func:`prepare_packer` for the builder folders themselves (what ``build`` knows before the plan is
-    complete: see :func:`imagebuilder.planner.make_plan`'s ``before_fetch``)."""
+    complete: see :func:`imagebuilder.build.resolve.make_plan`'s ``before_fetch``)."""
     info = PackerInfo.detect(packer)
     return prepare_plugins(info, builders, binaries=plugins, mirror=mirror, offline=offline, install=install, say=say)
 

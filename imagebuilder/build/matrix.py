@@ -28,8 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imagebuilder.buildinputs import digest, inputs_digest, layer_inputs
-from imagebuilder.chrootbuild import OsLayer, run_chroot_build
+from imagebuilder.build.chroot import OsLayer, run_chroot_build
+from imagebuilder.build.inputs import digest, inputs_digest, layer_inputs
+from imagebuilder.build.packer_plugins import PluginCheck
+from imagebuilder.build.plan import BuildPlan, BuildRequest
+from imagebuilder.build.resolve import make_plan
 from imagebuilder.core import disk
 from imagebuilder.core.errors import ExternalError, ImageBuilderError, InputError
 from imagebuilder.core.files import atomic_write, parse_json, partial_prefix, read_text, run_checked
@@ -39,9 +42,6 @@ from imagebuilder.core.progress import Say, silent
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.gzipdisk import Base, MemberStore, prime
-from imagebuilder.packerplugins import PluginCheck
-from imagebuilder.plan import BuildPlan, BuildRequest
-from imagebuilder.planner import make_plan
 from imagebuilder.release.catalog import load_catalog
 
 #: what one build needs, to bound the parallelism: a chroot build (Ansible, then compression) or a Packer build (a VM)
@@ -99,7 +99,7 @@ class LayerBuilds:
             return layer, built
 
     def _build(self, plan: BuildPlan, target: Path) -> OsLayer:
-        from imagebuilder.runner import prepare_source_image
+        from imagebuilder.build.runner import prepare_source_image
 
         self.cache.mkdir(parents=True, exist_ok=True)
         work = plan.workspace / f"layer-{target.stem}-{os.getpid()}"
@@ -270,7 +270,7 @@ def run_matrix(
     plugins: PluginCheck | None = None,
 ) -> list[MatrixRow]:
     """Build every plan (OS layers first, once each), skipping outputs already built from the same inputs."""
-    from imagebuilder.runner import run_build
+    from imagebuilder.build.runner import run_build
 
     build = build or run_build
     cache = layer_cache or layer_cache_root()

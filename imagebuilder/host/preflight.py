@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from imagebuilder.build.disk_need import GIB, DiskNeed
+from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, check_plugins, requirements_for
 from imagebuilder.core.errors import ExternalError, ImageBuilderError
 from imagebuilder.core.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
 from imagebuilder.core.paths import existing_parent, workspace_root
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.diskneed import GIB, DiskNeed
-from imagebuilder.hostconfig import load_host_config
-from imagebuilder.packerplugins import PackerInfo, PluginCheck, check_plugins, requirements_for
+from imagebuilder.host.config import load_host_config
 from imagebuilder.providers import registry
 from imagebuilder.release.catalog import BuildPair, load_catalog
 
@@ -231,7 +231,7 @@ def run_checks(
 
 
 def check_disk(facts: HostFacts, min_disk_gb: int | None, host_gb: int) -> Check:
-    """Room for the build's work: what it writes (:func:`imagebuilder.diskneed.disk_need`), or ``--min-disk-gb``
+    """Room for the build's work: what it writes (:func:`imagebuilder.build.disk_need.disk_need`), or ``--min-disk-gb``
     when given. Spec 8's size of a build host (``host_gb``) is advice: below it, with no build planned, a warning."""
     where = facts.disk_path
     free = facts.disk_free_bytes
@@ -309,7 +309,8 @@ def require(
     need: DiskNeed | None = None,
 ) -> list[Check]:
     """The gate before a build: gather, check, report; :class:`ExternalError` when a check fails. ``checked`` is
-    the build's own Packer check (:func:`imagebuilder.packer.prepare_packer`), for the plugins its template needs."""
+    the build's own Packer check (:func:`imagebuilder.build.packer.prepare_packer`), for the plugins its template
+    needs."""
     catalog = load_catalog()
     pair = catalog.build_pair(catalog.os(os_name), catalog.provider(hypervisor))
     facts = HostFacts.gather(pair, packer=packer, plugins=plugins, checked=checked, need=need)

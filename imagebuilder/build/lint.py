@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuilder.build.packer import EXTERNAL_ONLY, RenderedBuild, fmt_check, render_build, validate
+from imagebuilder.build.packer_plugins import PLUGINS, PackerInfo, prepare_plugins
+from imagebuilder.build.plan import BuildRequest
+from imagebuilder.build.resolve import make_plan
 from imagebuilder.core.hostinfo import KvmStatus
 from imagebuilder.core.paths import config_dir
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.packer import EXTERNAL_ONLY, RenderedBuild, fmt_check, render_build, validate
-from imagebuilder.packerplugins import PLUGINS, PackerInfo, prepare_plugins
-from imagebuilder.plan import BuildRequest
-from imagebuilder.planner import make_plan
 from imagebuilder.release.catalog import load_catalog
 
 #: linting renders without probing KVM (the accelerator does not change what Packer validates)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from imagebuilder.plan import BuildPlan
+    from imagebuilder.build.plan import BuildPlan
 
 GIB = 1024**3
 #: the node artifacts a build fetches into its workspace (a release, binaries and image tarballs, is under 1 GiB)
@@ -63,9 +63,9 @@ def _device(path: Path) -> int:
 
 def disk_need(plan: BuildPlan) -> DiskNeed:
     """What ``plan`` writes, and where (its workspace, its output folder)."""
+    from imagebuilder.build.runner import source_image
     from imagebuilder.core import disk
     from imagebuilder.providers import registry
-    from imagebuilder.runner import source_image
 
     size = plan.disk_gb * GIB
     work = plan.workspace

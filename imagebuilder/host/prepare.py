@@ -19,8 +19,8 @@ from pathlib import Path
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.hostinfo import os_release
-from imagebuilder.hostconfig import load_host_config
-from imagebuilder.preflight import PROXY_VARS
+from imagebuilder.host.config import load_host_config
+from imagebuilder.host.preflight import PROXY_VARS
 
 POLICY_RC_D = "usr/sbin/policy-rc.d"
 
@@ -265,8 +265,8 @@ def apply(actions: list[Action]) -> Iterator[tuple[Action, bool]]:
 def disk_advice(workspace: Path | None = None) -> str | None:
     """Spec 8's size of a build host's disk, as advice and never a refusal: a line when the filesystem that holds the
     build workspace is smaller (each build checks what its own work needs, in its plan and preflight)."""
+    from imagebuilder.build.disk_need import GIB
     from imagebuilder.core.paths import existing_parent, workspace_root
-    from imagebuilder.diskneed import GIB
 
     want = load_host_config().requirements.min_disk_gb
     where = existing_parent(workspace or workspace_root())
