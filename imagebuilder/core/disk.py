@@ -742,14 +742,7 @@ def release(leftovers: list[Leftover]) -> list[Leftover]:
     """Release what the ``stale_*`` functions found: loop devices first (their files are then free), then folders
     and files; returns what could not be released (a loop or a folder still in use)."""
     kept = _kill([item for item in leftovers if item.kind == "process"])  # first: they may hold the rest
-    for item in (item for item in leftovers if item.kind == "mount"):
-        try:
-            unmount(Path(item.name))
-        except ExternalError:
-            kept.append(item)
-            continue
-        if item.detail.startswith("/dev/loop"):  # a loop the dead run mounted (an image mounted for a check)
-            detach_loop(item.detail)
+    kept += [item for item in leftovers if item.kind == "mount" and not _unmount_dead(item.name, item.detail)]
     loops = [item for item in leftovers if item.kind == "loop device"]
     for item in loops:
         detach_loop(item.name)
@@ -767,19 +760,26 @@ def release(leftovers: list[Leftover]) -> list[Leftover]:
     return kept
 
 
+def _unmount_dead(target: str, source: str) -> bool:
+    """Unmount a mount a dead run left, then detach the loop device it mounted (an image mounted for a check, a disk
+    being assembled); False when it stays mounted."""
+    try:
+        unmount(Path(target))
+    except ExternalError:
+        return False
+    if source.startswith("/dev/loop"):
+        detach_loop(source)
+    return True
+
+
 def _free(folder: Path) -> bool:
     """Let go of what a dead run still had in ``folder`` (a workspace, a half-made output: image.base assembles its
     disk there): the mounts below it, deepest first, with the loop devices they mount, and the loop devices over files
     in it. False when something stays mounted."""
     base = os.path.realpath(folder)
     for target, source in sorted(_mounts(), key=lambda m: -len(m[0])):
-        if target == base or target.startswith(base + "/"):
-            try:
-                unmount(Path(target))
-            except ExternalError:
-                return False
-            if source.startswith("/dev/loop"):
-                detach_loop(source)
+        if (target == base or target.startswith(base + "/")) and not _unmount_dead(target, source):
+            return False
     for dev, back, _ in _loop_backings():
         if back.startswith(base + "/"):
             detach_loop(dev)
