@@ -26,7 +26,7 @@ from botocore.stub import ANY, Stubber
 
 from imagebuilder.core import grammar
 from imagebuilder.core.errors import ExternalError
-from imagebuilder.providers.ami_export import Clients, ExportPlan, export_ami, plan_export
+from imagebuilder.providers.ami.export import Clients, ExportPlan, export_ami, plan_export
 from tests.support.common import BIN, run
 from tests.support.vcsim import free_port
 

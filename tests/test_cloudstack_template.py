@@ -12,7 +12,7 @@ import pytest
 from cs import CloudStack
 
 from imagebuilder.core.errors import ExternalError
-from imagebuilder.providers.cloudstack_template import TemplateRequest, register_template
+from imagebuilder.providers.cloudstack.template_register import TemplateRequest, register_template
 from tests.support.cloudstack import KEY, SECRET, State, contract_server, signature_of
 from tests.support.common import killed_at, run
 

@@ -39,7 +39,7 @@ def export(
     s3_prefix = flags.grammar_of(grammar.s3_prefix, prefix, "--prefix")
     role = flags.grammar_of(grammar.iam_role_name, role_name, "--role-name")
     aws_region = flags.grammar_of(grammar.aws_region, region, "--region") if region else None
-    from imagebuilder.providers.ami_export import export_ami, plan_export  # boto3: once the flags are known good
+    from imagebuilder.providers.ami.export import export_ami, plan_export  # boto3: once the flags are known good
 
     plan = plan_export(path, bucket=s3_bucket, prefix=s3_prefix, role_name=role, region=aws_region)
     print(plan.describe())

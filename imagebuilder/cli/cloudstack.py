@@ -32,7 +32,7 @@ def template_register(
 ) -> None:
     """Register a built image as a CloudStack template and wait until it is Ready; API credentials from
     CLOUDSTACK_ENDPOINT, CLOUDSTACK_KEY and CLOUDSTACK_SECRET."""
-    from imagebuilder.providers.cloudstack_template import FORMATS, TemplateRequest, name_of, register_template
+    from imagebuilder.providers.cloudstack.template_register import FORMATS, TemplateRequest, name_of, register_template
 
     def named(value: str, flag: str, what: str) -> str:
         return flags.grammar_of(lambda v: name_of(v, what), flags.required(value, flag, f"a {what} name"), flag)

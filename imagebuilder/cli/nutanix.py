@@ -46,8 +46,8 @@ def image_upload(
         flags.url(url, "--url", ("http", "https"))
     if sha256 and (source or not is_hex_digest(sha256.lower(), "sha256")):
         raise InputError("a SHA-256 in hex, with --url only", field="--sha256", expected="64 hex digits, with --url")
-    from imagebuilder.providers.nutanix import load_nutanix_config
-    from imagebuilder.providers.nutanix_image import UploadRequest, prism_from_config, upload_image
+    from imagebuilder.providers.nutanix.image_upload import UploadRequest, prism_from_config, upload_image
+    from imagebuilder.providers.nutanix.provider import load_nutanix_config
 
     loaded = load_nutanix_config(path)
     image_name = name or loaded.source_image_name

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from imagebuilder.providers.ami import Ami
-from imagebuilder.providers.baremetal import Baremetal
+from imagebuilder.providers.ami.provider import Ami
+from imagebuilder.providers.baremetal.provider import Baremetal
 from imagebuilder.providers.base import Provider
-from imagebuilder.providers.cloudstack import Cloudstack
+from imagebuilder.providers.cloudstack.provider import Cloudstack
 from imagebuilder.providers.config import ProviderConfig
-from imagebuilder.providers.nutanix import Nutanix
-from imagebuilder.providers.vsphere import Vsphere
+from imagebuilder.providers.nutanix.provider import Nutanix
+from imagebuilder.providers.vsphere.provider import Vsphere
 
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (Vsphere(), Baremetal(), Cloudstack(), Ami(), Nutanix())}
 

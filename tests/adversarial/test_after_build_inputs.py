@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imagebuilder.core import grammar
-from imagebuilder.providers.ami_export import artifact_pairs
-from imagebuilder.providers.cloudstack_template import name_of
+from imagebuilder.providers.ami.export import artifact_pairs
+from imagebuilder.providers.cloudstack.template_register import name_of
 
 
 @settings(max_examples=300, deadline=None)

@@ -33,7 +33,7 @@ from imagebuilder.core import faults
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.files import sha256_file
 from imagebuilder.core.progress import Say, Transfers, poll, silent, start
-from imagebuilder.providers.nutanix import NutanixConfig
+from imagebuilder.providers.nutanix.provider import NutanixConfig
 
 API = "/api/nutanix/v3"
 PASSWORD_ENV = "NUTANIX_PASSWORD"  # noqa: S105 - the variable's name, not a password
