@@ -102,7 +102,11 @@ class LayerBuilds:
         from imagebuilder.build.runner import prepare_source_image
 
         self.cache.mkdir(parents=True, exist_ok=True)
+        # what a killed run was writing into the cache (a layer's qcow2, gzip members in a layer's store), then this
+        # run's workspace for the layer, marked as its own like a build's: killed, it is released by the next run
+        disk.release(disk.stale_partials(self.cache, recursive=True))
         work = plan.workspace / f"layer-{target.stem}-{os.getpid()}"
+        disk.claim(work)
         self._work.append(work)
         log_path = self.cache / f"{target.stem}.log"
         self.say(f"OS layer: building {target.name} (chroot: packages, containerd, node settings)")
