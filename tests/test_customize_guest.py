@@ -46,9 +46,22 @@ PASSWORD = "reg-Pa55-MARK-5521"
 TOKEN = "tok-MARK-7730"
 
 
+def remove_stale_taps() -> list[str]:
+    """The taps a run of this module killed before its teardown left (SIGKILL: none of it ran) with the host address
+    on them: the route to the guest would go through the first of them, a dead end. Only this module uses the
+    subnet, and one worker runs it, so any other tap holding it is stale."""
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=True).stdout
+    stale = sorted({line.split()[1] for line in out.splitlines() if f" {HOST_IP}/" in line and line.split()[1] != TAP})
+    for name in stale:
+        if name.startswith("ibtap"):
+            subprocess.run(["ip", "link", "del", name], check=False)
+    return stale
+
+
 @pytest.fixture
 def guest_network(tmp_path: Path) -> Iterator[Path]:
     """A tap device with a DHCP server that gives the guest a fixed address; yields dhcpd's lease file."""
+    remove_stale_taps()
     subprocess.run(["ip", "tuntap", "add", TAP, "mode", "tap"], check=True)
     dhcpd = None
     try:

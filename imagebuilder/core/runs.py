@@ -45,3 +45,9 @@ def tag_owner(tag: str) -> tuple[int, str | None] | None:
     """The run a :func:`run_tag` names: its pid and start time (None when ``tag`` is no such name)."""
     pid, _, start = tag.partition("-s")
     return (int(pid), start if start.isdigit() else None) if pid.isdigit() else None
+
+
+def daemon_env() -> dict[str, str]:
+    """The environment for a service a task starts on purpose to outlive it (``dhcp.install``'s dhcpd where no systemd
+    runs): this process's, without the run's tag, so no later run takes the service for a dead run's leftover."""
+    return {k: v for k, v in os.environ.items() if k != RUN_ENV}

@@ -40,6 +40,7 @@ from imagebuilder.core import grammar
 from imagebuilder.core.errors import ExternalError, InputError, InputErrors
 from imagebuilder.core.files import atomic_write, load_yaml_mapping
 from imagebuilder.core.render import template_env
+from imagebuilder.core.runs import daemon_env
 from imagebuilder.core.validation import StrictModel, validated
 
 Method = Literal["outside", "shrink", "reserve"]
@@ -393,10 +394,11 @@ def install(pool: Pool, host: DhcpHost, *, dry_run: bool = False) -> InstallRepo
     host.leases.parent.mkdir(parents=True, exist_ok=True)
     host.leases.touch(exist_ok=True)
     host.pidfile.parent.mkdir(parents=True, exist_ok=True)
+    # the daemon outlives this run on purpose: started without the run's tag (core.runs.daemon_env)
     proc = subprocess.run(
         ["dhcpd", "-4", "-q", "-cf", str(host.conf), "-lf", str(host.leases), "-pf", str(host.pidfile),
          pool.config.interface],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=60, check=False, env=daemon_env(),
     )  # fmt: skip
     if proc.returncode != 0:
         raise ExternalError(
