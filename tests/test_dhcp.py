@@ -17,6 +17,7 @@ import testinfra
 import yaml
 
 from imagebuilder.core.errors import ExternalError, InputErrors
+from imagebuilder.core.runs import stat_fields
 from imagebuilder.host.dhcp import DhcpConfig, DhcpHost, Pool, dummy_mac, install, load_dhcp_config, render
 from tests.support.common import BIN, ROOT, run
 
@@ -268,8 +269,7 @@ def test_install_converges_keeps_old_config_on_failure_and_testinfra(network: No
         # the daemon outlives dhcp.install on purpose: a later task's sweep never takes it for a dead run's
         swept = run("host.clean")
         assert swept.code == 0 and "dhcpd" not in swept.out, swept.out
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        assert state not in ("Z", "X"), "dhcpd was killed by the sweep"
+        assert stat_fields(pid)[0] not in ("Z", "X"), "dhcpd was killed by the sweep"
         again = install_in_ns(config, prefix)
         assert again.returncode == 0 and "nothing to change" in again.stdout
         assert DhcpHost(prefix).running_pid() == pid

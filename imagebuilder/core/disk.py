@@ -29,7 +29,7 @@ from pathlib import Path
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import PARTIAL_SUFFIXES, partial_owner, run_checked
 from imagebuilder.core.progress import Say
-from imagebuilder.core.runs import RUN_ENV, gone, run_tag, start_time, tag_owner
+from imagebuilder.core.runs import RUN_ENV, gone, run_tag, start_time, stat_fields, tag_owner
 
 SECTOR = 512
 _ZERO = bytes(1024 * 1024)
@@ -488,13 +488,7 @@ def chroot_mounts(root: Path, *, log: Say | None = None) -> Iterator[None]:
 def mounts_under(path: Path) -> list[str]:
     """Mount points at or below ``path`` (from /proc/self/mountinfo)."""
     base = os.path.realpath(path)
-    found = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            target = line.split()[4].encode().decode("unicode_escape")
-            if target == base or target.startswith(base + "/"):
-                found.append(target)
-    return found
+    return [target for target, _ in _mounts() if target == base or target.startswith(base + "/")]
 
 
 def remove_tree(path: Path) -> list[str]:
@@ -591,10 +585,8 @@ def _kill(processes: list[Leftover], *, wait: float = 10.0) -> list[Leftover]:
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
+    fields = stat_fields(pid)
+    return not fields or fields[0] in ("Z", "X")
 
 
 #: the file in a build workspace that says which run owns it (see :func:`claim`)
@@ -776,10 +768,11 @@ def _free(folder: Path) -> bool:
     """Let go of what a dead run still had in ``folder`` (a workspace, a half-made output: image.base assembles its
     disk there): the mounts below it, deepest first, with the loop devices they mount, and the loop devices over files
     in it. False when something stays mounted."""
-    base = os.path.realpath(folder)
-    for target, source in sorted(_mounts(), key=lambda m: -len(m[0])):
-        if (target == base or target.startswith(base + "/")) and not _unmount_dead(target, source):
+    sources = dict(_mounts())
+    for target in sorted(mounts_under(folder), key=len, reverse=True):  # the deepest first
+        if not _unmount_dead(target, sources.get(target, "")):
             return False
+    base = os.path.realpath(folder)
     for dev, back, _ in _loop_backings():
         if back.startswith(base + "/"):
             detach_loop(dev)

@@ -16,13 +16,17 @@ from pathlib import Path
 RUN_ENV = "IMAGE_BUILDER_RUN"
 
 
+def stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` after the command name (state first, start time 20th); empty when no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return []
+
+
 def start_time(pid: int) -> str | None:
     """The kernel's start time of ``pid``, None when no such process runs."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
+    fields = stat_fields(pid)
     return fields[19] if len(fields) > 19 else None
 
 
