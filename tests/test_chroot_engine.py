@@ -311,10 +311,15 @@ def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch:
 def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     offline_ns: str, home: Path, base_image: tuple[Path, str], tmp_path: Path
 ) -> None:
+    from imagebuilder.attest.keys import generate, public_path
+    from imagebuilder.attest.packages import collect
+    from imagebuilder.attest.sbom import package_names
     from imagebuilder.build.verify import verify_image
+    from imagebuilder.core.disk import mounted_root, raw_view
     from imagebuilder.core.fetch import Mirror
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.mirror import create_mirror
+    from tests.support.attest import check_provenance, check_sbom
     from imagebuilder.release.standin import make_standin_release
     from tests.support.offline import in_ns
 
@@ -326,10 +331,12 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     config = tmp_path / "bm.json"
     config.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}"}))
     out, layers = tmp_path / "out", tmp_path / "layers"
+    key = tmp_path / "keys" / "build.pem"
+    generate(key, "ecdsa")
     args = [str(BIN / "image-builder"), "build.matrix", "--os", "ubuntu", "--hypervisor", "baremetal",
             "--release-channel", "1-23,1-24", "--baremetal-config", str(config), "--mirror", str(mirror),
             "--offline", "--engine", "chroot", "--disk-gb", "4", "--output-dir", str(out),
-            "--layer-cache", str(layers)]  # fmt: skip
+            "--layer-cache", str(layers), "--signing-key", str(key)]  # fmt: skip
     # issue 29, build.matrix: a first run killed (its process group, SIGKILL) while Ansible provisions the shared OS
     # layer; the run below starts on what it left and must leave nothing of it
     env = {**os.environ, "HOME": str(home), "IMAGE_BUILDER_WORKSPACE": str(home / "work")}
@@ -361,6 +368,25 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     for name, boot in (("ubuntu-v1.23.14-eks-10-amd64.gz", False), ("ubuntu-v1.24.8-eks-5-amd64.gz", True)):
         findings = verify_image(out / name, boot=boot)
         assert not [f for f in findings if not f.ok], (name, findings)
+        # issue 31: each has its SBOM (the packages of its own database, its Kubernetes artifacts, its source
+        # image) and its provenance, signed by the key given, naming the SBOM
+        stem = name.removesuffix(".gz")
+        doc = check_sbom(out / f"{stem}.spdx.json", out / name)
+        listed = {p["name"]: p for p in doc["packages"]}
+        assert {"containerd", "systemd", "openssh-server"} <= set(listed), sorted(listed)[:20]
+        with raw_view(out / name, work_dir=tmp_path / "raw") as raw, mounted_root(raw) as root:
+            inventory = collect(root)  # the same database read off the image here
+        assert package_names(doc) == {p.name: p.version for p in inventory.packages}
+        purl = listed["systemd"]["externalRefs"][0]["referenceLocator"]
+        assert purl.startswith(f"pkg:deb/{inventory.distro}/systemd@") and "arch=amd64" in purl, purl
+        assert {"kubelet", "kubeadm", "kubectl"} <= set(listed) and listed["kubelet"]["checksums"][0]["checksumValue"]
+        assert listed[image.name]["checksums"][0]["checksumValue"] == digest, "the source image, by its digest"
+        statement = check_provenance(out / f"{stem}.intoto.json", public_path(key), out / name)
+        parameters = statement["predicate"]["buildDefinition"]["externalParameters"]
+        assert parameters["engine"] == "chroot" and parameters["release_channel"] in ("1-23", "1-24")
+        deps = {d["name"]: d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]}
+        assert deps["source-image"]["digest"] == {"sha256": digest} and deps["release-manifest"]["digest"]["sha256"]
+        assert deps["config:bm.json"]["digest"]["sha256"] and "uri" not in deps["config:bm.json"]
     # a rerun builds nothing: the manifests record the same inputs
     again = in_ns(offline_ns, *args, home=home)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

@@ -39,7 +39,7 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
 
 #: the capability packages, lowest first: each imports only itself and the packages before it (its docstring says
 #: so); above them only the demo, the docs generator and the command line
-LAYERS = ("core", "release", "customization", "image", "vsphere", "providers", "build", "host")
+LAYERS = ("core", "release", "attest", "publish", "customization", "image", "vsphere", "providers", "build", "host")
 
 
 def test_each_package_imports_only_the_packages_below_it() -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagebuilder.build.chroot import OsLayer, run_chroot_build
 from imagebuilder.build.inputs import digest, inputs_digest, layer_inputs
@@ -43,6 +43,9 @@ from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.gzipdisk import Base, MemberStore, prime
 from imagebuilder.release.catalog import load_catalog
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Signer
 
 #: what one build needs, to bound the parallelism: a chroot build (Ansible, then compression) or a Packer build (a VM)
 CHROOT_BUILD = {"cpus": 1, "memory_mb": 1536}
@@ -272,6 +275,7 @@ def run_matrix(
     keep_on_error: bool = False,
     build: Callable[..., Any] | None = None,
     plugins: PluginCheck | None = None,
+    signer: Signer | None = None,
 ) -> list[MatrixRow]:
     """Build every plan (OS layers first, once each), skipping outputs already built from the same inputs."""
     from imagebuilder.build.runner import run_build
@@ -294,7 +298,7 @@ def run_matrix(
         try:
             result = build(row.plan, customization=customization, os_layer=chosen.get(i), say=say,
                            inputs_sha256=inputs_digest(row.plan, customization),
-                           keep_on_error=keep_on_error, plugins=plugins)  # fmt: skip
+                           keep_on_error=keep_on_error, plugins=plugins, signer=signer)  # fmt: skip
             row.status, row.detail = "built", str(result.artifact or result.manifest)
         except ImageBuilderError as exc:
             row.status, row.detail = "failed", str(exc).splitlines()[0]

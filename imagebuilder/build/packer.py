@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuilder.build.attestations import INVENTORY
 from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
 from imagebuilder.build.plan import BuildPlan
 from imagebuilder.core.errors import InputError
@@ -284,7 +285,9 @@ def node_vars(
     """The node playbook's variables (no secrets) and what the customize role needs in the controller's
     environment (its secrets), for either engine. ``directory`` is the build's workspace."""
     customization = effective_customization(plan, customization)
-    role_vars = {**ansible_vars(plan), "artifact_cache": str(directory / "artifacts")}
+    # the sbom role hands the image's package database to this host there (build/attestations.py)
+    role_vars = {**ansible_vars(plan), "artifact_cache": str(directory / "artifacts"),
+                 "sbom_inventory": str(directory / INVENTORY)}  # fmt: skip
     secret_env: dict[str, str] = {}
     if customization is not None:  # build --customize: the same role as template.customize, before sysprep
         role_vars.update(customization.role_vars(user=role_vars["build_user"]))

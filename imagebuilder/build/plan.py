@@ -44,6 +44,8 @@ class ManifestState:
     source: str
     resolved: bool
     note: str | None = None
+    #: the document's SHA-256, when it was read
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class BuildPlan:
             "release_manifest": {
                 "source": self.manifest.source,
                 "resolved": self.manifest.resolved,
+                **({"sha256": self.manifest.sha256} if self.manifest.sha256 else {}),
                 **({"note": self.manifest.note} if self.manifest.note else {}),
             },
             "mirror": self.mirror.base if self.mirror else None,

@@ -19,9 +19,10 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from imagebuilder import __version__
+from imagebuilder.build.attestations import write_attestations
 from imagebuilder.build.chroot import OsLayer, check_engine, run_chroot_build
 from imagebuilder.build.inputs import inputs_digest
 from imagebuilder.build.packer import (
@@ -47,6 +48,9 @@ from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.outputs import sharing
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import SourceImageFields
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Signer
 
 
 @dataclass
@@ -120,13 +124,16 @@ def run_build(
     os_layer: OsLayer | None = None,
     inputs_sha256: str | None = None,
     plugins: PluginCheck | None = None,
+    signer: Signer | None = None,
 ) -> BuildResult:
     """Execute ``plan``, saying each step as it starts (the progress protocol). Raises :class:`ExternalError` with
     the log's path when something outside us fails. ``customization`` (``build --customize``) adds the customize
     role; its secrets reach Ansible through Packer's environment only and are redacted from the log. ``os_layer``
     (chroot engine, from ``build.matrix``) is a cached OS layer of this plan: the build runs only its Kubernetes
     part on a copy of it. ``plugins`` is the Packer and plugin check the caller made (:func:`prepare_packer`); without
-    it the build makes its own, with ``packer`` (default: ``packer`` on PATH), before anything else starts."""
+    it the build makes its own, with ``packer`` (default: ``packer`` on PATH), before anything else starts. Every build
+    writes the image's SBOM and provenance beside it (:mod:`imagebuilder.build.attestations`), the provenance signed
+    by ``signer`` when one is given."""
     check_buildable(plan)  # bad input fails here, before anything is written
     if os_layer is not None and plan.engine != "chroot":
         raise InputError("an OS layer is provisioned by the chroot engine only", field="--engine", expected="chroot")
@@ -198,6 +205,12 @@ def run_build(
                 packaged = registry.get(plan.provider).package(plan, directory, status)
                 artifact, sha, size = packaged.artifact, packaged.sha256, packaged.size
                 result_extra.update(packaged.extra)
+            with _step(steps, "attest"):
+                status("writing the SBOM and the provenance")
+                result_extra.update(write_attestations(
+                    plan, directory=directory, out_dir=out_dir, artifact=artifact, sha256=sha, build_id=build_id,
+                    started=started, tools=_tool_versions(packer), customization=applied, signer=signer,
+                ))  # fmt: skip
         with (
             atomic_write(artifact.with_name(artifact.name + ".sha256")) if artifact else contextlib.nullcontext() as fh
         ):

@@ -28,6 +28,7 @@ from imagebuilder.cli import (
     nutanix,
     preflight,
     release,
+    repo,
     serve,
     template,
     vsphere,
@@ -47,6 +48,7 @@ NAMESPACES: tuple[ModuleType, ...] = (
     mirror,
     nutanix,
     release,
+    repo,
     template,
     vsphere,
 )

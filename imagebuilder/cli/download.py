@@ -98,3 +98,41 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
     print(
         f"hookImagesURLPath: {served_url(Path(dest).name)} (once 'image-builder serve --dir {Path(dest).parent}' runs)"
     )
+
+
+@task(
+    help={
+        "repo": "the repository's URL (http/https: a server or a bucket's web endpoint) or folder, as image.publish "
+        "wrote it (metadata/ and targets/ under it)",
+        "root": "the repository's root.json to start from (a file or URL): the one repo.init made, or a later one",
+        "root_sha512": "the SHA-512 root.json must have (repo.init printed it); checked first when given",
+        "target": "the target to download, as published (e.g. ubuntu/1-29/ubuntu-v1.29.9-eks-1-29-20-amd64.gz)",
+        "dest": "directory to write into (default .; may already exist)",
+        "dry_run": "check the root and the signed metadata, print the target; download nothing",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def image(c: Context, repo: str = "", root: str = "", root_sha512: str = "", target: str = "", dest: str = ".",
+          dry_run: bool = False) -> None:  # fmt: skip
+    """Download any target of a TUF repository image.publish made: the same verified, resumable path as OS-1."""
+    location = flags.required(repo, "--repo", "the repository's URL or folder")
+    name = flags.required(target, "--target", "a target name")
+    root_source = flags.url_or_file(flags.required(root, "--root", "the repository's root.json"), "--root")
+    out = flags.dest_dir(dest, "--dest")
+    from imagebuilder.core.fetch import read
+    from imagebuilder.release import tufclient
+
+    repository = tufclient.published(location)
+    trusted = read(root_source, timeout=30, what="root.json")
+    if root_sha512:
+        trusted = tufclient.pinned(trusted, root_sha512, root_source)
+    destination = tufclient.dest_in(out, name.rsplit("/", 1)[-1])
+    if dry_run:
+        expected, url = tufclient.target_info(repository, name, trusted)
+        print(f"verified: {name}: {expected.length} bytes at {url}, {', '.join(expected.hashes)} signed")
+        print(f"output:   {destination} (not written: --dry-run)")
+        return
+    with transfer_bars() as transfers:
+        path = tufclient.download(repository, name, destination, trusted, transfers=transfers)
+    print(f"wrote {path} (verified against the signed metadata)")

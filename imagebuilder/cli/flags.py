@@ -166,3 +166,14 @@ def secret(value: str, flag: str) -> str:
     if not secret:
         raise InputError("the password is empty", field=flag)
     return secret
+
+
+#: where ``--signing-key`` comes from when the flag is not given
+SIGNING_KEY_ENV = "IMAGE_BUILDER_SIGNING_KEY"
+
+
+def signing_key(value: str | None, flag: str = "--signing-key") -> Path | None:
+    """The private key file to sign with (the flag, else ``$IMAGE_BUILDER_SIGNING_KEY``), or None. Only its path
+    travels; the key is read (and its file's mode checked) by :func:`imagebuilder.attest.keys.load_signer`."""
+    given = value or os.environ.get(SIGNING_KEY_ENV) or None
+    return existing_file(given, flag if value else SIGNING_KEY_ENV) if given else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from invoke.context import Context
@@ -76,6 +77,9 @@ def print_findings(findings: list[Finding]) -> None:
         "node_timeout": "seconds the node check may take in all (default 2400; TCG is slow)",
         "join": "with --kubernetes: a second copy of the image joins the first as a worker (kubeadm join over a "
         "private wire between the two guests) and the test pod runs there",
+        "provenance": "check this provenance (<name>.intoto.json) instead of the image's contents: its signature by"
+        " --public-key, its subject against the image, the SBOM it names against the file beside it",
+        "public_key": "with --provenance: the PEM public key the build signed with",
     },
     auto_shortflags=False,
 )
@@ -89,10 +93,15 @@ def verify(
     kubernetes: bool = False,
     node_timeout: str = "2400",
     join: bool = False,
+    provenance: str = "",
+    public_key: str = "",
 ) -> None:
     """Check a built image with testinfra (mounted read-only) and boot it to a login prompt; with --kubernetes,
-    bring a node up on it and check it is Ready."""
+    bring a node up on it and check it is Ready; with --provenance, check its signed provenance and SBOM."""
     path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
+    if provenance or public_key:
+        _verify_provenance(path, provenance, public_key)
+        return
     if kubernetes and no_boot:
         raise InputError("--kubernetes boots the image, --no-boot says not to", field="--no-boot",
                          expected="one of them")  # fmt: skip
@@ -119,6 +128,69 @@ def verify(
     if bad:
         raise ExternalError(f"image {image} failed: {', '.join(bad)}")
     print(f"image {image}: all {len(findings)} checks passed")
+
+
+def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:
+    from imagebuilder.attest.keys import load_public_key
+    from imagebuilder.attest.provenance import verify as verify_provenance
+
+    statement_file = flags.existing_file(flags.required(provenance, "--provenance", "<name>.intoto.json"),
+                                         "--provenance")  # fmt: skip
+    key = load_public_key(flags.existing_file(flags.required(public_key, "--public-key", "a PEM public key"),
+                                              "--public-key"))  # fmt: skip
+    statement = verify_provenance(statement_file, key, image)
+    predicate = statement["predicate"]
+    print(f"[ok  ] signature            by key {key.keyid}")
+    print(f"[ok  ] subject              {image.name} (sha256 {statement['subject'][0]['digest']['sha256']})")
+    for item in predicate["runDetails"].get("byproducts", []):
+        print(f"[ok  ] sbom                 {item['name']} (sha256 {item['digest']['sha256']})")
+    params = predicate["buildDefinition"]["externalParameters"]
+    print(f"built: {', '.join(f'{k}={v}' for k, v in params.items())}")
+    print(f"by:    {predicate['runDetails']['builder']['id']} ({predicate['runDetails']['metadata']['invocationId']})")
+
+
+@task(
+    help={
+        "image": "the image to publish (its .sha256, .spdx.json and .intoto.json beside it, as a build writes them)",
+        "repo": "the TUF repository: a folder, or s3://bucket/prefix (endpoint and credentials from the environment)",
+        "keys": "folder of the repository's private keys: targets.pem, snapshot.pem, timestamp.pem (mode 0600)",
+        "target_dir": "publish under this path in the repository (e.g. ubuntu/1-29); default: its top",
+        "public_key": "the PEM public key the build signed the provenance with: checked before publishing",
+        "expires": "days the new metadata stays valid, role=days comma-separated (default targets=90,snapshot=7,"
+        "timestamp=1)",
+        "dry_run": "check everything (image, SBOM, provenance, keys, repository); upload and sign nothing",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def publish(c: Context, image: str = "", repo: str = "", keys: str = "", target_dir: str = "", public_key: str = "",
+            expires: str = "", dry_run: bool = False) -> None:  # fmt: skip
+    """Add an image, its SBOM and its provenance to a TUF repository (a rerun of the same image changes nothing)."""
+    from imagebuilder.cli._common import transfer_bars
+    from imagebuilder.cli.repo import print_change
+
+    path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
+    location = flags.required(repo, "--repo", "a folder or s3://bucket/prefix")
+    key_dir = flags.existing_dir(flags.required(keys, "--keys", "the repository's keys folder"), "--keys")
+    from imagebuilder.attest.keys import load_public_key
+    from imagebuilder.publish.images import publish_image
+    from imagebuilder.publish.repository import expiry
+
+    key = load_public_key(flags.existing_file(public_key, "--public-key")) if public_key else None
+    days = expiry(expires)
+    with transfer_bars() as transfers:
+        result = publish_image(path, location, key_dir, target_dir=target_dir, public_key=key, days=days,
+                               dry_run=dry_run, transfers=transfers, say=print)  # fmt: skip
+    if not result.signature_checked:
+        print("note: the provenance's signature was not checked (give --public-key)")
+    print_change(result.change)
+    names = ", ".join(t.name for t in result.targets)
+    if dry_run:
+        print(f"targets: {names} (not published: --dry-run)")
+    elif result.change.written:
+        print(f"published: {names}")
+    else:
+        print(f"already published: {names} (nothing changed)")
 
 
 @task(

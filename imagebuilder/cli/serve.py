@@ -17,6 +17,8 @@ from imagebuilder.host.serve import ALL_INTERFACES, DEFAULT_PORT
 @task(
     help={
         "dir": "directory to serve (e.g. the download.bottlerocket and download.hook destinations)",
+        "repo": "instead of --dir: a TUF repository folder image.publish made (verified first); prints its URLs and"
+        " each bare-metal image's osImageURL",
         "bind": f"address to listen on (default {ALL_INTERFACES}: all)",
         "port": f"TCP port (default {DEFAULT_PORT})",
         "listing": "list directories (off by default)",
@@ -30,6 +32,7 @@ from imagebuilder.host.serve import ALL_INTERFACES, DEFAULT_PORT
 def serve(
     c: Context,
     dir: str = "",
+    repo: str = "",
     bind: str = ALL_INTERFACES,
     port: str = str(DEFAULT_PORT),
     listing: bool = False,
@@ -38,9 +41,13 @@ def serve(
     dry_run: bool = False,
 ) -> None:
     """Serve images and boot assets over HTTP (ranges, HEAD, sendfile); print osImageURL and hookImagesURLPath."""
-    from imagebuilder.host.serve import FileServer, cluster_values, nginx_site
+    from imagebuilder.host.serve import FileServer, cluster_values, nginx_site, repository_values
 
-    root = flags.existing_dir(flags.required(dir, "--dir", "the directory to serve"), "--dir")
+    if dir and repo:
+        raise InputError("--dir and --repo both name what to serve", field="--repo", expected="one of them")
+    root = flags.existing_dir(repo, "--repo") if repo else flags.existing_dir(
+        flags.required(dir, "--dir", "the directory to serve (or --repo)"), "--dir")  # fmt: skip
+    values = repository_values("", root) if repo else None  # verified before anything listens
     number = flags.port(port)
     address = flags.ip_address(bind, "--bind")
     if nginx_config:
@@ -70,7 +77,8 @@ def serve(
     server.log = log
     base = server.base_url
     print(f"serving {root.resolve()} on {base}/ (Ctrl-C stops)")
-    for key, value in cluster_values(base, root).items():
+    pairs = repository_values(base, root) if values is not None else list(cluster_values(base, root).items())
+    for key, value in pairs:
         print(f"{key}: {value}")
     sys.stdout.flush()
     try:

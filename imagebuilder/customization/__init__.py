@@ -4,5 +4,5 @@ applied three ways, each named ``apply_customization`` in its own package: on a 
 (``vsphere.apply_customization``), on a local image (``image.apply_customization``), and during a build (the node
 roles take it, through the build's inputs).
 
-May import: ``core``, ``release``.
+May import: ``core``, ``release``, ``attest``, ``publish``.
 """

@@ -256,6 +256,22 @@ def cluster_values(base_url: str, root: Path) -> dict[str, str]:
     return values
 
 
+def repository_values(base_url: str, root: Path) -> list[tuple[str, str]]:
+    """What ``serve --repo`` prints for a repository ``image.publish`` made in ``root``: its metadata and targets URLs
+    (for ``download.image`` and tuftool) and, for each bare-metal image it lists, the ``osImageURL`` a machine that
+    knows nothing of TUF boots from: the hash-prefixed file, whose name changes with every new image. The
+    repository is read and verified first (every signature, by its newest root), so a damaged one is not served."""
+    from imagebuilder.publish.repository import load
+    from imagebuilder.publish.storage import FolderStore
+
+    state = load(FolderStore(root))
+    values = [("metadata URL", f"{base_url}/metadata/"), ("targets URL", f"{base_url}/targets/")]
+    for name, info in sorted(state.targets.signed.targets.items()):
+        if name.endswith((".gz", ".img")):
+            values.append((f"osImageURL ({name})", f"{base_url}/targets/{quote(info.get_prefixed_paths()[0])}"))
+    return values
+
+
 def local_address() -> str:
     """An address of this host that other machines can reach (for printed URLs when binding 0.0.0.0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

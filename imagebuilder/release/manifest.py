@@ -12,6 +12,7 @@ artifact without a sha256 is an error, never a silent pass.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ class ReleaseManifest:
     kubernetes_version: str
     source: str
     artifacts: tuple[NodeArtifact, ...]
+    #: the SHA-256 of the manifest document as read (the provenance names the manifest by it)
+    sha256: str | None = None
 
     @property
     def distro(self) -> str | None:
@@ -269,4 +272,4 @@ def load_manifest(url_or_path: str, mirror: Mirror | None = None, *, timeout: fl
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError("release manifest is not UTF-8 text", source=location) from None
-    return parse_manifest(text, location)
+    return dataclasses.replace(parse_manifest(text, location), sha256=hashlib.sha256(data).hexdigest())

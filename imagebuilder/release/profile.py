@@ -86,6 +86,17 @@ class Versions(_Section):
     os1_image: str
 
 
+class Attestations(_Section):
+    """What the SBOM and the provenance say about who made an image (issue 31)."""
+
+    #: SLSA ``buildDefinition.buildType``: the URI naming how this tool builds a node image
+    build_type: str
+    #: SLSA ``runDetails.builder.id``; ``{hostname}`` is the build host's name
+    builder_id: str
+    #: SPDX ``documentNamespace``; ``{name}`` the image's file name, ``{sha256}`` its digest
+    spdx_namespace: str
+
+
 class Profile(_Section):
     product: Product
     vsphere_user: VsphereUser
@@ -96,6 +107,7 @@ class Profile(_Section):
     hosts: Hosts
     os1: Os1
     versions: Versions
+    attestations: Attestations
 
     def manifest_url(self, channel: str, number: int) -> str:
         return self.distro.manifest_url.format(distro_host=self.hosts.distro, channel=channel, number=number)

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Print what an image's package database says, as JSON, for its SBOM (image-builder's attest.packages parses it).
+
+Run on the build VM by the sbom role, and by image-builder itself on a mounted image (``inventory.py ROOT``): one
+collector, so an SBOM reads the same whichever way the image was made. Raw data only (the dpkg status file, the
+declared license line of each machine-readable copyright file, or rpm's query); the parsing is done on the build host.
+Python 3.6 compatible: it runs on every target OS's own interpreter.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+RPM_QUERY = "%{NAME}\\t%{EPOCHNUM}\\t%{VERSION}\\t%{RELEASE}\\t%{ARCH}\\t%{LICENSE}\\t%{SOURCERPM}\\n"
+
+
+def read(root, name):
+    try:
+        with open(os.path.join(root, name), encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def declared_license(path):
+    """The machine-readable copyright file's ``Format:`` line and the ``License:`` of its ``Files: *`` paragraph
+    (what the package as a whole is under), or None for a free-form file."""
+    lines = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            first = fh.readline()
+            if not first.startswith("Format:"):
+                return None
+            lines.append(first.strip()[:200])
+            in_all = False
+            for line in fh:
+                if line.startswith("Files:"):
+                    in_all = line.split(":", 1)[1].strip() == "*"
+                elif in_all and line.startswith("License:"):
+                    lines.append(line.strip()[:200])
+                    break
+    except OSError:
+        return None
+    return "\n".join(lines)
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else "/"
+    out = {"format": 1, "os_release": read(root, "etc/os-release") or read(root, "usr/lib/os-release") or ""}
+    status = read(root, "var/lib/dpkg/status")
+    if status is not None:
+        out["dpkg_status"] = status
+        licenses = {}
+        for path in sorted(glob.glob(os.path.join(root, "usr/share/doc/*/copyright"))):
+            text = declared_license(path)
+            if text:
+                licenses[os.path.basename(os.path.dirname(path))] = text
+        out["copyright"] = licenses
+    elif os.path.isdir(os.path.join(root, "var/lib/rpm")) or os.path.isdir(os.path.join(root, "usr/lib/sysimage/rpm")):
+        command = ["rpm", "-qa", "--qf", RPM_QUERY]
+        if root != "/":
+            command[1:1] = ["--root", root]
+        out["rpm"] = subprocess.check_output(command).decode("utf-8", "replace")
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Signing keys from files, as securesystemslib reads them: PEM private keys (PKCS#8 or the algorithm's own form)
+of ed25519, ECDSA (P-256, P-384) or RSA, public keys as PEM SubjectPublicKeyInfo.
+
+Why so strict: a key is the one secret that makes every signature mean something. A private key file readable by
+the group or others is refused (exit 2) before it is read, as ssh refuses an exposed identity file; a key never
+travels in argv or a log, only its path and its key ID do. An encrypted private key is opened with the password in
+``IMAGE_BUILDER_KEY_PASSWORD`` (never a flag).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from imagebuilder.core.errors import InputError
+from imagebuilder.core.files import atomic_write
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import CryptoSigner, SSlibKey
+
+#: the environment variable an encrypted private key's password comes from
+PASSWORD_ENV = "IMAGE_BUILDER_KEY_PASSWORD"  # noqa: S105 (a variable name, not a password)
+KINDS = ("ed25519", "ecdsa", "rsa")
+#: a key file is a few kilobytes; anything larger is not one
+_MAX_KEY_BYTES = 64 * 1024
+
+
+def _read_key_file(path: Path, flag: str, *, private: bool) -> bytes:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise InputError(f"cannot read the key file: {exc.strerror}", source=path, field=flag,
+                         expected="a PEM key file") from None  # fmt: skip
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("is not a regular file", source=path, field=flag, expected="a PEM key file")
+    if private and st.st_mode & 0o077:
+        raise InputError(
+            f"the private key is readable by {'others' if st.st_mode & 0o007 else 'its group'} "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}): it is refused before it is read",
+            source=path, field=flag, expected=f"mode 0600 or stricter (chmod 600 {path})",
+        )  # fmt: skip
+    if st.st_size > _MAX_KEY_BYTES:
+        raise InputError(f"is {st.st_size} bytes: not a key file", source=path, field=flag, expected="a PEM key")
+    return path.read_bytes()
+
+
+def load_signer(path: Path, flag: str = "--signing-key") -> CryptoSigner:
+    """The private key in ``path`` as a securesystemslib signer (exit 2 naming the file when it is not one)."""
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from securesystemslib.signer import CryptoSigner
+
+    data = _read_key_file(path, flag, private=True)
+    password = os.environ.get(PASSWORD_ENV)
+    try:
+        key = load_pem_private_key(data, password.encode() if password else None)
+    except TypeError:  # encrypted and no password, or a password for a key that has none
+        raise InputError(
+            "the private key is encrypted" if not password else "the private key is not encrypted, a password was set",
+            source=path, field=flag,
+            expected=f"its password in {PASSWORD_ENV}" if not password else f"{PASSWORD_ENV} unset",
+        ) from None  # fmt: skip
+    except ValueError:  # never echo the cause: it may quote the key
+        raise InputError("is not a PEM private key (or the password is wrong)", source=path, field=flag,
+                         expected="a PEM ed25519, ECDSA or RSA private key") from None  # fmt: skip
+    if not isinstance(key, ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise InputError(f"is a {type(key).__name__}", source=path, field=flag,
+                         expected="an ed25519, ECDSA or RSA private key")  # fmt: skip
+    return CryptoSigner(key)
+
+
+def load_public_key(path: Path, flag: str = "--public-key") -> SSlibKey:
+    """A PEM public key (or the public half of a private key file given by mistake is refused: never read it)."""
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    from securesystemslib.signer import SSlibKey
+
+    data = _read_key_file(path, flag, private=False)
+    if b"PRIVATE KEY" in data:
+        raise InputError("is a private key", source=path, field=flag, expected="the public key (a .pub file)")
+    try:
+        return SSlibKey.from_crypto(load_pem_public_key(data))
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"is not a PEM public key ({exc})", source=path, field=flag,
+                         expected="a PEM ed25519, ECDSA or RSA public key") from None  # fmt: skip
+
+
+def public_path(private: Path) -> Path:
+    """Where :func:`generate` puts the public half of ``private``."""
+    return private.with_name(private.name + ".pub")
+
+
+def generate(path: Path, kind: str = "ed25519") -> str:
+    """A new private key at ``path`` (0600, PKCS#8 PEM) and its public key beside it (``<path>.pub``); returns the
+    key ID. Refuses to overwrite a key: a lost key is a lost repository."""
+    from cryptography.hazmat.primitives import serialization
+    from securesystemslib.signer import CryptoSigner
+
+    if kind not in KINDS:
+        raise InputError(f"'{kind}' is not a key type", field="--type", expected=", ".join(KINDS))
+    for target in (path, public_path(path)):
+        if target.exists():
+            raise InputError("exists: a key is never overwritten", source=target, field="--dest",
+                             expected="a new file name (or move the old key away)")  # fmt: skip
+    signer = {"ed25519": CryptoSigner.generate_ed25519, "ecdsa": CryptoSigner.generate_ecdsa,
+              "rsa": CryptoSigner.generate_rsa}[kind]()  # fmt: skip
+    private = signer.private_bytes  # PKCS#8 PEM, unencrypted: the file's mode protects it
+    pub = (
+        serialization.load_pem_private_key(private, None)
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    with atomic_write(path, "wb", perm=0o600) as fh:
+        fh.write(private)
+    with atomic_write(public_path(path), "wb", perm=0o644) as fh:
+        fh.write(pub)
+    return str(signer.public_key.keyid)

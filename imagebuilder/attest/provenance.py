@@ -1,0 +1,186 @@
+"""``<name>.intoto.json``: who built an image, from what, how, signed (SLSA provenance v1 in an in-toto statement,
+in a DSSE envelope).
+
+The statement's one subject is the image file with its SHA-256. The build definition names the OS, provider,
+channel and engine (external parameters), the release manifest, source image and config files by digest (resolved
+dependencies: a config file's digest, never its contents: it may hold secrets), and this tool's version and git
+commit. The run details name the builder (the profile's ID for this host), the tool versions, the build's ID, start
+and end, and the SBOM by digest (a byproduct), so one signature covers both.
+
+:func:`verify` is what ``image.verify --provenance`` runs: the envelope's signature by the given public key first
+(nothing in an unsigned payload is believed), then the statement's types, the subject's digest against the image
+file, and the SBOM's digest against the file beside the provenance.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from imagebuilder import __version__
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.files import atomic_write, read_text, sha256_file
+from imagebuilder.core.paths import checkout_root
+from imagebuilder.release.profile import load_profile
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Key, Signer
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+SUFFIX = ".intoto.json"
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """A resolved dependency: the release manifest, the source image, a config file (digest only)."""
+
+    name: str
+    digests: dict[str, str]
+    uri: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        uri = {"uri": self.uri} if self.uri else {}
+        return {"name": self.name, **uri, "digest": dict(sorted(self.digests.items()))}
+
+
+def git_commit() -> str | None:
+    """The commit this tool runs from, when it runs from a checkout (a wheel records none)."""
+    root = checkout_root()
+    if root is None or not (root / ".git").exists():
+        return None
+    proc = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    commit = proc.stdout.strip()
+    return commit if proc.returncode == 0 and len(commit) == 40 else None
+
+
+def _time(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def statement(
+    *,
+    image: Path,
+    sha256: str,
+    parameters: dict[str, Any],
+    dependencies: list[Dependency],
+    tools: dict[str, str | None],
+    invocation: str,
+    started: dt.datetime,
+    finished: dt.datetime,
+    sbom: Path | None,
+) -> dict[str, Any]:
+    """The in-toto statement with its SLSA v1 predicate (as data; see the module docstring)."""
+    profile = load_profile().attestations
+    commit = git_commit()
+    tool = {"version": __version__, **({"commit": commit} if commit else {})}
+    byproducts = []
+    if sbom is not None:
+        byproducts.append({"name": sbom.name, "digest": {"sha256": sha256_file(sbom)},
+                           "mediaType": "application/spdx+json"})  # fmt: skip
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": image.name, "digest": {"sha256": sha256}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": profile.build_type,
+                "externalParameters": parameters,
+                "internalParameters": {"image_builder": tool},
+                "resolvedDependencies": [d.to_json() for d in dependencies],
+            },
+            "runDetails": {
+                "builder": {
+                    "id": profile.builder_id.format(hostname=socket.gethostname()),
+                    "version": {k: v for k, v in tools.items() if v},
+                },
+                "metadata": {"invocationId": invocation, "startedOn": _time(started), "finishedOn": _time(finished)},
+                "byproducts": byproducts,
+            },
+        },
+    }
+
+
+def sign(doc: dict[str, Any], signer: Signer) -> dict[str, Any]:
+    """The statement in a DSSE envelope signed by ``signer`` (securesystemslib's DSSE: PAE over the payload)."""
+    from securesystemslib.dsse import Envelope
+
+    payload = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    envelope = Envelope(payload, PAYLOAD_TYPE, {})
+    envelope.sign(signer)
+    return envelope.to_dict()
+
+
+def unsigned(doc: dict[str, Any]) -> dict[str, Any]:
+    """The statement in an envelope without a signature (a build given no key): nothing verifies it, and
+    ``image.verify --provenance`` and ``image.publish`` refuse it; ``image.sign`` signs it later."""
+    from securesystemslib.dsse import Envelope
+
+    payload = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return Envelope(payload, PAYLOAD_TYPE, {}).to_dict()
+
+
+def write(path: Path, envelope: dict[str, Any]) -> None:
+    with atomic_write(path) as fh:
+        fh.write(json.dumps(envelope, indent=2) + "\n")
+
+
+def _bad(path: Path, detail: str) -> ExternalError:
+    return ExternalError(f"the provenance {path} {detail}", hint="do not trust this image; rebuild or re-download it")
+
+
+def verify(path: Path, public_key: Key | None, image: Path) -> dict[str, Any]:
+    """Check ``path`` (a DSSE envelope) against ``public_key``, ``image`` and the SBOM it names; returns the
+    statement. Bad input (a file that is no envelope) exits 2; a signature or digest that does not match exits 1.
+    Without a key the envelope must still carry a signature (``image.publish`` without ``--public-key``)."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+
+    text = read_text(path, "provenance")
+    try:
+        envelope = Envelope.from_dict(json.loads(text))
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise InputError("is not a DSSE envelope", source=path, field="--provenance",
+                         expected="the <name>.intoto.json a build wrote") from None  # fmt: skip
+    if envelope.payload_type != PAYLOAD_TYPE:
+        raise _bad(path, f"has payload type {envelope.payload_type!r}, not {PAYLOAD_TYPE}")
+    if not envelope.signatures:
+        raise _bad(path, "is not signed")
+    if public_key is not None:
+        try:
+            envelope.verify([public_key], 1)
+        except VerificationError:
+            raise _bad(path, f"is not signed by the key {public_key.keyid[:16]}... (--public-key)") from None
+    try:
+        doc = json.loads(envelope.payload)
+        subject = doc["subject"]
+        predicate = doc["predicate"]
+    except (ValueError, KeyError, TypeError):
+        raise _bad(path, "holds no in-toto statement") from None
+    if doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != PREDICATE_TYPE:
+        raise _bad(path, f"is a {doc.get('_type')} of {doc.get('predicateType')}, not SLSA provenance v1")
+    digest = sha256_file(image)
+    if not any(isinstance(s, dict) and s.get("digest", {}).get("sha256") == digest for s in subject):
+        raise _bad(path, f"is about {[s.get('name') for s in subject if isinstance(s, dict)]}, not {image.name} "
+                         f"(sha256 {digest})")  # fmt: skip
+    for item in predicate.get("runDetails", {}).get("byproducts", []):
+        sbom = path.parent / Path(str(item.get("name", ""))).name
+        want = item.get("digest", {}).get("sha256")
+        if not sbom.is_file():
+            raise _bad(path, f"names the SBOM {sbom.name}, which is not beside it")
+        if sha256_file(sbom) != want:
+            raise _bad(path, f"names the SBOM {sbom.name} with sha256 {want}; the file has {sha256_file(sbom)}")
+    return dict(doc)
+
+
+def payload_of(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The statement inside an envelope, unverified (for display and tests; :func:`verify` is the check)."""
+    return dict(json.loads(base64.b64decode(envelope["payload"])))

@@ -1,0 +1,164 @@
+"""``repo.*``: the TUF repository images are published to (issue 31): its keys, its creation, its refresh and key
+rotation. Publishing itself is ``image.publish``; reading is ``download.image``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli import flags
+from imagebuilder.cli._common import cli_task
+from imagebuilder.core.errors import InputError
+
+REPO_HELP = "the repository: a folder, or s3://bucket/prefix (endpoint and credentials from the environment)"
+KEYS_HELP = "folder of private keys named for their role: root.pem or root-<n>.pem, targets.pem, snapshot.pem, "
+KEYS_HELP += "timestamp.pem (mode 0600; made by repo.keygen)"
+EXPIRES_HELP = "days each role's new metadata stays valid, role=days comma-separated (default root=365,targets=90,"
+EXPIRES_HELP += "snapshot=7,timestamp=1)"
+
+
+def print_change(change: object) -> None:
+    from imagebuilder.publish.repository import Change
+
+    assert isinstance(change, Change)
+    for name in change.written:
+        print(f"wrote     {name}")
+    for name in change.unchanged:
+        print(f"unchanged {name}")
+    if change.versions:
+        print("versions: " + ", ".join(f"{role} {v}" for role, v in sorted(change.versions.items())))
+
+
+def _counts(text: str, flag: str, defaults: dict[str, int], lo: int = 1, hi: int = 16) -> dict[str, int]:
+    from imagebuilder.publish.repository import ROLES
+
+    out = dict(defaults)
+    for item in flags.comma_list(text, flag) if text else []:
+        role, sep, value = item.partition("=")
+        if not sep or role not in ROLES or not value.isdigit() or not lo <= int(value) <= hi:
+            raise InputError(f"'{item}' is not role=N", field=flag, expected=f"roles {', '.join(ROLES)}; N {lo}-{hi}")
+        out[role] = int(value)
+    return out
+
+
+@task(
+    help={
+        "dest": "folder to write the keys into (created; existing key files are kept, never overwritten)",
+        "roles": "how many keys each role gets, role=N comma-separated (default root=1,targets=1,snapshot=1,"
+        "timestamp=1; e.g. root=3 for a threshold of root keys)",
+        "type": "ed25519 (default), ecdsa or rsa",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def keygen(c: Context, dest: str = "", roles: str = "", type: str = "ed25519") -> None:
+    """Make the repository's signing keys (private 0600, public .pub beside each)."""
+    from imagebuilder.attest.keys import KINDS, generate
+    from imagebuilder.publish.repository import ROLES
+
+    out = flags.dest_dir(flags.required(dest, "--dest", "a folder for the keys"), "--dest")
+    kind = flags.choice(type, "--type", KINDS)
+    counts = _counts(roles, "--roles", dict.fromkeys(ROLES, 1))
+    out.mkdir(parents=True, exist_ok=True)
+    out.chmod(0o700)
+    for role in ROLES:
+        for n in range(1, counts[role] + 1):
+            path = out / (f"{role}.pem" if counts[role] == 1 else f"{role}-{n}.pem")
+            if path.exists():
+                print(f"kept      {path} (exists)")
+                continue
+            print(f"wrote     {path} (key ID {generate(path, kind)})")
+
+
+@task(
+    help={
+        "repo": REPO_HELP,
+        "keys": KEYS_HELP,
+        "threshold": "signatures each role needs, role=N comma-separated (default 1; e.g. root=2 with 3 root keys)",
+        "expires": EXPIRES_HELP,
+        "dry_run": "check the keys and the repository; write nothing",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def init(c: Context, repo: str = "", keys: str = "", threshold: str = "", expires: str = "",
+         dry_run: bool = False) -> None:  # fmt: skip
+    """Create a TUF repository (consistent snapshots) and print its root's SHA-512 for distribution."""
+    from imagebuilder.publish import repository as r
+    from imagebuilder.publish.storage import open_store
+
+    location = flags.required(repo, "--repo", "a folder or s3://bucket/prefix")
+    key_dir = flags.existing_dir(flags.required(keys, "--keys", "the keys folder (repo.keygen)"), "--keys")
+    thresholds = _counts(threshold, "--threshold", dict.fromkeys(r.ROLES, 1))
+    days = r.expiry(expires)
+    store = open_store(location)
+    root, change = r.init(store, r.load_keys(key_dir, r.ROLES), thresholds, days, dry_run=dry_run)
+    print_change(change)
+    print(f"root:     {store.location}/metadata/1.root.json")
+    print(f"root SHA-512: {r.root_sha512(root)}")
+    print("give clients that root.json (download.image --root) and the SHA-512 to check it by (--root-sha512)")
+
+
+@task(
+    help={
+        "repo": REPO_HELP,
+        "keys": KEYS_HELP + "; snapshot and timestamp (and targets with --targets) are needed",
+        "expires": EXPIRES_HELP,
+        "targets": "re-sign the targets metadata too (its own expiry is due)",
+        "dry_run": "check the keys and the repository; write nothing",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def refresh(c: Context, repo: str = "", keys: str = "", expires: str = "", targets: bool = False,
+            dry_run: bool = False) -> None:  # fmt: skip
+    """Re-sign snapshot and timestamp (and targets) with new expiry dates, before clients see them expire."""
+    from imagebuilder.publish import repository as r
+    from imagebuilder.publish.storage import open_store
+
+    location = flags.required(repo, "--repo", "a folder or s3://bucket/prefix")
+    key_dir = flags.existing_dir(flags.required(keys, "--keys", "the keys folder"), "--keys")
+    days = r.expiry(expires)
+    roles = ("snapshot", "timestamp", *(("targets",) if targets else ()))
+    change = r.refresh(open_store(location), r.load_keys(key_dir, roles), days, targets=targets, dry_run=dry_run)
+    print_change(change)
+
+
+@task(
+    help={
+        "repo": REPO_HELP,
+        "keys": KEYS_HELP + "; the current root keys sign the new root",
+        "role": "the role whose keys change: root, targets, snapshot or timestamp",
+        "new_key": "a new private key of the role (repeatable); every old key of the role is revoked",
+        "threshold": "signatures the role needs from now on (default 1)",
+        "expires": EXPIRES_HELP,
+        "dry_run": "check the keys and the repository; write nothing",
+    },
+    iterable=["new_key"],
+    auto_shortflags=False,
+)
+@cli_task
+def rotate(c: Context, repo: str = "", keys: str = "", role: str = "", new_key: list[str] | None = None,
+           threshold: str = "1", expires: str = "", dry_run: bool = False) -> None:  # fmt: skip
+    """Replace a role's keys: a new root version, signed by the old root keys (and the new ones for root)."""
+    from imagebuilder.attest.keys import load_signer
+    from imagebuilder.publish import repository as r
+    from imagebuilder.publish.storage import open_store
+
+    location = flags.required(repo, "--repo", "a folder or s3://bucket/prefix")
+    key_dir = flags.existing_dir(flags.required(keys, "--keys", "the keys folder"), "--keys")
+    flags.choice(flags.required(role, "--role", "root, targets, snapshot or timestamp"), "--role", r.ROLES)
+    if not new_key:
+        raise InputError("no new key given", field="--new-key", expected="a private key file (repo.keygen makes one)")
+    new = [load_signer(flags.existing_file(k, "--new-key"), "--new-key") for k in new_key]
+    count = flags.integer(threshold, "--threshold", 1, 16)
+    days = r.expiry(expires)
+    needed = ("root", "snapshot", "timestamp", *(("targets",) if role == "targets" else ()))
+    current = r.load_keys(key_dir, tuple(dict.fromkeys(x for x in needed if x != role or role == "root")))
+    change = r.rotate(open_store(location), current, role, new, count, days, dry_run=dry_run)
+    print_change(change)
+    if not dry_run:
+        print(f"the {role} keys are now {', '.join(str(Path(k)) for k in new_key)}: put them in {key_dir} in place of"
+              f" the old ones")  # fmt: skip

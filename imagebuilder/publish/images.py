@@ -1,0 +1,107 @@
+"""``image.publish``: an image with its SBOM and provenance, checked here, added to a TUF repository.
+
+Everything local is checked before the repository is touched, so bad input exits 2 with nothing published: the
+image against the ``.sha256`` written beside it, the SBOM and provenance beside it (``<stem>.spdx.json``,
+``<stem>.intoto.json``), the provenance's subject against the image and its SBOM digest against the SBOM, its
+signature against ``--public-key`` when given (and present in any case), the target names, the keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from imagebuilder.attest import provenance
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.files import read_text, sha256_file
+from imagebuilder.core.progress import Transfers
+from imagebuilder.publish import repository
+from imagebuilder.publish.repository import Change, NewTarget
+from imagebuilder.publish.storage import open_store
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Key
+
+#: the extensions of the images a build writes, longest first
+IMAGE_SUFFIXES = (".qcow2", ".ova", ".raw", ".img", ".gz")
+
+
+def stem(image: Path) -> str:
+    """The name a build gives the image's companions: ``ubuntu-...-amd64.gz`` -> ``ubuntu-...-amd64``."""
+    for suffix in IMAGE_SUFFIXES:
+        if image.name.endswith(suffix):
+            return image.name.removesuffix(suffix)
+    return image.stem
+
+
+@dataclass(frozen=True)
+class Publication:
+    targets: tuple[NewTarget, ...]
+    change: Change
+    signature_checked: bool
+
+
+def companions(image: Path) -> tuple[Path, Path]:
+    """The SBOM and the provenance of ``image``, which must be beside it."""
+    base = stem(image)
+    found = []
+    for suffix, what in ((".spdx.json", "SBOM"), (provenance.SUFFIX, "provenance")):
+        path = image.with_name(base + suffix)
+        if not path.is_file():
+            raise InputError(
+                f"has no {what} beside it ({path.name})",
+                source=image,
+                field="--image",
+                expected="an image as a build writes it: with its .sha256, .spdx.json and .intoto.json",
+            )
+        found.append(path)
+    return found[0], found[1]
+
+
+def check_checksum(image: Path) -> str:
+    """The image's SHA-256, which must be the one its ``.sha256`` file says."""
+    sums = image.with_name(image.name + ".sha256")
+    if not sums.is_file():
+        raise InputError(f"has no {sums.name} beside it", source=image, field="--image",
+                         expected="the image's checksum file, as a build writes it")  # fmt: skip
+    want = read_text(sums, "checksum file").split()[:1]
+    got = sha256_file(image)
+    if want != [got]:
+        raise InputError(
+            f"{sums.name} says {want[0] if want else 'nothing'}, the image's SHA-256 is {got}",
+            source=image,
+            field="--image",
+            expected="an image whose .sha256 matches (a partial copy or another build's checksum?)",
+        )
+    return got
+
+
+def publish_image(
+    image: Path,
+    repo: str,
+    keys_dir: Path,
+    *,
+    target_dir: str = "",
+    public_key: Key | None = None,
+    days: dict[str, int] | None = None,
+    dry_run: bool = False,
+    transfers: Transfers | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Publication:
+    """Check ``image`` and its companions, then add all three to the repository ``repo`` (see the module)."""
+    prefix = repository.target_name(target_dir) + "/" if target_dir else ""
+    check_checksum(image)
+    sbom, prov = companions(image)
+    try:
+        provenance.verify(prov, public_key, image)
+    except ExternalError as exc:
+        raise InputError(str(exc).splitlines()[0], source=prov, field="--image",
+                         expected="the provenance the build of this very image wrote, signed") from None  # fmt: skip
+    targets = tuple(NewTarget(repository.target_name(prefix + p.name, "--image"), p) for p in (image, sbom, prov))
+    keys = repository.load_keys(keys_dir, ("targets", "snapshot", "timestamp"))
+    store = open_store(repo)
+    change = repository.publish(store, keys, list(targets), days or repository.expiry(None), dry_run=dry_run,
+                                transfers=transfers, say=say)  # fmt: skip
+    return Publication(targets, change, public_key is not None)

@@ -1,0 +1,373 @@
+"""A TUF repository this tool signs: created by ``repo.init``, extended by ``image.publish``, kept fresh by
+``repo.refresh``, its keys changed by ``repo.rotate``. python-tuf's Metadata API does the signing; this module
+decides what changes, in which order it is written, and refuses to sign on top of metadata it cannot verify.
+
+Layout (as Bottlerocket publishes, and as python-tuf's client and tuftool read it): consistent snapshots, so every
+version of ``root``, ``targets`` and ``snapshot`` is a file of its own (``metadata/<version>.<role>.json``) and
+targets are stored under their SHA-256 (``targets/<sha256>.<name>``); only ``metadata/timestamp.json`` is replaced.
+A reader fetches the timestamp first; it is written last, after everything it names, so a reader sees either the
+old repository or the new one, never a timestamp naming missing files.
+
+Keys come from a folder of private key files named for their role (``root.pem`` or ``root-<n>.pem``, and so on);
+each role's threshold is the number of its signatures a client requires (``repo.init --threshold``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from imagebuilder.attest.keys import load_signer
+from imagebuilder.core import progress as _progress
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.progress import Transfers
+from imagebuilder.core.safepath import check_relative
+from imagebuilder.publish.storage import SENT, Store
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import CryptoSigner
+    from tuf.api.metadata import Metadata, Root, Snapshot, Targets, Timestamp
+
+ROLES = ("root", "targets", "snapshot", "timestamp")
+#: how long each role's metadata stays valid, in days, unless ``--expires`` says otherwise
+EXPIRY_DAYS = {"root": 365, "targets": 90, "snapshot": 7, "timestamp": 1}
+_TARGET_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,200}")
+
+
+def target_name(name: str, flag: str = "--target-dir") -> str:
+    """A target path: ``/``-separated segments of letters, digits and ``._+-`` (none empty, none starting with a dot),
+    so it names a file under ``targets/`` and nothing else, in a folder and in a bucket alike."""
+    path = str(check_relative(name, what="a target name"))
+    if not all(_TARGET_SEGMENT.fullmatch(s) for s in path.split("/")) or len(path) > 900:
+        raise InputError(
+            f"'{name[:80]}' is not a target name",
+            field=flag,
+            expected="segments of letters, digits and ._+- separated by /, none starting with a dot",
+        )
+    return path
+
+
+def expiry(text: str | None, flag: str = "--expires") -> dict[str, int]:
+    """``role=days,...`` over the defaults (:data:`EXPIRY_DAYS`)."""
+    days = dict(EXPIRY_DAYS)
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        role, sep, value = item.strip().partition("=")
+        if not sep or role not in ROLES or not value.isdigit() or not 1 <= int(value) <= 3650:
+            raise InputError(
+                f"'{item}' is not role=days",
+                field=flag,
+                expected=f"e.g. timestamp=1,snapshot=7 (roles: {', '.join(ROLES)}; 1-3650 days)",
+            )
+        days[role] = int(value)
+    return days
+
+
+@dataclass
+class Keys:
+    """The private keys of each role, read from a folder (``<role>.pem`` / ``<role>-<n>.pem``, mode 0600)."""
+
+    folder: Path
+    signers: dict[str, list[CryptoSigner]] = field(default_factory=dict)
+
+    def of(self, role: str) -> list[CryptoSigner]:
+        return self.signers.get(role, [])
+
+
+def load_keys(folder: Path, roles: Iterable[str], flag: str = "--keys") -> Keys:
+    """The keys of ``roles`` from ``folder``; a role without a key file exits 2 naming the files looked for."""
+    keys = Keys(folder)
+    for role in roles:
+        files = sorted({*folder.glob(f"{role}.pem"), *folder.glob(f"{role}-*.pem")})
+        if not files:
+            raise InputError(
+                f"no {role} key",
+                source=folder,
+                field=flag,
+                expected=f"{role}.pem or {role}-<n>.pem (make keys with 'image-builder repo.keygen')",
+            )
+        keys.signers[role] = [load_signer(f, flag) for f in files]
+    return keys
+
+
+def _expires(days: int) -> dt.datetime:
+    return (dt.datetime.now(dt.UTC) + dt.timedelta(days=days)).replace(microsecond=0)
+
+
+def _bytes(md: Metadata[Any]) -> bytes:
+    from tuf.api.serialization.json import JSONSerializer
+
+    return md.to_bytes(JSONSerializer(compact=False))
+
+
+@dataclass
+class State:
+    """The repository's newest metadata, each verified against the newest root."""
+
+    root: Metadata[Root]
+    targets: Metadata[Targets]
+    snapshot: Metadata[Snapshot]
+    timestamp: Metadata[Timestamp]
+
+
+def _parse(data: bytes, name: str, store: Store) -> Metadata[Any]:
+    from tuf.api.metadata import Metadata
+
+    try:
+        return Metadata.from_bytes(data)
+    except Exception as exc:  # python-tuf raises DeserializationError and friends
+        raise ExternalError(f"{store.location}/{name} is not TUF metadata: {exc}",
+                            hint="the repository is damaged; restore it from a copy") from None  # fmt: skip
+
+
+def _need(store: Store, name: str) -> bytes:
+    data = store.read(name)
+    if data is None:
+        raise ExternalError(f"{store.location} has no {name}: it is not a complete repository",
+                            hint="create one with 'image-builder repo.init'")  # fmt: skip
+    return data
+
+
+def load(store: Store) -> State:
+    """The newest metadata of ``store``, verified: each root by the one before it, the rest by the newest root."""
+    from tuf.api.exceptions import UnsignedMetadataError
+
+    root = _parse(_need(store, "metadata/1.root.json"), "metadata/1.root.json", store)
+    while (data := store.read(f"metadata/{root.signed.version + 1}.root.json")) is not None:
+        new = _parse(data, f"metadata/{root.signed.version + 1}.root.json", store)
+        try:
+            root.verify_delegate("root", new)
+            new.verify_delegate("root", new)
+        except UnsignedMetadataError as exc:
+            raise ExternalError(f"{store.location}: root version {new.signed.version} is not properly signed: {exc}",
+                                hint="do not publish on top of it; restore the repository") from None  # fmt: skip
+        root = new
+    timestamp = _parse(_need(store, "metadata/timestamp.json"), "metadata/timestamp.json", store)
+    snap_name = f"metadata/{timestamp.signed.snapshot_meta.version}.snapshot.json"
+    snapshot = _parse(_need(store, snap_name), snap_name, store)
+    targets_name = f"metadata/{snapshot.signed.meta['targets.json'].version}.targets.json"
+    targets = _parse(_need(store, targets_name), targets_name, store)
+    for role, md in (("timestamp", timestamp), ("snapshot", snapshot), ("targets", targets)):
+        try:
+            root.verify_delegate(role, md)
+        except UnsignedMetadataError as exc:
+            raise ExternalError(f"{store.location}: the {role} metadata is not signed by its keys: {exc}",
+                                hint="do not publish on top of it; restore the repository") from None  # fmt: skip
+    return State(root, targets, snapshot, timestamp)
+
+
+def _sign(md: Metadata[Any], signers: list[CryptoSigner]) -> None:
+    md.signatures.clear()
+    for signer in signers:
+        md.sign(signer, append=True)
+
+
+def _check_signers(root: Root, role: str, signers: list[CryptoSigner]) -> None:
+    """Enough of ``role``'s trusted keys among the given ones to meet its threshold: else exit 2, before signing."""
+    trusted = set(root.roles[role].keyids)
+    usable = [s for s in signers if s.public_key.keyid in trusted]
+    if len(usable) < root.roles[role].threshold:
+        raise InputError(
+            f"{len(usable)} of the {role} keys given are trusted by the root; it requires "
+            f"{root.roles[role].threshold}",
+            field="--keys", expected=f"the {role} key files the repository was made (or last rotated) with",
+        )  # fmt: skip
+
+
+@dataclass
+class Change:
+    """What a signing operation wrote, for the task's output."""
+
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    versions: dict[str, int] = field(default_factory=dict)
+
+
+def _write_snapshot_and_timestamp(store: Store, state: State, keys: Keys, days: dict[str, int], change: Change,
+                                  *, dry_run: bool) -> None:  # fmt: skip
+    from tuf.api.metadata import MetaFile
+
+    for role in ("snapshot", "timestamp"):
+        _check_signers(state.root.signed, role, keys.of(role))
+    snap = state.snapshot
+    snap.signed.meta["targets.json"] = MetaFile(version=state.targets.signed.version)
+    snap.signed.version += 1
+    snap.signed.expires = _expires(days["snapshot"])
+    _sign(snap, keys.of("snapshot"))
+    data = _bytes(snap)
+    ts = state.timestamp
+    ts.signed.snapshot_meta = MetaFile(version=snap.signed.version, length=len(data),
+                                       hashes={"sha256": hashlib.sha256(data).hexdigest()})  # fmt: skip
+    ts.signed.version += 1
+    ts.signed.expires = _expires(days["timestamp"])
+    _sign(ts, keys.of("timestamp"))
+    if not dry_run:
+        store.write(f"metadata/{snap.signed.version}.snapshot.json", data)
+        store.write("metadata/timestamp.json", _bytes(ts))  # last: it names everything written before it
+    change.written += [f"metadata/{snap.signed.version}.snapshot.json", "metadata/timestamp.json"]
+    change.versions.update(snapshot=snap.signed.version, timestamp=ts.signed.version)
+
+
+def _write_targets(store: Store, state: State, keys: Keys, days: dict[str, int], change: Change,
+                   *, dry_run: bool) -> None:  # fmt: skip
+    _check_signers(state.root.signed, "targets", keys.of("targets"))
+    t = state.targets
+    t.signed.version += 1
+    t.signed.expires = _expires(days["targets"])
+    _sign(t, keys.of("targets"))
+    if not dry_run:
+        store.write(f"metadata/{t.signed.version}.targets.json", _bytes(t))
+    change.written.append(f"metadata/{t.signed.version}.targets.json")
+    change.versions["targets"] = t.signed.version
+
+
+def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False
+         ) -> tuple[bytes, Change]:  # fmt: skip
+    """A new repository (root, empty targets, snapshot, timestamp, all version 1). Returns root.json's bytes. A
+    folder or prefix that holds a repository already is left alone: the same keys make this a no-op (a rerun), other
+    keys exit 2."""
+    from tuf.api.metadata import Metadata, MetaFile, Root, Snapshot, Targets, Timestamp
+
+    for role in ROLES:
+        if thresholds.get(role, 1) > len(keys.of(role)):
+            raise InputError(f"the {role} threshold is {thresholds[role]}, with {len(keys.of(role))} key(s) given",
+                             field="--threshold", expected=f"at most the number of {role} key files")  # fmt: skip
+    existing = store.read("metadata/1.root.json")
+    if existing is not None:
+        root_md = _parse(existing, "metadata/1.root.json", store)
+        ours = {s.public_key.keyid for role in ROLES for s in keys.of(role)}
+        theirs = set(root_md.signed.keys)
+        if ours != theirs:
+            raise InputError(
+                "holds a repository made with other keys",
+                source=store.location,
+                field="--repo",
+                expected="an empty folder or prefix (or the keys it was made with: a rerun changes nothing)",
+            )
+        return existing, Change(unchanged=["metadata/1.root.json"], versions={"root": root_md.signed.version})
+    root = Root(expires=_expires(days["root"]), consistent_snapshot=True)
+    for role in ROLES:
+        for signer in keys.of(role):
+            root.add_key(signer.public_key, role)
+        root.roles[role].threshold = thresholds.get(role, 1)
+    root_md = Metadata(root)
+    _sign(root_md, keys.of("root"))
+    targets = Metadata(Targets(expires=_expires(days["targets"])))
+    _sign(targets, keys.of("targets"))
+    snapshot = Metadata(Snapshot(expires=_expires(days["snapshot"])))
+    timestamp = Metadata(Timestamp(expires=_expires(days["timestamp"])))
+    root_bytes = _bytes(root_md)
+    change = Change(versions={"root": 1, "targets": 1})
+    if not dry_run:
+        store.write("metadata/1.root.json", root_bytes)
+        store.write("metadata/1.targets.json", _bytes(targets))
+    change.written += ["metadata/1.root.json", "metadata/1.targets.json"]
+    # snapshot and timestamp version 1 (the helper bumps from 0)
+    snapshot.signed.version, timestamp.signed.version = 0, 0
+    snapshot.signed.meta["targets.json"] = MetaFile(version=1)
+    _write_snapshot_and_timestamp(store, State(root_md, targets, snapshot, timestamp), keys, days, change,
+                                  dry_run=dry_run)  # fmt: skip
+    return root_bytes, change
+
+
+@dataclass(frozen=True)
+class NewTarget:
+    name: str  #: the target path (:func:`target_name`)
+    path: Path  #: the local file
+
+
+def publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, int], *, dry_run: bool = False,
+            transfers: Transfers | None = None, say: Callable[[str], None] | None = None) -> Change:  # fmt: skip
+    """Add ``files`` as targets: their bytes first (hash-prefixed), then targets, snapshot and timestamp. A file
+    the repository lists already with the same length and hashes changes nothing; when all do, nothing is signed."""
+    from tuf.api.metadata import TargetFile
+
+    state = load(store)
+    _check_signers(state.root.signed, "targets", keys.of("targets"))
+    change = Change()
+    new: list[TargetFile] = []
+    for item in files:
+        info = TargetFile.from_file(item.name, str(item.path), ["sha256"])
+        old = state.targets.signed.targets.get(item.name)
+        if old is not None and old.length == info.length and old.hashes == info.hashes:
+            change.unchanged.append(item.name)
+            continue
+        new.append(info)
+        stored = info.get_prefixed_paths()[0]
+        if not dry_run:
+            if say:
+                say(f"uploading {item.name}")
+            advance = _progress.start(transfers, item.name, info.length)
+            how = store.upload(f"targets/{stored}", item.path, info.hashes["sha256"], advance)
+            change.written.append(f"targets/{stored}" + ("" if how == SENT else f" ({how})"))
+        else:
+            change.written.append(f"targets/{stored}")
+    if not new:
+        change.versions = {"targets": state.targets.signed.version, "snapshot": state.snapshot.signed.version,
+                           "timestamp": state.timestamp.signed.version}  # fmt: skip
+        return change
+    for info in new:
+        state.targets.signed.targets[info.path] = info
+    _write_targets(store, state, keys, days, change, dry_run=dry_run)
+    _write_snapshot_and_timestamp(store, state, keys, days, change, dry_run=dry_run)
+    return change
+
+
+def refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = False, dry_run: bool = False) -> Change:
+    """New versions of snapshot and timestamp (and targets, with ``targets``) with new expiry dates, re-signed."""
+    state = load(store)
+    change = Change()
+    if targets:
+        _write_targets(store, state, keys, days, change, dry_run=dry_run)
+    _write_snapshot_and_timestamp(store, state, keys, days, change, dry_run=dry_run)
+    return change
+
+
+def rotate(store: Store, keys: Keys, role: str, new: list[CryptoSigner], threshold: int, days: dict[str, int],
+           *, dry_run: bool = False) -> Change:  # fmt: skip
+    """Replace every key of ``role`` with ``new`` in a new root version, signed by the current root keys (and the
+    new ones, for a root rotation: a client holding the old root follows it to the new); the rotated role's metadata
+    is then signed again by its new keys, with snapshot and timestamp."""
+    if role not in ROLES:
+        raise InputError(f"'{role}' is not a role", field="--role", expected=", ".join(ROLES))
+    if not 1 <= threshold <= len(new):
+        raise InputError(f"the threshold is {threshold} with {len(new)} new key(s)", field="--threshold",
+                         expected=f"1 to {len(new)}")  # fmt: skip
+    state = load(store)
+    root = state.root
+    _check_signers(root.signed, "root", keys.of("root"))
+    old_ids = list(root.signed.roles[role].keyids)
+    for keyid in old_ids:
+        root.signed.revoke_key(keyid, role)
+    for signer in new:
+        root.signed.add_key(signer.public_key, role)
+    root.signed.roles[role].threshold = threshold
+    root.signed.version += 1
+    root.signed.expires = _expires(days["root"])
+    root.signatures.clear()
+    for signer in keys.of("root"):  # the old root's threshold: what a client holding it checks
+        root.sign(signer, append=True)
+    if role == "root":
+        for signer in new:  # and the new root's: the new root must be signed by its own keys
+            root.sign(signer, append=True)
+    change = Change()
+    name = f"metadata/{root.signed.version}.root.json"
+    if not dry_run:
+        store.write(name, _bytes(root))  # first: a client reads the root before anything it signs for
+    change.written.append(name)
+    change.versions["root"] = root.signed.version
+    rotated = Keys(keys.folder, {**keys.signers, role: list(new)})
+    if role == "targets":
+        _write_targets(store, state, rotated, days, change, dry_run=dry_run)
+    _write_snapshot_and_timestamp(store, state, rotated, days, change, dry_run=dry_run)
+    return change
+
+
+def root_sha512(root: bytes) -> str:
+    return hashlib.sha512(root).hexdigest()
