@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,42 +26,16 @@ from imagebuilder.core import grammar
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.providers.ami.export import Clients, ExportPlan, export_ami, plan_export
 from tests.support.common import BIN, run
-from tests.support.vcsim import free_port
+from tests.support.moto import KEYS, moto_server
 
 REGION = "us-west-2"
-KEYS = {"AWS_ACCESS_KEY_ID": "AKIAMOTOTESTKEY00001", "AWS_SECRET_ACCESS_KEY": "moto-Secret-Marker-7731"}
 
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[dict[str, str]]:
     """moto_server on 127.0.0.1; the environment that points boto3 (in tests and in the CLI) at it."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url + "/moto-api/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("moto_server did not start")
-        env = {
-            **KEYS,
-            "AWS_ENDPOINT_URL": url,
-            "AWS_CONFIG_FILE": "/dev/null",
-            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-        yield env
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with moto_server() as env:
+        yield {k: v for k, v in env.items() if k != "AWS_DEFAULT_REGION"}
 
 
 @pytest.fixture(scope="module")

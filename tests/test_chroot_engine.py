@@ -319,8 +319,8 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     from imagebuilder.core.fetch import Mirror
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.mirror import create_mirror
-    from tests.support.attest import check_provenance, check_sbom
     from imagebuilder.release.standin import make_standin_release
+    from tests.support.attest import check_provenance, check_sbom
     from tests.support.offline import in_ns
 
     upstream, mirror = tmp_path / "upstream", tmp_path / "mirror"

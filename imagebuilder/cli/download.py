@@ -106,7 +106,7 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
         "wrote it (metadata/ and targets/ under it)",
         "root": "the repository's root.json to start from (a file or URL): the one repo.init made, or a later one",
         "root_sha512": "the SHA-512 root.json must have (repo.init printed it); checked first when given",
-        "target": "the target to download, as published (e.g. ubuntu/1-29/ubuntu-v1.29.9-eks-1-29-20-amd64.gz)",
+        "target": "the target to download, as published (e.g. ubuntu-v1.29.9-eks-1-29-20-amd64.gz)",
         "dest": "directory to write into (default .; may already exist)",
         "dry_run": "check the root and the signed metadata, print the target; download nothing",
     },
@@ -127,7 +127,7 @@ def image(c: Context, repo: str = "", root: str = "", root_sha512: str = "", tar
     trusted = read(root_source, timeout=30, what="root.json")
     if root_sha512:
         trusted = tufclient.pinned(trusted, root_sha512, root_source)
-    destination = tufclient.dest_in(out, name.rsplit("/", 1)[-1])
+    destination = tufclient.dest_in(out, name)
     if dry_run:
         expected, url = tufclient.target_info(repository, name, trusted)
         print(f"verified: {name}: {expected.length} bytes at {url}, {', '.join(expected.hashes)} signed")

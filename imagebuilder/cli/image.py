@@ -154,7 +154,8 @@ def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:
         "image": "the image to publish (its .sha256, .spdx.json and .intoto.json beside it, as a build writes them)",
         "repo": "the TUF repository: a folder, or s3://bucket/prefix (endpoint and credentials from the environment)",
         "keys": "folder of the repository's private keys: targets.pem, snapshot.pem, timestamp.pem (mode 0600)",
-        "target_dir": "publish under this path in the repository (e.g. ubuntu/1-29); default: its top",
+        "target_name": "the image's name in the repository (default: its file name; the SBOM and provenance are named"
+        " after it); one file name, no folders",
         "public_key": "the PEM public key the build signed the provenance with: checked before publishing",
         "expires": "days the new metadata stays valid, role=days comma-separated (default targets=90,snapshot=7,"
         "timestamp=1)",
@@ -163,7 +164,7 @@ def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:
     auto_shortflags=False,
 )
 @cli_task
-def publish(c: Context, image: str = "", repo: str = "", keys: str = "", target_dir: str = "", public_key: str = "",
+def publish(c: Context, image: str = "", repo: str = "", keys: str = "", target_name: str = "", public_key: str = "",
             expires: str = "", dry_run: bool = False) -> None:  # fmt: skip
     """Add an image, its SBOM and its provenance to a TUF repository (a rerun of the same image changes nothing)."""
     from imagebuilder.cli._common import transfer_bars
@@ -179,7 +180,7 @@ def publish(c: Context, image: str = "", repo: str = "", keys: str = "", target_
     key = load_public_key(flags.existing_file(public_key, "--public-key")) if public_key else None
     days = expiry(expires)
     with transfer_bars() as transfers:
-        result = publish_image(path, location, key_dir, target_dir=target_dir, public_key=key, days=days,
+        result = publish_image(path, location, key_dir, name=target_name, public_key=key, days=days,
                                dry_run=dry_run, transfers=transfers, say=print)  # fmt: skip
     if not result.signature_checked:
         print("note: the provenance's signature was not checked (give --public-key)")

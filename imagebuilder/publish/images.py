@@ -83,15 +83,16 @@ def publish_image(
     repo: str,
     keys_dir: Path,
     *,
-    target_dir: str = "",
+    name: str = "",
     public_key: Key | None = None,
     days: dict[str, int] | None = None,
     dry_run: bool = False,
     transfers: Transfers | None = None,
     say: Callable[[str], None] | None = None,
 ) -> Publication:
-    """Check ``image`` and its companions, then add all three to the repository ``repo`` (see the module)."""
-    prefix = repository.target_name(target_dir) + "/" if target_dir else ""
+    """Check ``image`` and its companions, then add all three to the repository ``repo`` (see the module), the
+    image as ``name`` (default: its file name) and its companions named after it."""
+    published = repository.target_name(name) if name else repository.target_name(image.name, "--image")
     check_checksum(image)
     sbom, prov = companions(image)
     try:
@@ -99,7 +100,9 @@ def publish_image(
     except ExternalError as exc:
         raise InputError(str(exc).splitlines()[0], source=prov, field="--image",
                          expected="the provenance the build of this very image wrote, signed") from None  # fmt: skip
-    targets = tuple(NewTarget(repository.target_name(prefix + p.name, "--image"), p) for p in (image, sbom, prov))
+    base = stem(Path(published))
+    targets = (NewTarget(published, image), NewTarget(f"{base}.spdx.json", sbom),
+               NewTarget(f"{base}{provenance.SUFFIX}", prov))  # fmt: skip
     keys = repository.load_keys(keys_dir, ("targets", "snapshot", "timestamp"))
     store = open_store(repo)
     change = repository.publish(store, keys, list(targets), days or repository.expiry(None), dry_run=dry_run,

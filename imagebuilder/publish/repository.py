@@ -26,7 +26,6 @@ from imagebuilder.attest.keys import load_signer
 from imagebuilder.core import progress as _progress
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.progress import Transfers
-from imagebuilder.core.safepath import check_relative
 from imagebuilder.publish.storage import SENT, Store
 
 if TYPE_CHECKING:
@@ -39,17 +38,17 @@ EXPIRY_DAYS = {"root": 365, "targets": 90, "snapshot": 7, "timestamp": 1}
 _TARGET_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,200}")
 
 
-def target_name(name: str, flag: str = "--target-dir") -> str:
-    """A target path: ``/``-separated segments of letters, digits and ``._+-`` (none empty, none starting with a dot),
-    so it names a file under ``targets/`` and nothing else, in a folder and in a bucket alike."""
-    path = str(check_relative(name, what="a target name"))
-    if not all(_TARGET_SEGMENT.fullmatch(s) for s in path.split("/")) or len(path) > 900:
+def target_name(name: str, flag: str = "--target-name") -> str:
+    """A target name: one segment of letters, digits and ``._+-``, not starting with a dot, as Bottlerocket names its
+    targets. No folders: python-tuf stores ``a/b`` at ``a/<hash>.b``, tuftool fetches ``<hash>.a/b``, so a folder in
+    a name would split the clients; and a name never leaves ``targets/``."""
+    if not _TARGET_SEGMENT.fullmatch(name) or name in (".", ".."):
         raise InputError(
             f"'{name[:80]}' is not a target name",
             field=flag,
-            expected="segments of letters, digits and ._+- separated by /, none starting with a dot",
+            expected="one file name of letters, digits and ._+- (no folders), not starting with a dot",
         )
-    return path
+    return name
 
 
 def expiry(text: str | None, flag: str = "--expires") -> dict[str, int]:

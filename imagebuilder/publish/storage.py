@@ -8,9 +8,9 @@ there yet, so the publisher writes targets first and ``timestamp.json`` last; ea
 
 S3 uploads are multipart with a SHA-256 checksum per part, which the service verifies, and resumable: a run killed
 mid-upload leaves its multipart upload open, and the next run lists the parts already there, keeps those whose
-checksum matches the file, and sends the rest. The endpoint and credentials come from the environment as boto3
-reads them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``... or a profile): never from the repository URL, which
-is refused when it carries credentials.
+checksum (or, where a store lists none, ETag) matches the file, and sends the rest. The endpoint and credentials
+come from the environment as boto3 reads them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``... or a profile): never
+from the repository URL, which is refused when it carries credentials.
 """
 
 from __future__ import annotations
@@ -200,9 +200,8 @@ class S3Store:
             while block := fh.read(PART_BYTES):
                 number += 1
                 checksum = _b64_sha256(block)
-                old = there.get(number)
-                if old and old.get("ChecksumSHA256") == checksum and old.get("Size") == len(block):
-                    etag = old["ETag"]  # sent by a run that was killed: its bytes are the file's
+                if _same_part(there.get(number), block, checksum):
+                    etag = there[number]["ETag"]  # sent by a run that was killed: its bytes are the file's
                     kept += 1
                 else:
                     etag = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number,
@@ -214,6 +213,16 @@ class S3Store:
         self.client.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id,
                                               MultipartUpload={"Parts": done})  # type: ignore[typeddict-item]  # fmt: skip
         return f"resumed ({kept} of {len(done)} parts were there)" if there else SENT
+
+
+def _same_part(old: dict[str, Any] | None, block: bytes, checksum: str) -> bool:
+    """Whether a part a killed run sent holds ``block``: by its SHA-256 where the service lists it (S3 does), else
+    by its ETag, the MD5 of a part's bytes (stores that list no checksum: MinIO, moto)."""
+    if not old or old.get("Size") != len(block):
+        return False
+    if old.get("ChecksumSHA256"):
+        return bool(old["ChecksumSHA256"] == checksum)
+    return bool(str(old.get("ETag", "")).strip('"') == hashlib.md5(block, usedforsecurity=False).hexdigest())
 
 
 def open_store(repo: str, flag: str = "--repo") -> Store:

@@ -1,0 +1,67 @@
+"""Helpers of the publishing tests: an image's companions written by the library exactly as a build writes them
+(the build path itself is checked in tests/test_chroot_engine.py, where the matrix's real images are published),
+the repository CLI, and tuftool, the TUF client Bottlerocket's own tooling uses."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from imagebuilder.attest import provenance, sbom
+from imagebuilder.attest.keys import load_signer
+from imagebuilder.attest.packages import Inventory, parse_dpkg_status
+from imagebuilder.core.files import sha256_file
+from tests.support.common import BIN, ROOT
+
+#: installed by ./scripts/setup.sh (cargo, cached under ~/.cache); a test that needs it fails when it is missing
+TUFTOOL = Path(os.environ.get("TUFTOOL", str(ROOT / ".tools" / "bin" / "tuftool")))
+
+STATUS = """Package: containerd
+Status: install ok installed
+Architecture: amd64
+Version: 1.6.20~ds1-1+b1
+
+Package: removed-one
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 1.0
+"""
+
+
+def companions(image: Path, key: Path) -> None:
+    """``image``'s .sha256, SBOM and signed provenance, as :func:`imagebuilder.build.attestations.write_attestations`
+    writes them after a build."""
+    sha = sha256_file(image)
+    image.with_name(image.name + ".sha256").write_text(f"{sha}  {image.name}\n")
+    stem = image.name.removesuffix(".gz")
+    inventory = Inventory("deb", "ubuntu", "22.04", tuple(parse_dpkg_status(STATUS)))
+    doc_path = image.with_name(f"{stem}.spdx.json")
+    doc_path.write_text(json.dumps(sbom.document(name=image.name, sha256=sha, inventory=inventory)))
+    now = dt.datetime.now(dt.UTC)
+    statement = provenance.statement(
+        image=image, sha256=sha, parameters={"os": "ubuntu", "provider": "baremetal"}, dependencies=[],
+        tools={"image-builder": "test"}, invocation=f"{stem}-test", started=now, finished=now, sbom=doc_path,
+    )  # fmt: skip
+    provenance.write(image.with_name(stem + provenance.SUFFIX), provenance.sign(statement, load_signer(key)))
+
+
+def make_image(folder: Path, name: str, key: Path, size: int = 200 * 1024) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    image = folder / f"{name}.gz"
+    image.write_bytes(os.urandom(size))
+    companions(image, key)
+    return image
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "image-builder"), *args], capture_output=True, text=True, check=False,
+                          env={**os.environ, **(env or {})}, timeout=600)  # fmt: skip
+
+
+def tuftool_download(root: Path, metadata: str, targets: str, name: str, out: Path) -> subprocess.CompletedProcess[str]:
+    assert TUFTOOL.is_file(), f"tuftool is missing at {TUFTOOL}: run ./scripts/setup.sh"
+    return subprocess.run([str(TUFTOOL), "download", "-r", str(root), "-m", metadata, "-t", targets, "-n", name,
+                           str(out)], capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
