@@ -36,7 +36,7 @@ GIB = 1024**3
 MIB = 1024**2
 K = "1.24"
 METAL = f"bottlerocket-metal-k8s-{K}-x86_64-v1.10.1.img.lz4"
-#: ``cargo install tuftool --root .tools`` puts it here (benchmarks only; bench/run.py --only os1 installs it)
+#: ./scripts/setup.sh links it here (cargo install, cached under ~/.cache/image-builder)
 TUFTOOL = Path(os.environ.get("TUFTOOL", str(ROOT / ".tools" / "bin" / "tuftool")))
 IMAGE_BUILDER = Path(sys.executable).parent / "image-builder"
 

@@ -108,7 +108,27 @@ for tool in vcsim govc; do
   fi
 done
 
-# Benchmark peers (bench/run.py only; not needed to build or test): nginx, the lz4 CLI and tuftool.
+# tuftool, the TUF client of Bottlerocket's tooling: the publishing tests download with it beside our own client
+# (issue 31), and the OS-1 benchmark measures against it. Built once by cargo into a cache kept across clones.
+TUFTOOL_VERSION=0.17.0
+TUFTOOL_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/image-builder/tuftool-$TUFTOOL_VERSION"
+if [ ! -x "$TUFTOOL_CACHE/bin/tuftool" ]; then
+  CARGO=$(command -v cargo || true)
+  [ -n "$CARGO" ] || [ ! -x "$HOME/.cargo/bin/cargo" ] || CARGO="$HOME/.cargo/bin/cargo"
+  if [ -z "$CARGO" ]; then
+    echo "==> installing Rust (rustup, minimal profile) for cargo"
+    curl --proto '=https' -sSfL -o /tmp/rustup-init \
+      https://static.rust-lang.org/rustup/dist/x86_64-unknown-linux-gnu/rustup-init
+    chmod +x /tmp/rustup-init && /tmp/rustup-init -y --profile minimal --no-modify-path && rm -f /tmp/rustup-init
+    CARGO="$HOME/.cargo/bin/cargo"
+  fi
+  echo "==> cargo install tuftool $TUFTOOL_VERSION (a few minutes, once per machine)"
+  "$CARGO" install --quiet --locked --root "$TUFTOOL_CACHE" tuftool --version "$TUFTOOL_VERSION"
+fi
+mkdir -p "$TOOLS_BIN"
+ln -sf "$TUFTOOL_CACHE/bin/tuftool" "$TOOLS_BIN/tuftool"
+
+# Benchmark peers (bench/run.py only; not needed to build or test): nginx and the lz4 CLI.
 if [ "${1:-}" = "--bench" ]; then
   for p in nginx-light lz4 curl pigz; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || {
@@ -118,11 +138,6 @@ if [ "${1:-}" = "--bench" ]; then
   done
   # a package install may start the distribution's nginx on port 80; the benchmark starts its own
   command -v systemctl >/dev/null && $SUDO systemctl disable --now nginx 2>/dev/null || true
-  if [ ! -x "$TOOLS_BIN/tuftool" ]; then
-    command -v cargo >/dev/null || { echo "error: cargo is needed for tuftool (cargo install tuftool)" >&2; exit 1; }
-    echo "==> cargo install tuftool (a few minutes)"
-    cargo install --quiet --root "$PWD/.tools" tuftool
-  fi
 fi
 
 echo "==> setup done: activate with 'source .venv/bin/activate' (or call .venv/bin/invoke / .venv/bin/image-builder)"

@@ -10,6 +10,7 @@ tests/test_e2e_offline.py, where the Packer build already runs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from imagebuilder.core.files import sha256_file
 from tests.support.common import (
     BIN,
     ROOT,
@@ -387,10 +389,60 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
         deps = {d["name"]: d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]}
         assert deps["source-image"]["digest"] == {"sha256": digest} and deps["release-manifest"]["digest"]["sha256"]
         assert deps["config:bm.json"]["digest"]["sha256"] and "uri" not in deps["config:bm.json"]
+    # issue 31, end to end: both images published to S3 (moto in server mode), downloaded and verified by our client
+    # and by tuftool, their provenance checked on what was downloaded; then served to machines from a folder
+    # repository (serve --repo), whose osImageURL gives the image's bytes
+    publish_and_serve(out, ["ubuntu-v1.23.14-eks-10-amd64.gz", "ubuntu-v1.24.8-eks-5-amd64.gz"], key, tmp_path)
     # a rerun builds nothing: the manifests record the same inputs
     again = in_ns(offline_ns, *args, home=home)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("skipped") >= 2 and "built" not in again.stdout
+
+
+def publish_and_serve(out: Path, names: list[str], build_key: Path, tmp_path: Path) -> None:
+    import urllib.request
+
+    from imagebuilder.attest.keys import public_path
+    from tests.support.moto import moto_server
+    from tests.support.publishing import cli, public_bucket, serving_repo, tuftool_download
+
+    keys = tmp_path / "repo-keys"
+    assert cli("repo.keygen", "--dest", str(keys)).returncode == 0
+    with moto_server() as env:
+        s3 = public_bucket(env, "fleet")
+        init = cli("repo.init", "--repo", "s3://fleet/images", "--keys", str(keys), env=env)
+        assert init.returncode == 0, init.stderr
+        for name in names:
+            res = cli("image.publish", "--image", str(out / name), "--repo", "s3://fleet/images", "--keys", str(keys),
+                      "--public-key", str(public_path(build_key)), env=env)  # fmt: skip
+            assert res.returncode == 0 and "published:" in res.stdout, res.stdout + res.stderr
+        url = f"{env['AWS_ENDPOINT_URL']}/fleet/images"
+        root = tmp_path / "fleet-root.json"
+        root.write_bytes(s3.get_object(Bucket="fleet", Key="images/metadata/1.root.json")["Body"].read())
+        sha512 = init.stdout.split("root SHA-512: ")[1].split()[0]
+        dl = tmp_path / "fleet-dl"
+        for name in names:
+            stem = name.removesuffix(".gz")
+            for target in (name, f"{stem}.spdx.json", f"{stem}.intoto.json"):
+                got = cli("download.image", "--repo", url, "--root", str(root), "--root-sha512", sha512, "--target",
+                          target, "--dest", str(dl))  # fmt: skip
+                assert got.returncode == 0, got.stdout + got.stderr
+            assert (dl / name).read_bytes() == (out / name).read_bytes()
+            check = cli("image.verify", "--image", str(dl / name), "--provenance", str(dl / f"{stem}.intoto.json"),
+                        "--public-key", str(public_path(build_key)))  # fmt: skip
+            assert check.returncode == 0, check.stdout + check.stderr
+            tt = tuftool_download(root, f"{url}/metadata", f"{url}/targets", name, tmp_path / f"tt-{stem}")
+            assert tt.returncode == 0 and (tmp_path / f"tt-{stem}" / name).read_bytes() == (out / name).read_bytes()
+    folder = tmp_path / "fleet-repo"
+    assert cli("repo.init", "--repo", str(folder), "--keys", str(keys)).returncode == 0
+    assert cli("image.publish", "--image", str(out / names[-1]), "--repo", str(folder), "--keys", str(keys)
+               ).returncode == 0  # fmt: skip
+    with serving_repo(folder) as values:
+        digest = hashlib.sha256()
+        with urllib.request.urlopen(values[f"osImageURL ({names[-1]})"], timeout=60) as res:
+            while block := res.read(1 << 20):
+                digest.update(block)
+        assert digest.hexdigest() == sha256_file(out / names[-1])
 
 
 def test_image_diff_reads_packages_etc_units_and_binaries(tmp_path: Path) -> None:

@@ -20,11 +20,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from imagebuilder.attest.keys import generate
+from imagebuilder.attest.sbom import package_names
 from imagebuilder.build.verify import verify_image
 from imagebuilder.core.disk import mounted_root, raw_view
 from imagebuilder.image.diff import diff_images
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.standin import make_standin_release
+from tests.support.attest import check_provenance, check_sbom
 from tests.support.common import BIN, ROOT, run_folders, tagged
 from tests.support.offline import build, in_ns, scan_for
 from tests.support.pki import make_ca
@@ -166,8 +169,10 @@ def test_offline_bare_metal_build_is_verified(
     (tmp_path / "build.yaml").write_text(
         "ca_certificates: [build-ca.pem]\nregistries: {'reg.local:5000': {username: u, password: " + REG_SECRET + "}}\n"
     )
+    # issue 31: signed provenance from a key a user gives
+    generate(tmp_path / "build-key.pem", "ecdsa")
     res = build(offline_ns, home, "baremetal", config, source_server, out, "--customize", str(tmp_path / "build.yaml"),
-                *release, channel="1-34")  # the mirror over HTTP, in the ns  # fmt: skip
+                "--signing-key", str(tmp_path / "build-key.pem"), *release, channel="1-34")  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     gz = out / f"{name}.gz"
     assert gz.is_file()
@@ -176,7 +181,16 @@ def test_offline_bare_metal_build_is_verified(
     ).stdout.split()[0]
     manifest = json.loads((out / f"{name}.build-manifest.json").read_text())
     assert manifest["artifact"]["name"] == gz.name and manifest["tools"]["packer"]
-    assert set(manifest["steps"]) == {"source", "render", "packer", "package"}
+    assert set(manifest["steps"]) == {"source", "render", "packer", "package", "attest"}
+    # the SBOM lists the packages of the image's own database, the extra package included, and Kubernetes v1.34.2's
+    # artifacts as the release manifest built from source names them; the provenance is signed and names it
+    doc = check_sbom(out / f"{name}.spdx.json", gz)
+    assert PROBE_PACKAGE in package_names(doc)
+    statement = check_provenance(out / f"{name}.intoto.json", tmp_path / "build-key.pem.pub", gz)
+    deps = {d["name"]: d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    assert deps["release-manifest"]["uri"] == manifest_url and deps["source-image"]["digest"] == {"sha256": digest}
+    assert {"config:baremetal.json", "config:build.yaml"} <= set(deps), sorted(deps)
+    assert REG_SECRET not in json.dumps(statement) and PROXY_SECRET not in json.dumps(statement)
     # the reference's default for Ubuntu raw images: UEFI (the build VM ran OVMF; the image boots by UEFI below)
     assert manifest["plan"]["firmware"] == "efi"
     log = Path(manifest["log"]).read_text()
@@ -222,7 +236,9 @@ def test_offline_bare_metal_build_is_verified(
     chroot_gz = chroot_out / gz.name
     chroot_manifest = json.loads((chroot_out / f"{name}.build-manifest.json").read_text())
     assert chroot_manifest["engine"] == "chroot" and chroot_manifest["tools"]["packer"] is None
-    assert set(chroot_manifest["steps"]) == {"source", "chroot", "package"}
+    assert set(chroot_manifest["steps"]) == {"source", "chroot", "package", "attest"}
+    chroot_doc = check_sbom(chroot_out / f"{name}.spdx.json", chroot_out / gz.name)
+    assert package_names(chroot_doc) == package_names(doc), "both engines list the same packages"
     assert chroot_manifest["inputs_sha256"] != manifest["inputs_sha256"], "the engine is one of the inputs"
     for secret in (PROXY_SECRET, REG_SECRET):
         assert secret not in res.stdout + res.stderr and not scan_for(secret, chroot_out)
@@ -284,6 +300,17 @@ def test_offline_bare_metal_build_is_verified(
     custom_manifest = json.loads(custom.with_name(f"{name}-site.build-manifest.json").read_text())
     assert custom_manifest["customization"]["registries"] == ["harbor.site:443"]
     assert custom_manifest["customized_from"]["image"] == gz.name
+    # the SBOM follows the customization: the customized image's own packages, the Kubernetes artifacts carried over,
+    # the input named as what it descends from; no --signing-key, so no provenance claims anything about it
+    custom_doc = check_sbom(custom.with_name(f"{name}-site.spdx.json"), custom)
+    assert package_names(custom_doc).keys() >= package_names(doc).keys()
+    kubernetes = {p["name"] for p in custom_doc["packages"] if p["SPDXID"].startswith("SPDXRef-Kubernetes-")}
+    assert kubernetes == {p["name"] for p in doc["packages"] if p["SPDXID"].startswith("SPDXRef-Kubernetes-")}
+    assert kubernetes >= {"kubelet", "kubeadm"}
+    origin = next(p for p in custom_doc["packages"] if p["SPDXID"] == "SPDXRef-Origin")
+    assert origin["name"] == gz.name and origin["checksums"][0]["checksumValue"] == manifest["artifact"]["sha256"]
+    assert "harbor.site:443" in custom_doc["packages"][0]["annotations"][0]["comment"]
+    assert not custom.with_name(f"{name}-site.intoto.json").exists() and custom_manifest["provenance"] is None
     findings = verify_image(custom)
     assert not [f for f in findings if not f.ok], findings
     boot = next(f for f in findings if f.name == "boot")

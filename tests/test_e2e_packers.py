@@ -25,9 +25,12 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.attest.provenance import payload_of
+from imagebuilder.attest.sbom import package_names
 from imagebuilder.build.verify import verify_image
 from imagebuilder.image.diff import diff_images
 from tests.support import packers
+from tests.support.attest import check_sbom
 from tests.support.common import BIN, ROOT, ArgvWatcher, run, run_folders, tagged
 from tests.support.offline import build, in_ns, scan_for
 from tests.support.vcsim import Vcsim
@@ -80,6 +83,14 @@ def test_offline_local_ova_is_valid_and_verified(legacy_ova: LegacyOva, home: Pa
     assert f"SHA256({names[0]})=" in mf and f"SHA256({names[2]})=" in mf
     findings = verify_image(ova)
     assert not [f for f in findings if not f.ok], findings
+    # issue 31 on a Packer build: the sbom role ran in the build VM and handed the package list over; without
+    # --signing-key the provenance is written unsigned (and says so), never signed by anything else
+    doc = check_sbom(legacy_ova.out / f"{NAME}.spdx.json", ova)
+    assert {"containerd", "openssh-server"} <= set(package_names(doc)), sorted(package_names(doc))[:20]
+    assert manifest["sbom"]["packages"] == len(package_names(doc)) and manifest["provenance"]["signed_by"] is None
+    envelope = json.loads((legacy_ova.out / f"{NAME}.intoto.json").read_text())
+    assert envelope["signatures"] == [] and payload_of(envelope)["subject"][0]["name"] == ova.name
+    assert "UNSIGNED: give --signing-key" in legacy_ova.output
     assert SECRET not in legacy_ova.output
     assert not scan_for(SECRET, legacy_ova.out, home / "work"), "a secret leaked into a file"
     assert not [c for c in legacy_ova.argv if SECRET in c], "a secret was in a child's argv"

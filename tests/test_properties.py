@@ -356,3 +356,66 @@ def test_any_accepted_vsphere_config_renders_a_template_packer_accepts(changes: 
                 assert changes[field] == "", (field, changes[field])
                 continue
             assert hcl(value) in text, value  # each value is one escaped literal, as the model holds it
+
+
+# --- issue 31: the SBOM and the TUF target names --------------------------------------------------------------
+
+package_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=30).filter(
+    lambda t: "\n" not in t and not t[0].isspace() and ": " not in t and t.strip() == t
+)
+
+
+@SLOW
+@given(st.lists(st.tuples(package_text, package_text, st.sampled_from(["amd64", "all", "a b", "x%y"])),
+                min_size=1, max_size=6, unique_by=lambda t: t[0]))  # fmt: skip
+def test_an_sbom_of_any_package_database_is_valid_spdx_and_its_purls_decode_to_the_names(
+    packages: list[tuple[str, str, str]],
+) -> None:
+    """Whatever names and versions a package database holds, the document the SPDX project's validator reads is
+    valid (SPDX IDs are sanitized, licenses are only known identifiers) and each PURL decodes back to the package."""
+    from urllib.parse import unquote
+
+    from imagebuilder.attest.packages import Inventory, parse_dpkg_status
+    from imagebuilder.attest.sbom import document
+    from tests.support.attest import spdx_problems
+
+    status = "\n\n".join(f"Package: {n}\nStatus: install ok installed\nArchitecture: {a}\nVersion: {v}"
+                         for n, v, a in packages)  # fmt: skip
+    parsed = parse_dpkg_status(status)
+    assert {p.name for p in parsed} == {n for n, _, _ in packages}
+    doc = document(name="x.gz", sha256="0" * 64, inventory=Inventory("deb", "ubuntu", "22.04", tuple(parsed)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "x.spdx.json"
+        path.write_text(json.dumps(doc))
+        assert spdx_problems(path) == []
+    for pkg in doc["packages"][1:]:
+        locator = pkg["externalRefs"][0]["referenceLocator"]
+        name = unquote(locator.split("/", 2)[2].split("@", 1)[0])
+        assert name == pkg["name"], locator
+
+
+@FAST
+@given(st.text(max_size=60))
+@example("GPL-2+ or AFL-2.1, and Expat")
+@example("LGPL-2+ and LGPL-2.1+ and CC0-1.0")
+def test_a_license_becomes_an_expression_of_known_identifiers_or_nothing(text: str) -> None:
+    from imagebuilder.attest.packages import SPDX_IDS, spdx_license
+
+    expression = spdx_license(text)
+    if expression is not None:
+        tokens = set(re.findall(r"[^\s()]+", expression)) - {"AND", "OR"}
+        assert tokens <= SPDX_IDS, expression
+
+
+@FAST
+@given(st.text(max_size=80) | st.sampled_from(["../x.gz", "a/b.gz", ".hidden", "..", "ok-1.2_3+4.gz", "x\x00y"]))
+def test_a_target_name_is_one_file_name_inside_targets(name: str) -> None:
+    from imagebuilder.publish.repository import target_name
+
+    try:
+        accepted = target_name(name)
+    except InputError:
+        event("refused")
+        return
+    assert accepted == name and "/" not in name and not name.startswith(".") and name not in ("", "..")
+    assert safe_join(Path("/repo/targets"), accepted).parent == Path("/repo/targets")

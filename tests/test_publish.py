@@ -20,9 +20,8 @@ import pytest
 from imagebuilder.attest.keys import generate, load_signer
 from imagebuilder.publish import repository as r
 from imagebuilder.publish.storage import FolderStore
-from tests.support.common import BIN
 from tests.support.moto import moto_server
-from tests.support.publishing import cli, make_image, tuftool_download
+from tests.support.publishing import cli, make_image, public_bucket, serving_repo, tuftool_download
 
 pytestmark = pytest.mark.timeout(900)
 SECRET = "s3cr3t-Never-Shown-4411"
@@ -102,11 +101,7 @@ def s3(work: Path) -> Iterator[dict[str, str]]:
     """moto with a bucket whose objects everyone may read (a bucket policy, as a site publishing to many servers
     sets it); the CLI reaches it through AWS_ENDPOINT_URL and the keys in its environment."""
     with moto_server() as env:
-        client = s3_client(env)
-        client.create_bucket(Bucket="node-images")
-        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
-                                                           "Resource": "arn:aws:s3:::node-images/*"}]}  # fmt: skip
-        client.put_bucket_policy(Bucket="node-images", Policy=json.dumps(policy))
+        public_bucket(env, "node-images")
         yield env
 
 
@@ -351,37 +346,26 @@ def test_image_verify_checks_the_provenance_and_the_sbom_it_names(work: Path) ->
 
 
 def test_serve_repo_serves_what_both_clients_and_machines_read(work: Path) -> None:
-    from tests.support.vcsim import free_port
 
     repo = work / "repo"
     _init(work, str(repo))
     image = make_image(work / "out", "ubuntu-a", work / "build.pem")
     assert _publish(work, image, str(repo)).returncode == 0
-    port = free_port()
-    args = [str(BIN / "image-builder"), "serve", "--repo", str(repo), "--bind", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(4)]
-        values = dict(line.strip().split(": ", 1) for line in lines[1:])
-        base = f"http://127.0.0.1:{port}"
-        assert values["metadata URL"] == f"{base}/metadata/" and values["targets URL"] == f"{base}/targets/"
-        url = values["osImageURL (ubuntu-a.gz)"]
+    with serving_repo(repo) as values:
+        base = values["metadata URL"].removesuffix("/metadata/")
+        assert base.startswith("http://127.0.0.1:") and values["targets URL"] == f"{base}/targets/"
         import urllib.request
 
-        with urllib.request.urlopen(url, timeout=10) as res:
+        with urllib.request.urlopen(values["osImageURL (ubuntu-a.gz)"], timeout=10) as res:
             assert res.read() == image.read_bytes(), "a machine that knows nothing of TUF boots from it"
         got = _download(base, repo / "metadata" / "1.root.json", "ubuntu-a.gz", work / "dl")
         assert got.returncode == 0 and (work / "dl" / image.name).read_bytes() == image.read_bytes(), got.stderr
         tt = tuftool_download(repo / "metadata" / "1.root.json", f"{base}/metadata", f"{base}/targets",
                               "ubuntu-a.gz", work / "tt")  # fmt: skip
         assert tt.returncode == 0, tt.stderr
-    finally:
-        proc.terminate()
-        proc.wait(10)
     # a damaged repository is not served: refused before anything listens
     (repo / "metadata" / "timestamp.json").write_text("{}")
-    damaged = cli("serve", "--repo", str(repo), "--bind", "127.0.0.1", "--port", str(port))
+    damaged = cli("serve", "--repo", str(repo), "--bind", "127.0.0.1", "--port", "18099")
     assert damaged.returncode == 1 and "is not TUF metadata" in damaged.stderr, damaged.stderr
 
 

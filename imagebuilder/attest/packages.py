@@ -120,7 +120,7 @@ def spdx_license(text: str | None) -> str | None:
 
 def _copyright_license(text: str) -> str | None:
     """The ``License:`` of the ``Files: *`` paragraph the collector kept (only from a machine-readable file)."""
-    lines = text.splitlines()
+    lines = text.split("\n")
     if not lines or not lines[0].startswith("Format:"):
         return None
     for line in lines[1:]:
@@ -135,7 +135,7 @@ def parse_dpkg_status(status: str, licenses: dict[str, str] | None = None) -> li
     out = []
     for block in status.split("\n\n"):
         fields: dict[str, str] = {}
-        for line in block.splitlines():
+        for line in block.split("\n"):
             if line and not line[0].isspace() and ": " in line:
                 key, _, value = line.partition(": ")
                 fields[key] = value.strip()
@@ -152,7 +152,7 @@ def parse_dpkg_status(status: str, licenses: dict[str, str] | None = None) -> li
 def parse_rpm_query(text: str) -> list[Package]:
     """Lines of the collector's ``rpm -qa --qf`` (NAME, EPOCHNUM, VERSION, RELEASE, ARCH, LICENSE, SOURCERPM)."""
     out = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         cols = line.split("\t")
         if len(cols) != 7 or cols[0] == "gpg-pubkey":  # the keyring's pseudo-packages are not software
             continue
@@ -165,7 +165,7 @@ def parse_rpm_query(text: str) -> list[Package]:
 
 def _os_release(text: str) -> dict[str, str]:
     out = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         key, sep, value = line.partition("=")
         if sep and key.isidentifier():
             out[key] = value.strip().strip("'\"")

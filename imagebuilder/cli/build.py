@@ -160,7 +160,7 @@ def build(
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     flags.dest_dir(output_dir, "--output-dir")
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    signer = _signer(signing_key)
+    signer = signer_for(signing_key)
     given = _config_flags(locals())
     request = _request(
         given,
@@ -243,7 +243,7 @@ def build(
     print_attestations(result.manifest.parent, result.extra)
 
 
-def _signer(signing_key: str | None) -> Signer | None:
+def signer_for(signing_key: str | None) -> Signer | None:
     """The provenance's signer, read now: a missing or exposed key exits 2 before anything starts."""
     path = flags.signing_key(signing_key)
     if path is None:
@@ -353,7 +353,7 @@ def matrix(
         flags.dest_file(emit_file, "--emit-file")
     customize_file = flags.existing_file(customize, "--customize") if customize else None
     flags.dest_dir(output_dir, "--output-dir")
-    signer = _signer(signing_key)
+    signer = signer_for(signing_key)
     given = _config_flags(locals())
     request = _request(
         given,

@@ -66,9 +66,11 @@ def apply(
     timeout: float,
     say: Say,
     gone: Callable[[], str | None] = lambda: None,
+    extra_vars: dict[str, str] | None = None,
 ) -> None:
     """Log in, apply the role, clean up and seal; Ansible's output goes to ``log`` (redacted, kept after the run so
-    a failure can be read)."""
+    a failure can be read). ``extra_vars`` (no secrets) reach the playbook beside the customization's: image.customize
+    sets ``sbom_inventory`` so the sbom role hands it the image's package database before the seal."""
     login = Login(host, port, target.user, target.key.private)
     waited = wait_for_login(login, timeout=timeout, say=say, gone=gone)
     say(f"logged in as {target.user}@{host} after {waited:.0f} s")
@@ -76,7 +78,7 @@ def apply(
     run_playbook(
         login,
         "customize.yml",
-        dict(target.customization.role_vars(user=target.user, keep_user=target.keep_user)),
+        {**target.customization.role_vars(user=target.user, keep_user=target.keep_user), **(extra_vars or {})},
         secret_env=target.customization.secret_env(),
         log=log,
         redact=target.redact,

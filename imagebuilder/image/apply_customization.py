@@ -16,8 +16,11 @@ import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from imagebuilder import __version__
+from imagebuilder.attest import provenance, sbom
+from imagebuilder.attest.packages import Inventory, load_inventory
 from imagebuilder.core.disk import image_format, leftovers, raw_view, release
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write, parse_json, partial_prefix, read_text, run_checked, sha256_file
@@ -30,6 +33,9 @@ from imagebuilder.image.outputs import Packaged, compress, place, require_bootab
 from imagebuilder.image.ova import make_ova, ova_firmware
 from imagebuilder.release.catalog import Firmware
 
+if TYPE_CHECKING:
+    from securesystemslib.signer import Signer
+
 #: the output formats, by how the input is recognised
 KINDS = ("gz", "ova", "raw", "qcow2")
 
@@ -41,6 +47,8 @@ class Result:
     manifest: Path | None
     kept: bool = False  # the destination existed and was left alone
     warnings: tuple[str, ...] = ()
+    sbom: Path | None = None
+    provenance: Path | None = None
 
 
 def image_kind(image: Path) -> str:
@@ -119,7 +127,12 @@ def customize_image(
     force: bool = False,
     timeout: float = 1800,
     say: Say = silent,
+    signer: Signer | None = None,
 ) -> Result:
+    """See the module docstring. The output's SBOM is written beside it from its own package database (the sbom
+    role reads it in the guest before the seal), carrying the input's Kubernetes components and naming the input
+    as what it descends from; with ``signer``, a provenance of the customization is signed too."""
+    started = dt.datetime.now(dt.UTC)
     kind = check_request(image, dest)
     if dest.exists() and not force:
         return Result(dest, None, None, kept=True)
@@ -151,7 +164,8 @@ def customize_image(
             ) as guest:
                 say(f"booting {image.name} under QEMU ({guest.accelerator}{', UEFI' if firmware == 'efi' else ''})")
                 try:
-                    roles.apply(run, "127.0.0.1", port, log=log, timeout=timeout, say=say, gone=guest.exited)
+                    roles.apply(run, "127.0.0.1", port, log=log, timeout=timeout, say=say, gone=guest.exited,
+                                extra_vars={"sbom_inventory": str(work / INVENTORY)})  # fmt: skip
                 except ExternalError as exc:
                     raise ExternalError(
                         f"customizing {image.name} failed: {exc.message}; console ends: "
@@ -167,15 +181,73 @@ def customize_image(
         say("checking the customized disk's boot sectors and filesystems")
         require_bootable(disk, "the customized image", work_dir=work)
         packaged = _write_output(kind, disk, dest, work, say, firmware)
-    assert packaged.sha256 is not None and packaged.size is not None
+        assert packaged.sha256 is not None and packaged.size is not None
+        inventory = load_inventory(work / INVENTORY)
     with atomic_write(dest.with_name(dest.name + ".sha256")) as fh:
         fh.write(f"{packaged.sha256}  {dest.name}\n")
-    manifest = _write_manifest(image, customization, dest, packaged, keep_user)
-    return Result(dest, packaged.sha256, manifest, warnings=warnings)
+    attested = _write_attestations(image, dest, packaged.sha256, inventory, customization, signer, started)
+    manifest = _write_manifest(image, customization, dest, packaged, keep_user, attested)
+    prov = _companion(dest, provenance.SUFFIX) if attested["provenance"] else None
+    return Result(dest, packaged.sha256, manifest, warnings=warnings, sbom=_companion(dest, ".spdx.json"),
+                  provenance=prov)  # fmt: skip
+
+
+#: where the sbom role leaves the guest's package database in the working folder
+INVENTORY = "sbom-inventory.json"
+
+
+def _companion(image: Path, suffix: str) -> Path:
+    return image.with_name(manifest_beside(image).name.removesuffix(".build-manifest.json") + suffix)
+
+
+def _write_attestations(image: Path, dest: Path, sha256: str, inventory: Inventory, customization: Customization,
+                        signer: Signer | None, started: dt.datetime) -> dict[str, Any]:  # fmt: skip
+    """The customized image's SBOM (and, with ``signer``, its provenance); returns what its manifest records."""
+    old_sbom = _companion(image, ".spdx.json")
+    old = parse_json(read_text(old_sbom, "SBOM"), old_sbom) if old_sbom.is_file() else {}
+    before = sbom.package_names(old) if isinstance(old, dict) else {}
+    after = {p.name: p.version for p in inventory.packages}
+    added = sorted(set(after) - set(before)) if before else []
+    changed = sorted(n for n in set(after) & set(before) if after[n] != before[n])
+    notes = [f"customized by image.customize from {image.name}: CA certificates "
+             f"{customization.summary()['ca_certificates'] or 'none'}, registries "
+             f"{customization.summary()['registries'] or 'none'}; packages added: {', '.join(added) or 'none'}"
+             + (f"; packages changed: {', '.join(changed)}" if changed else "")]  # fmt: skip
+    doc = sbom.document(
+        name=dest.name, sha256=sha256, inventory=inventory, carry=sbom.carried(old) if isinstance(old, dict) else [],
+        origin=sbom.Origin(image.name, {"sha256": sha256_file(image)}, "the image this one was customized from"),
+        annotations=notes,
+    )  # fmt: skip
+    sbom_path = _companion(dest, ".spdx.json")
+    with atomic_write(sbom_path) as fh:
+        fh.write(json.dumps(doc, indent=1) + "\n")
+    recorded: dict[str, Any] = {"sbom": {"name": sbom_path.name, "sha256": sha256_file(sbom_path),
+                                         "packages": len(inventory.packages), "added": added}}  # fmt: skip
+    stale = _companion(dest, provenance.SUFFIX)
+    if signer is None:
+        stale.unlink(missing_ok=True)  # a provenance of an earlier output at this name would be a false statement
+        recorded["provenance"] = None
+        return recorded
+    deps = [
+        provenance.Dependency("customized-image", {"sha256": sha256_file(image)}, image.name),
+        provenance.Dependency(f"config:{customization.source.name}", {"sha256": sha256_file(customization.source)}),
+    ]
+    old_prov = _companion(image, provenance.SUFFIX)
+    if old_prov.is_file():
+        deps.append(provenance.Dependency(old_prov.name, {"sha256": sha256_file(old_prov)}))
+    statement = provenance.statement(
+        image=dest, sha256=sha256, parameters={"task": "image.customize", "input": image.name,
+                                               **customization.summary()},
+        dependencies=deps, tools={"image-builder": __version__}, invocation=f"{dest.name}-{started:%Y%m%dT%H%M%SZ}",
+        started=started, finished=dt.datetime.now(dt.UTC), sbom=sbom_path,
+    )  # fmt: skip
+    provenance.write(stale, provenance.sign(statement, signer))
+    recorded["provenance"] = {"name": stale.name, "signed_by": signer.public_key.keyid}
+    return recorded
 
 
 def _write_manifest(
-    image: Path, customization: Customization, dest: Path, packaged: Packaged, keep_user: bool
+    image: Path, customization: Customization, dest: Path, packaged: Packaged, keep_user: bool, attested: dict[str, Any]
 ) -> Path | None:
     """The input's build manifest, with the new artifact and what was customized (no secret: hosts only)."""
     source = manifest_beside(image)
@@ -192,6 +264,7 @@ def _write_manifest(
         **customization.summary(),
         "user_kept": keep_user,
     }
+    data.update(attested)
     path = manifest_beside(dest)
     with atomic_write(path) as fh:
         fh.write(json.dumps(data, indent=2) + "\n")

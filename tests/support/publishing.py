@@ -4,11 +4,14 @@ the repository CLI, and tuftool, the TUF client Bottlerocket's own tooling uses.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from imagebuilder.attest import provenance, sbom
 from imagebuilder.attest.keys import load_signer
@@ -65,3 +68,50 @@ def tuftool_download(root: Path, metadata: str, targets: str, name: str, out: Pa
     assert TUFTOOL.is_file(), f"tuftool is missing at {TUFTOOL}: run ./scripts/setup.sh"
     return subprocess.run([str(TUFTOOL), "download", "-r", str(root), "-m", metadata, "-t", targets, "-n", name,
                            str(out)], capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
+
+
+def public_bucket(env: dict[str, str], bucket: str) -> Any:
+    """A bucket of the moto server ``env`` points at whose objects everyone may read (a bucket policy, as a site
+    publishing to many servers sets it); returns a boto3 client of it."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    client.create_bucket(Bucket=bucket)
+    statement = {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"}
+    client.put_bucket_policy(Bucket=bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": [statement]}))
+    return client
+
+
+@contextlib.contextmanager
+def serving_repo(folder: Path) -> Iterator[dict[str, str]]:
+    """``image-builder serve --repo FOLDER`` on 127.0.0.1; yields what it printed (metadata URL, targets URL, each
+    osImageURL), and stops it after."""
+    from tests.support.vcsim import free_port
+
+    args = [
+        str(BIN / "image-builder"),
+        "serve",
+        "--repo",
+        str(folder),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("serving "), first
+        values = {}
+        while line := proc.stdout.readline().strip():
+            key, _, value = line.partition(": ")
+            values[key] = value
+            if key.startswith("osImageURL") or len(values) >= 3:
+                break
+        yield values
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -6,6 +6,7 @@ collector, so an SBOM reads the same whichever way the image was made. Raw data 
 declared license line of each machine-readable copyright file, or rpm's query); the parsing is done on the build host.
 Python 3.6 compatible: it runs on every target OS's own interpreter.
 """
+
 import glob
 import json
 import os
