@@ -16,8 +16,8 @@ APT_PACKAGES=(
   debootstrap extlinux syslinux-common xorriso pigz e2fsprogs fdisk
   # the KVM probe: a syslinux floppy made without root
   syslinux mtools dosfstools
-  # DHCP host (spec 4.9) and its tests: the server, a client, captures, network namespaces
-  isc-dhcp-server busybox tcpdump iproute2
+  # DHCP host (spec 4.9, issue 32) and its tests: both servers (ISC dhcpd, Kea), a client, captures, namespaces
+  isc-dhcp-server kea-dhcp4-server busybox tcpdump iproute2
   # node customization (spec 4.8) tests: real containerd checks the configs the customize role writes
   containerd
   # reference-tool parity tests: a local APT repository for extra_debs/extra_repos (dpkg-scanpackages), and a
@@ -41,6 +41,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
   if [[ " ${missing[*]} " == *" tinyproxy "* ]] && command -v systemctl >/dev/null; then
     $SUDO systemctl disable --now tinyproxy >/dev/null 2>&1 || true   # only the tests' own proxies run
+  fi
+  if [[ " ${missing[*]} " == *"-dhcp"* ]] && command -v systemctl >/dev/null; then
+    # only the DHCP servers the tests (or dhcp.install) start run; a package's own would answer on every link
+    $SUDO systemctl disable --now kea-dhcp4-server isc-dhcp-server >/dev/null 2>&1 || true
   fi
 fi
 

@@ -26,7 +26,7 @@ from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import parse_yaml_documents
 from imagebuilder.core.render import hcl, nginx_string
 from imagebuilder.core.safepath import safe_join
-from imagebuilder.host.dhcp import DhcpConfig, render, resolve
+from imagebuilder.host.dhcp import SERVERS, DhcpConfig, DhcpHost, isc_files, resolve
 from imagebuilder.host.serve import ByteRange, parse_range
 
 SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -107,7 +107,7 @@ def test_any_accepted_dhcp_config_renders_what_dhcpd_accepts_and_nothing_else(da
         event("refused")
         return  # refused: exit 2 at the CLI, nothing rendered
     event("accepted")
-    files = render(pool)
+    files = isc_files(pool)
     conf = files["/etc/dhcp/dhcpd.conf"]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "dhcpd.conf"
@@ -131,6 +131,12 @@ def test_any_accepted_dhcp_config_renders_what_dhcpd_accepts_and_nothing_else(da
         f'INTERFACESv4="{config.interface}"',
         'INTERFACESv6=""',
     ]
+    # Kea's file, built as data, says the same: its pools are exactly these ranges, its reservations these hosts
+    kea = json.loads(SERVERS["kea"].files(pool, DhcpHost())["/etc/kea/kea-dhcp4.conf"].split("\n", 1)[1])["Dhcp4"]
+    (subnet,) = kea["subnet4"]
+    assert subnet["pools"] == [{"pool": f"{lo} - {hi}"} for lo, hi in pool.ranges]
+    assert [r["ip-address"] for r in subnet["reservations"]] == [str(r.ip) for r in pool.reservations]
+    assert kea["interfaces-config"]["interfaces"] == [config.interface] and kea["authoritative"] is True
 
 
 # --- HCL: any string or number is one literal that Packer evaluates back to the same value -------------------------
@@ -356,6 +362,64 @@ def test_any_accepted_vsphere_config_renders_a_template_packer_accepts(changes: 
                 assert changes[field] == "", (field, changes[field])
                 continue
             assert hcl(value) in text, value  # each value is one escaped literal, as the model holds it
+
+
+# --- issue 32: subnets, ranges, exclusions and fixed leases: the pools hold exactly what is free ------------------
+
+
+@st.composite
+def multi_subnet_configs(draw: st.DrawFn) -> dict[str, object]:
+    """Mostly valid configs (subnets in their own /24, routers outside the range, held addresses distinct), with a
+    few collisions drawn on purpose: the arithmetic is what is under test."""
+    subnets, hosts_all = [], []
+    for k in range(draw(st.integers(1, 3))):
+        prefix = draw(st.integers(24, 29))
+        net = ipaddress.IPv4Network(((10 << 24) + (draw(st.integers(0, 7)) << 16) + (k << 8), prefix))
+        hosts = [str(net.network_address + i) for i in range(1, net.num_addresses - 1)]
+        router = draw(st.integers(0, len(hosts) - 1))
+        lo = draw(st.integers(0, len(hosts) - 1).filter(lambda i, r=router: i != r))
+        hi = draw(st.integers(lo, len(hosts) - 1).filter(lambda i, r=router, start=lo: i < r or start > r))
+        held = draw(st.lists(st.sampled_from(hosts), max_size=4, unique=True))
+        hosts_all += hosts
+        subnets.append({
+            "interface": draw(st.sampled_from(["eth0", "eth1"])), "subnet": str(net),
+            "range": {"start": hosts[lo], "end": hosts[hi]}, "routers": [hosts[router]],
+            "exclude": held[:1],
+            "control_plane_ips": [{"ip": ip, "method": draw(st.sampled_from(["outside", "shrink", "reserve"]))}
+                                  for ip in held[1:2]],
+        })  # fmt: skip
+    fixed_ips = draw(st.lists(st.sampled_from(hosts_all) | st.just("192.0.2.1"), max_size=4, unique=True))
+    fixed = [{"mac": f"02:00:00:00:00:{i:02x}", "ip": ip, "hostname": f"node-{i}"} for i, ip in enumerate(fixed_ips)]
+    return {"dns_servers": ["192.0.2.53"], "subnets": subnets, "fixed_leases": fixed,
+            "exclude": draw(st.lists(st.sampled_from(hosts_all), max_size=2, unique=True))}  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(multi_subnet_configs())
+def test_pools_are_the_ranges_less_every_held_address_and_nothing_else(data: dict[str, object]) -> None:
+    try:
+        pool = resolve(DhcpConfig.model_validate(data))
+    except (InputError, ValueError):
+        event("refused")
+        return
+    event("accepted")
+    config = pool.config
+    for s in pool.subnets:
+        rng = {int(s.subnet.range.start) + i for i in range(int(s.subnet.range.end) - int(s.subnet.range.start) + 1)}
+        held = {int(ip) for ip in (*config.exclude, *s.subnet.exclude, *(f.ip for f in config.fixed_leases))}
+        held |= {int(cp.ip) for cp in s.subnet.control_plane_ips if (cp.method or "outside") == "reserve"}
+        pooled = [n for lo, hi in s.ranges for n in range(int(lo), int(hi) + 1)]
+        assert len(pooled) == len(set(pooled)), "pools overlap"
+        assert set(pooled) <= rng - held, "a held address is in a pool"
+        shrunk = {int(cp.ip) for cp in s.subnet.control_plane_ips if cp.method == "shrink"}
+        if not shrunk:
+            assert set(pooled) == rng - held, "a free address of the range is in no pool"
+        assert all(lo <= hi and lo in s.subnet.subnet and hi in s.subnet.subnet for lo, hi in s.ranges)
+        for cp in s.subnet.control_plane_ips:
+            assert not any(lo <= cp.ip <= hi for lo, hi in s.ranges), "a control-plane IP is in a pool"
+    nets = [s.subnet.subnet for s in pool.subnets]
+    assert not any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[:i])
+    assert len({f.ip for f in config.fixed_leases}) == len(config.fixed_leases)
 
 
 # --- issue 31: the SBOM and the TUF target names --------------------------------------------------------------

@@ -20,28 +20,33 @@ def _need(config: str) -> str:
     return str(flags.existing_file(flags.required(config, "--config", CONFIG_HELP), "--config"))
 
 
+SERVER_HELP = "kea or isc (default: the one installed here, else kea; the output says which and why)"
+
+
 @task(
     name="render",
     help={
         "config": CONFIG_HELP,
-        "dest": "directory to write etc/dhcp/dhcpd.conf and etc/default/isc-dhcp-server under (default ./dhcp)",
+        "dest": "directory to write the server's files under, at their paths on the host (default ./dhcp)",
+        "server": SERVER_HELP,
         "dry_run": "print the files; write nothing",
     },
     auto_shortflags=False,
 )
 @cli_task
-def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool = False) -> None:
-    """Render dhcpd.conf and the isc-dhcp-server defaults file from the DHCP config."""
+def render_files(c: Context, config: str = "", dest: str = "dhcp", server: str = "", dry_run: bool = False) -> None:
+    """Render the DHCP server's files (dhcpd.conf and its defaults file, or kea-dhcp4.conf) from the DHCP config."""
     source = _need(config)
     out = flags.dest_dir(dest, "--dest")
     from imagebuilder.core.files import atomic_write
-    from imagebuilder.host.dhcp import load_dhcp_config, render
+    from imagebuilder.host.dhcp import DhcpHost, choose, load_dhcp_config
 
+    chosen, why = choose(server or None)
     pool = load_dhcp_config(source)
-    files = render(pool)
+    print(f"server: {chosen.name} ({why})")
     for note in pool.notes:
         print(f"note: {note}")
-    for path, text in files.items():
+    for path, text in chosen.files(pool, DhcpHost()).items():
         if dry_run:
             print(f"--- {path}\n{text}")
         else:
@@ -56,30 +61,67 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", dry_run: bool
     help={
         "config": CONFIG_HELP,
         "prefix": "root of the DHCP host's files (default /; tests use a directory)",
+        "server": SERVER_HELP,
         "dry_run": "print what would change; change nothing",
     },
     auto_shortflags=False,
 )
 @cli_task
-def install_server(c: Context, config: str = "", prefix: str = "/", dry_run: bool = False) -> None:
-    """On the DHCP host: install isc-dhcp-server, write its files atomically, check with dhcpd -t, restart."""
+def install_server(c: Context, config: str = "", prefix: str = "/", server: str = "", dry_run: bool = False) -> None:
+    """On the DHCP host: install Kea or ISC dhcpd, check and write its files atomically, restart (rolled back to the
+    previous files if it does not come up); leases are kept."""
     source = _need(config)
     root = flags.dest_dir(prefix, "--prefix")
-    from imagebuilder.host.dhcp import DhcpHost, install, load_dhcp_config, render
+    from imagebuilder.host.dhcp import DhcpHost, choose, install, load_dhcp_config
 
+    chosen, why = choose(server or None)
     pool = load_dhcp_config(source)
     host = DhcpHost(root)
-    report = install(pool, host, dry_run=dry_run)
+    print(f"server: {chosen.name} ({why})")
+    report = install(pool, host, chosen, dry_run=dry_run)
     verb = "would change" if dry_run else "changed"
     for path in report.changed:
         print(f"{verb} {host.path(path)}")
+    for other in report.stopped:
+        print(f"{'would stop' if dry_run else 'stopped'} the {other} server (one DHCP server per link; leases kept)")
+    interfaces = ", ".join(pool.interfaces)
     if dry_run:
-        for path, text in render(pool).items():
+        for path, text in chosen.files(pool, host).items():
             print(f"--- {path}\n{text}")
     elif report.restarted:
-        print(f"dhcpd (re)started on {pool.config.interface}" + (f", pid {report.pid}" if report.pid else ""))
+        print(f"{chosen.binary} (re)started on {interfaces}" + (f", pid {report.pid}" if report.pid else ""))
     else:
-        print(f"nothing to change: dhcpd already serves {pool.config.interface} with this configuration")
+        print(f"nothing to change: {chosen.binary} already serves {interfaces} with this configuration")
+
+
+@task(
+    help={
+        "server": "kea or isc (default: as dhcp.install chooses)",
+        "prefix": "root of the DHCP host's files (default /)",
+        "all": "also list expired and released leases",
+        "output": "text (default) or json",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def leases(c: Context, server: str = "", prefix: str = "/", all: bool = False, output: str = "text") -> None:
+    """List the DHCP server's leases from its lease file: hostname, MAC, IP, expiry."""
+    root = flags.existing_dir(prefix, "--prefix")
+    flags.choice(output, "--output", ("text", "json"))
+    from imagebuilder.host.dhcp import DhcpHost, choose, current
+
+    chosen, _ = choose(server or None)
+    found = chosen.leases(DhcpHost(root))
+    shown = sorted(found, key=lambda x: tuple(int(p) for p in x.ip.split("."))) if all else current(found)
+    if output == "json":
+        print_json([{"ip": x.ip, "mac": x.mac, "hostname": x.hostname, "state": x.state,
+                     "expires": x.expires.isoformat() if x.expires else None} for x in shown])  # fmt: skip
+        return
+    print(f"{'IP':<16} {'MAC':<18} {'HOSTNAME':<24} {'EXPIRES (UTC)':<20} STATE")
+    for x in shown:
+        when = x.expires.strftime("%Y-%m-%d %H:%M:%S") if x.expires else "never"
+        print(f"{x.ip:<16} {x.mac:<18} {x.hostname or '-':<24} {when:<20} {x.state}")
+    print(f"{len(shown)} lease(s) in {chosen.name}'s lease file")
 
 
 @task(
@@ -97,7 +139,7 @@ def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
     if not Path("/sys/class/net", interface).exists():
         raise InputError(f"no network interface {interface!r} on this host", field="--interface")
     seconds = flags.duration(timeout, "--timeout", 1, 3600)
-    from imagebuilder.host.dhcp import capture, complete
+    from imagebuilder.host.dhcp.wire import capture, complete
 
     messages = capture(interface, seconds)
     ack = complete(messages)

@@ -113,11 +113,38 @@ DHCP_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(DHCP_CASES))
-def test_dhcp_values_that_would_inject_or_wrap(tmp_path: Path, case: str) -> None:
+#: hostile values of the several-subnets form (issue 32): fixed leases and the inventory they come from
+RACK = {"interface": "eth1", "subnet": "10.20.0.0/24", "range": {"start": "10.20.0.50", "end": "10.20.0.99"},
+        "routers": ["10.20.0.1"]}  # fmt: skip
+RACK_CASES: dict[str, dict[str, object]] = {
+    "hostname with a block": {
+        "fixed_leases": [{"mac": "02:00:00:00:00:01", "ip": "10.20.0.5", "hostname": 'a"; }\nhost evil {'}]
+    },
+    "hostname with a JSON quote": {
+        "fixed_leases": [{"mac": "02:00:00:00:00:01", "ip": "10.20.0.5", "hostname": 'a", "ip-address": "10.20.0.1'}]
+    },
+    "mac with a statement": {"fixed_leases": [{"mac": "02:00:00:00:00:01; }", "ip": "10.20.0.5", "hostname": "a"}]},
+    "fixed lease ip as a number": {"fixed_leases": [{"mac": "02:00:00:00:00:01", "ip": 169083909, "hostname": "a"}]},
+    "interface with a quote": {"subnets": [{**RACK, "interface": 'eth1"]'}]},
+    "csv that is not there": {"fixed_leases_csv": "no-such-hardware.csv"},
+    "both forms": {"interface": "eth0"},
+    "overlapping racks": {"subnets": [RACK, {**RACK, "subnet": "10.20.0.0/23"}]},
+}
+
+
+@pytest.mark.parametrize("server", ["isc", "kea"])
+@pytest.mark.parametrize("case", [*DHCP_CASES, *RACK_CASES])
+def test_dhcp_values_that_would_inject_or_wrap(tmp_path: Path, case: str, server: str) -> None:
+    """Refused before either renderer sees them: dhcpd.conf is templated, Kea's file is JSON built as data, and no
+    value reaches either unless it matched its grammar."""
+    import yaml
+
     path = tmp_path / "dhcp.yaml"
-    path.write_text(dhcp(**DHCP_CASES[case]))
-    res = cli("dhcp.render", "--config", str(path), "--dest", str(tmp_path / "out"))
+    if case in DHCP_CASES:
+        path.write_text(dhcp(**DHCP_CASES[case]))
+    else:
+        path.write_text(yaml.safe_dump({"dns_servers": ["10.20.0.2"], "subnets": [RACK], **RACK_CASES[case]}))
+    res = cli("dhcp.render", "--config", str(path), "--dest", str(tmp_path / "out"), "--server", server)
     assert res.code == 2, (case, res.text)
     assert str(path) in res.err
     assert not (tmp_path / "out").exists()

@@ -1,0 +1,82 @@
+"""What each DHCP server reads, from one resolved :class:`~imagebuilder.host.dhcp.model.Pool`.
+
+ISC dhcpd's ``dhcpd.conf`` comes from a template (``templates/dhcp``) whose every value is an address, a number or
+a name the model validated to a grammar. Kea's ``kea-dhcp4.conf`` is JSON built as data and serialized, never
+templated: the same semantics, in Kea's words (``authoritative``, no DDNS, memfile leases kept on disk).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from imagebuilder.core.render import template_env
+from imagebuilder.host.dhcp.model import Pool, SubnetPool
+
+
+def isc_files(pool: Pool) -> dict[str, str]:
+    """dhcpd.conf and the isc-dhcp-server defaults file, by their path on the DHCP host."""
+    env = template_env()
+    ctx = {"pool": pool, "config": pool.config}
+    return {
+        "/etc/dhcp/dhcpd.conf": env.get_template("templates/dhcp/dhcpd.conf.j2").render(ctx),
+        "/etc/default/isc-dhcp-server": env.get_template("templates/dhcp/isc-dhcp-server.j2").render(ctx),
+    }
+
+
+def _kea_subnet(s: SubnetPool) -> dict[str, Any]:
+    options = [
+        {"name": "routers", "data": ", ".join(map(str, s.subnet.routers))},
+        {"name": "domain-name-servers", "data": ", ".join(map(str, s.dns_servers))},
+        {"name": "subnet-mask", "data": s.netmask},
+    ]
+    if s.domain_name:
+        options.append({"name": "domain-name", "data": s.domain_name})
+    subnet: dict[str, Any] = {
+        "id": s.id,
+        "subnet": str(s.subnet.subnet),
+        "interface": s.subnet.interface,
+        "pools": [{"pool": f"{lo} - {hi}"} for lo, hi in s.ranges],
+        "option-data": options,
+        "reservations": [
+            {"hw-address": r.mac, "ip-address": str(r.ip), **({"hostname": r.hostname} if r.hostname else {})}
+            for r in s.reservations
+        ],
+    }
+    return subnet
+
+
+def kea_config(pool: Pool, *, leases: str, log: str) -> dict[str, Any]:
+    """``kea-dhcp4.conf`` as data: ``leases`` is the memfile lease file, ``log`` the log file (paths on the host)."""
+    lt = pool.config.lease_time
+    subnets: list[dict[str, Any]] = []
+    shared: list[dict[str, Any]] = []
+    for interface, members in pool.shared().items():
+        if len(members) == 1:
+            subnets.append(_kea_subnet(members[0]))
+        else:  # one link, several subnets: Kea's shared network, as dhcpd's
+            shared.append({"name": interface, "interface": interface, "subnet4": [_kea_subnet(s) for s in members]})
+    dhcp4: dict[str, Any] = {
+        "interfaces-config": {"interfaces": pool.interfaces, "dhcp-socket-type": "raw"},
+        # leases on disk, kept across restarts and reinstalls; the file is compacted hourly (kea-lfc)
+        "lease-database": {"type": "memfile", "persist": True, "name": leases, "lfc-interval": 3600},
+        "valid-lifetime": lt.default,
+        "min-valid-lifetime": min(lt.default, lt.max),
+        "max-valid-lifetime": lt.max,
+        "authoritative": True,
+        # no dynamic DNS (dhcpd's ddns-update-style none)
+        "ddns-send-updates": False,
+        "dhcp-ddns": {"enable-updates": False},
+        "host-reservation-identifiers": ["hw-address"],
+        "subnet4": subnets,
+        "loggers": [{"name": "kea-dhcp4", "output_options": [{"output": log}], "severity": "INFO"}],
+    }
+    if shared:
+        dhcp4["shared-networks"] = shared
+    return {"Dhcp4": dhcp4}
+
+
+def kea_text(pool: Pool, *, leases: str, log: str) -> str:
+    return "// Written by image-builder dhcp.install (spec 4.9). Edit the DHCP config file and rerun instead.\n" + (
+        json.dumps(kea_config(pool, leases=leases, log=log), indent=2) + "\n"
+    )
