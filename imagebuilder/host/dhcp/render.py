@@ -46,8 +46,9 @@ def _kea_subnet(s: SubnetPool) -> dict[str, Any]:
     return subnet
 
 
-def kea_config(pool: Pool, *, leases: str, log: str) -> dict[str, Any]:
-    """``kea-dhcp4.conf`` as data: ``leases`` is the memfile lease file, ``log`` the log file (paths on the host)."""
+def kea_config(pool: Pool, *, leases: str) -> dict[str, Any]:
+    """``kea-dhcp4.conf`` as data; ``leases`` is the memfile lease file (a path on the host). Kea logs to its standard
+    output: the journal under systemd, the daemon's log file otherwise."""
     lt = pool.config.lease_time
     subnets: list[dict[str, Any]] = []
     shared: list[dict[str, Any]] = []
@@ -57,7 +58,12 @@ def kea_config(pool: Pool, *, leases: str, log: str) -> dict[str, Any]:
         else:  # one link, several subnets: Kea's shared network, as dhcpd's
             shared.append({"name": interface, "interface": interface, "subnet4": [_kea_subnet(s) for s in members]})
     dhcp4: dict[str, Any] = {
-        "interfaces-config": {"interfaces": pool.interfaces, "dhcp-socket-type": "raw"},
+        # every interface must open its sockets, or Kea does not start (and dhcp.install rolls back)
+        "interfaces-config": {
+            "interfaces": pool.interfaces,
+            "dhcp-socket-type": "raw",
+            "service-sockets-require-all": True,
+        },
         # leases on disk, kept across restarts and reinstalls; the file is compacted hourly (kea-lfc)
         "lease-database": {"type": "memfile", "persist": True, "name": leases, "lfc-interval": 3600},
         "valid-lifetime": lt.default,
@@ -69,14 +75,14 @@ def kea_config(pool: Pool, *, leases: str, log: str) -> dict[str, Any]:
         "dhcp-ddns": {"enable-updates": False},
         "host-reservation-identifiers": ["hw-address"],
         "subnet4": subnets,
-        "loggers": [{"name": "kea-dhcp4", "output_options": [{"output": log}], "severity": "INFO"}],
+        "loggers": [{"name": "kea-dhcp4", "output_options": [{"output": "stdout"}], "severity": "INFO"}],
     }
     if shared:
         dhcp4["shared-networks"] = shared
     return {"Dhcp4": dhcp4}
 
 
-def kea_text(pool: Pool, *, leases: str, log: str) -> str:
+def kea_text(pool: Pool, *, leases: str) -> str:
     return "// Written by image-builder dhcp.install (spec 4.9). Edit the DHCP config file and rerun instead.\n" + (
-        json.dumps(kea_config(pool, leases=leases, log=log), indent=2) + "\n"
+        json.dumps(kea_config(pool, leases=leases), indent=2) + "\n"
     )

@@ -201,8 +201,7 @@ class KeaServer(Server):
     lease_file = "/var/lib/kea/kea-leases4.csv"
 
     def files(self, pool: Pool, host: DhcpHost) -> dict[str, str]:
-        log = str(host.path("/var/log/kea/kea-dhcp4.log"))
-        return {self.main: kea_text(pool, leases=str(host.path(self.lease_file)), log=log)}
+        return {self.main: kea_text(pool, leases=str(host.path(self.lease_file)))}
 
     def check_args(self, conf: Path) -> list[str]:
         return ["kea-dhcp4", "-t", str(conf)]
@@ -216,7 +215,6 @@ class KeaServer(Server):
         return host.path("/run/kea/kea-dhcp4.kea-dhcp4.pid")  # <config name>.kea-dhcp4.pid
 
     def start_args(self, pool: Pool, host: DhcpHost) -> list[str]:
-        host.path("/var/log/kea").mkdir(parents=True, exist_ok=True)
         return ["kea-dhcp4", "-c", str(host.path(self.main))]
 
     def leases(self, host: DhcpHost) -> list[Lease]:
