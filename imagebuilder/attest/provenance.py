@@ -46,10 +46,13 @@ class Dependency:
     name: str
     digests: dict[str, str]
     uri: str | None = None
+    #: where it was read from when that is not ``uri`` (a mirror)
+    read_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         uri = {"uri": self.uri} if self.uri else {}
-        return {"name": self.name, **uri, "digest": dict(sorted(self.digests.items()))}
+        notes = {"annotations": {"readFrom": self.read_from}} if self.read_from and self.read_from != self.uri else {}
+        return {"name": self.name, **uri, "digest": dict(sorted(self.digests.items())), **notes}
 
 
 def git_commit() -> str | None:

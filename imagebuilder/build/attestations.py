@@ -50,8 +50,10 @@ def source_of(plan: BuildPlan) -> Dependency | None:
 
 def _dependencies(plan: BuildPlan, customization: Customization | None) -> list[Dependency]:
     deps = []
-    if plan.manifest.sha256:
-        deps.append(Dependency("release-manifest", {"sha256": plan.manifest.sha256}, plan.manifest.source))
+    manifest = plan.manifest
+    if manifest.sha256:
+        deps.append(Dependency("release-manifest", {"sha256": manifest.sha256}, manifest.upstream or manifest.source,
+                               read_from=manifest.source))  # fmt: skip
     source = source_of(plan)
     if source is not None:
         deps.append(source)

@@ -46,6 +46,8 @@ class ManifestState:
     note: str | None = None
     #: the document's SHA-256, when it was read
     sha256: str | None = None
+    #: the URL the manifest is known by (a mirror only changes where it was read from: ``source``)
+    upstream: str | None = None
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,7 @@ def _load_manifest_for(
                 field="spec.channel",
                 expected=f"a manifest of channel {channel.name}",
             )
-        return manifest, ManifestState(manifest.source, True, sha256=manifest.sha256)
+        return manifest, ManifestState(manifest.source, True, sha256=manifest.sha256, upstream=request.release_manifest)
     url = channel.manifest_url
     location = mirror.locate(url) if mirror else url
     if mirror is None and request.offline:
@@ -166,7 +166,7 @@ def _load_manifest_for(
     except ExternalError as exc:
         reason = str(exc).splitlines()[0].rsplit(": ", 1)[-1]
         return None, ManifestState(location, False, f"not resolved offline ({reason})")
-    return manifest, ManifestState(manifest.source, True, sha256=manifest.sha256)
+    return manifest, ManifestState(manifest.source, True, sha256=manifest.sha256, upstream=url)
 
 
 #: what a caller checks once the plan's Packer builder is known and before the release manifest is fetched: the

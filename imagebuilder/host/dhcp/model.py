@@ -131,7 +131,27 @@ class FixedLease(StrictModel):
         return name
 
 
-class Subnet(StrictModel):
+class _LinkFields(StrictModel):
+    """The grammar of the fields a subnet and the single-subnet file share (an interface name, a network with its
+    prefix, a domain name): what reaches a server's file is checked here, once."""
+
+    @field_validator("interface", check_fields=False)
+    @classmethod
+    def _iface(cls, value: str | None) -> str | None:
+        return None if value is None else grammar.interface_name(value)
+
+    @field_validator("subnet", mode="before", check_fields=False)
+    @classmethod
+    def _net(cls, value: Any) -> Any:
+        return _network(value)
+
+    @field_validator("domain_name", check_fields=False)
+    @classmethod
+    def _domain(cls, value: str | None) -> str | None:
+        return None if value is None else grammar.domain_name(value)
+
+
+class Subnet(_LinkFields):
     """One subnet (a rack, a VLAN): its interface, dynamic range, routers and exclusions."""
 
     interface: str = Field(description="the DHCP host's NIC on this subnet's link (subnets sharing one are a shared "
@@ -145,27 +165,12 @@ class Subnet(StrictModel):
     exclusion: Method | None = Field(None, description="default method for this subnet's control-plane IPs")
     control_plane_ips: list[ControlPlaneIP] = Field(default_factory=list, description="control-plane endpoint IPs")
 
-    @field_validator("interface")
-    @classmethod
-    def _iface(cls, value: str) -> str:
-        return grammar.interface_name(value)
-
-    @field_validator("subnet", mode="before")
-    @classmethod
-    def _net(cls, value: Any) -> Any:
-        return _network(value)
-
-    @field_validator("domain_name")
-    @classmethod
-    def _domain(cls, value: str | None) -> str | None:
-        return None if value is None else grammar.domain_name(value)
-
 
 #: the top-level keys of the single-subnet form (spec 4.9)
 SINGLE = ("interface", "subnet", "range", "routers", "control_plane_ips")
 
 
-class DhcpConfig(StrictModel):
+class DhcpConfig(_LinkFields):
     """The DHCP config file (YAML): the single-subnet form of spec 4.9, or ``subnets:``."""
 
     interface: str | None = Field(None, description="the DHCP host's NIC on the cluster network (INTERFACESv4)")
@@ -188,21 +193,6 @@ class DhcpConfig(StrictModel):
     fixed_leases: list[FixedLease] = Field(default_factory=list, description="machines that always get one address")
     fixed_leases_csv: str | None = Field(None, description="a hardware.csv (columns hostname, mac, ip_address; others "
                                                            "ignored), relative to this file")  # fmt: skip
-
-    @field_validator("interface")
-    @classmethod
-    def _iface(cls, value: str | None) -> str | None:
-        return None if value is None else grammar.interface_name(value)
-
-    @field_validator("subnet", mode="before")
-    @classmethod
-    def _subnet(cls, value: Any) -> Any:
-        return _network(value)
-
-    @field_validator("domain_name")
-    @classmethod
-    def _domain(cls, value: str | None) -> str | None:
-        return None if value is None else grammar.domain_name(value)
 
     @model_validator(mode="after")
     def _one_form(self) -> DhcpConfig:
