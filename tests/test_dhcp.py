@@ -290,15 +290,13 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     subprocess.run(["ip", "netns", "add", SRV], check=True)
     subprocess.run(["ip", "netns", "add", CLI], check=True)
     try:
-        for srv_dev, cli_dev in ((IFACE, "ibdhcpc"), (IFACE2, "ibdhcpd")):
+        for srv_dev, cli_dev in ((IFACE, "ibdhcpc"), (IFACE2, "ibdhcpd"), (BARE, "ibdhcpy")):
             subprocess.run(["ip", "link", "add", srv_dev, "netns", SRV, "type", "veth", "peer", "name", cli_dev,
                             "netns", CLI], check=True)  # fmt: skip
             ns(SRV, "ip", "link", "set", srv_dev, "up")
             ns(CLI, "ip", "link", "set", cli_dev, "up")
         ns(SRV, "ip", "addr", "add", "10.77.0.1/24", "dev", IFACE)
         ns(SRV, "ip", "addr", "add", "10.79.0.1/24", "dev", IFACE2)
-        ns(SRV, "ip", "link", "add", BARE, "type", "dummy")
-        ns(SRV, "ip", "link", "set", BARE, "up")
         for name in (SRV, CLI):
             ns(name, "ip", "link", "set", "lo", "up")
         clients = [(f"c{i}", "ibdhcpc", f"02:42:0a:00:00:{i:02x}") for i in range(1, 23)]
@@ -470,7 +468,10 @@ def test_leases_survive_a_restart_and_are_listed(server: str, network: Path, tmp
         assert lease(4) not in first.values()
         # and a client renewing after the restart keeps its address
         renewed = ask("c1", network, request=first[1])
-        assert renewed is not None and renewed.ip == first[1] and renewed.lease == "900", renewed
+        assert renewed is not None and renewed.ip == first[1], renewed
+        # a new lease of the new length, or (ISC's lease cache: a renewal soon after the lease began gets the time it
+        # has left) the lease the server remembered across its restart
+        assert renewed.lease == "900" or 0 < int(renewed.lease) <= 600, renewed
         text = run("dhcp.leases", "--server", server, "--prefix", str(prefix))
         assert text.code == 0 and all(ip in text.out for ip in first.values() if ip), text.out
     finally:

@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.support.common import ROOT
 
-SCHEMAS = ROOT / "tests" / "data" / "schemas"
+SCHEMAS = ROOT / "tests" / "schemas"
 
 
 def spdx_problems(path: Path) -> list[str]:

@@ -76,7 +76,8 @@ class Server:
     def pidfile(self, host: DhcpHost) -> Path:
         raise NotImplementedError
 
-    def start_args(self, pool: Pool, host: DhcpHost) -> list[str]:
+    def start_args(self, host: DhcpHost) -> list[str]:
+        """The daemon's command line: everything it serves comes from the installed files."""
         raise NotImplementedError
 
     def env(self, host: DhcpHost) -> dict[str, str]:
@@ -136,7 +137,7 @@ class Server:
             time.sleep(0.1)
         os.kill(pid, signal.SIGKILL)
 
-    def start(self, pool: Pool, host: DhcpHost) -> int | None:
+    def start(self, host: DhcpHost) -> int | None:
         """Start the daemon (the host has no systemd) and return its pid once it serves, or None if it exited."""
         self.pidfile(host).parent.mkdir(parents=True, exist_ok=True)
         self.pidfile(host).unlink(missing_ok=True)
@@ -147,7 +148,7 @@ class Server:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             # the daemon outlives this run on purpose: started without the run's tag (core.runs.daemon_env)
-            proc = subprocess.Popen(self.start_args(pool, host), stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(self.start_args(host), stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=self.env(host), start_new_session=True)  # fmt: skip
         for _ in range(100):
             pid = self.running_pid(host)
@@ -184,9 +185,14 @@ class IscServer(Server):
     def pidfile(self, host: DhcpHost) -> Path:
         return host.path("/run/dhcpd.pid")
 
-    def start_args(self, pool: Pool, host: DhcpHost) -> list[str]:
+    def start_args(self, host: DhcpHost) -> list[str]:
+        # the interfaces the installed defaults file names, as the package's init script reads them: a rollback
+        # starts the previous files' server on the previous files' interfaces
+        defaults = _read(host.path("/etc/default/isc-dhcp-server"))
+        found = re.search(r'^INTERFACESv4="([^"]*)"', defaults, re.M)
+        interfaces = found.group(1).split() if found else []
         return ["dhcpd", "-4", "-q", "-cf", str(host.path(self.main)), "-lf", str(host.path(self.lease_file)),
-                "-pf", str(self.pidfile(host)), *pool.interfaces]  # fmt: skip
+                "-pf", str(self.pidfile(host)), *interfaces]  # fmt: skip
 
     def leases(self, host: DhcpHost) -> list[Lease]:
         return parse_dhcpd_leases(_read(host.path(self.lease_file)))
@@ -214,7 +220,7 @@ class KeaServer(Server):
     def pidfile(self, host: DhcpHost) -> Path:
         return host.path("/run/kea/kea-dhcp4.kea-dhcp4.pid")  # <config name>.kea-dhcp4.pid
 
-    def start_args(self, pool: Pool, host: DhcpHost) -> list[str]:
+    def start_args(self, host: DhcpHost) -> list[str]:
         return ["kea-dhcp4", "-c", str(host.path(self.main))]
 
     def leases(self, host: DhcpHost) -> list[Lease]:
@@ -269,7 +275,7 @@ def _apt_install(package: str) -> None:
         )
 
 
-def _restart(server: Server, pool: Pool, host: DhcpHost) -> int | None:
+def _restart(server: Server, host: DhcpHost) -> int | None:
     """Restart ``server``; its pid (None under systemd), or raise when it does not come up."""
     if host.uses_systemd:
         proc = subprocess.run(["systemctl", "restart", server.unit], capture_output=True, text=True, check=False)
@@ -277,7 +283,7 @@ def _restart(server: Server, pool: Pool, host: DhcpHost) -> int | None:
             raise ExternalError(f"systemctl restart {server.unit} failed: {proc.stderr.strip()}")
         return None
     server.stop(host)
-    pid = server.start(pool, host)
+    pid = server.start(host)
     if pid is None:
         raise ExternalError(f"{server.binary} did not come up: {server.log_tail(host)[-600:]}")
     return pid
@@ -315,9 +321,9 @@ def install(pool: Pool, host: DhcpHost, server: Server, *, dry_run: bool = False
             if other is not server:
                 subprocess.run(["systemctl", "disable", "--now", other.unit], capture_output=True, check=False)
     try:
-        pid = _restart(server, pool, host)
+        pid = _restart(server, host)
     except ExternalError as exc:
-        _roll_back(server, pool, host, previous)
+        _roll_back(server, host, previous)
         raise ExternalError(
             f"{exc.message}; the previous configuration is back in place"
             + (" and serving" if any(v is not None for v in previous.values()) else ""),
@@ -326,7 +332,7 @@ def install(pool: Pool, host: DhcpHost, server: Server, *, dry_run: bool = False
     return InstallReport(server.name, changed, True, pid, [o.name for o in others])
 
 
-def _roll_back(server: Server, pool: Pool, host: DhcpHost, previous: dict[str, str | None]) -> None:
+def _roll_back(server: Server, host: DhcpHost, previous: dict[str, str | None]) -> None:
     for path, text in previous.items():
         if text is None:
             host.path(path).unlink(missing_ok=True)
@@ -338,7 +344,7 @@ def _roll_back(server: Server, pool: Pool, host: DhcpHost, previous: dict[str, s
             if host.uses_systemd:
                 subprocess.run(["systemctl", "restart", server.unit], capture_output=True, check=False)
             else:
-                server.start(pool, host)
+                server.start(host)
         except OSError:
             pass
 
