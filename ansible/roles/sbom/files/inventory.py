@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Print what an image's package database says, as JSON, for its SBOM (image-builder's attest.packages parses it).
 
-Run on the build VM by the sbom role, and by image-builder itself on a mounted image (``inventory.py ROOT``): one
-collector, so an SBOM reads the same whichever way the image was made. Raw data only (the dpkg status file, the
+Run on the build VM by the sbom role (``inventory.py / FILE``), and by image-builder itself on a mounted image
+(``inventory.py ROOT``, to standard output): one collector, so an SBOM reads the same whichever way the image was
+made. Raw data only (the dpkg status file, the
 declared license line of each machine-readable copyright file, or rpm's query); the parsing is done on the build host.
 Python 3.6 compatible: it runs on every target OS's own interpreter.
 """
@@ -63,7 +64,12 @@ def main():
         if root != "/":
             command[1:1] = ["--root", root]
         out["rpm"] = subprocess.check_output(command).decode("utf-8", "replace")
-    json.dump(out, sys.stdout)
+    if len(sys.argv) > 2:  # the role's form: into a file it then fetches (0600: nothing else reads it meanwhile)
+        fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(out, fh)
+    else:
+        json.dump(out, sys.stdout)
 
 
 if __name__ == "__main__":
