@@ -31,12 +31,25 @@ from imagebuilder.core.paths import checkout_root
 from imagebuilder.release.profile import load_profile
 
 if TYPE_CHECKING:
+    from securesystemslib.dsse import Envelope
     from securesystemslib.signer import Key, Signer
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SUFFIX = ".intoto.json"
+#: the extensions of the images a build writes; its SBOM and provenance are named after what is left
+IMAGE_SUFFIXES = (".qcow2", ".ova", ".raw", ".img", ".gz")
+
+
+def stem(name: str) -> str:
+    """The name an image's companions share: ``ubuntu-...-amd64.gz`` -> ``ubuntu-...-amd64``."""
+    return next((name.removesuffix(x) for x in IMAGE_SUFFIXES if name.endswith(x)), Path(name).stem)
+
+
+def companion(image: Path, suffix: str) -> Path:
+    """The file beside ``image`` named after it: ``companion(image, ".spdx.json")`` is its SBOM."""
+    return image.with_name(stem(image.name) + suffix)
 
 
 @dataclass(frozen=True)
@@ -112,23 +125,23 @@ def statement(
     }
 
 
-def sign(doc: dict[str, Any], signer: Signer) -> dict[str, Any]:
-    """The statement in a DSSE envelope signed by ``signer`` (securesystemslib's DSSE: PAE over the payload)."""
+def _envelope(doc: dict[str, Any]) -> Envelope:
     from securesystemslib.dsse import Envelope
 
-    payload = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    envelope = Envelope(payload, PAYLOAD_TYPE, {})
+    return Envelope(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode(), PAYLOAD_TYPE, {})
+
+
+def sign(doc: dict[str, Any], signer: Signer) -> dict[str, Any]:
+    """The statement in a DSSE envelope signed by ``signer`` (securesystemslib's DSSE: PAE over the payload)."""
+    envelope = _envelope(doc)
     envelope.sign(signer)
     return envelope.to_dict()
 
 
 def unsigned(doc: dict[str, Any]) -> dict[str, Any]:
     """The statement in an envelope without a signature (a build given no key): nothing verifies it, and
-    ``image.verify --provenance`` and ``image.publish`` refuse it; ``image.sign`` signs it later."""
-    from securesystemslib.dsse import Envelope
-
-    payload = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    return Envelope(payload, PAYLOAD_TYPE, {}).to_dict()
+    ``image.verify --provenance`` and ``image.publish`` refuse it."""
+    return _envelope(doc).to_dict()
 
 
 def write(path: Path, envelope: dict[str, Any]) -> None:
@@ -140,10 +153,11 @@ def _bad(path: Path, detail: str) -> ExternalError:
     return ExternalError(f"the provenance {path} {detail}", hint="do not trust this image; rebuild or re-download it")
 
 
-def verify(path: Path, public_key: Key | None, image: Path) -> dict[str, Any]:
+def verify(path: Path, public_key: Key | None, image: Path, sha256: str | None = None) -> dict[str, Any]:
     """Check ``path`` (a DSSE envelope) against ``public_key``, ``image`` and the SBOM it names; returns the
     statement. Bad input (a file that is no envelope) exits 2; a signature or digest that does not match exits 1.
-    Without a key the envelope must still carry a signature (``image.publish`` without ``--public-key``)."""
+    Without a key the envelope must still carry a signature (``image.publish`` without ``--public-key``). ``sha256``
+    is the image's digest when the caller has just computed it (an image is gigabytes: read once)."""
     from securesystemslib.dsse import Envelope
     from securesystemslib.exceptions import VerificationError
 
@@ -170,7 +184,7 @@ def verify(path: Path, public_key: Key | None, image: Path) -> dict[str, Any]:
         raise _bad(path, "holds no in-toto statement") from None
     if doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != PREDICATE_TYPE:
         raise _bad(path, f"is a {doc.get('_type')} of {doc.get('predicateType')}, not SLSA provenance v1")
-    digest = sha256_file(image)
+    digest = sha256 or sha256_file(image)
     if not any(isinstance(s, dict) and s.get("digest", {}).get("sha256") == digest for s in subject):
         raise _bad(path, f"is about {[s.get('name') for s in subject if isinstance(s, dict)]}, not {image.name} "
                          f"(sha256 {digest})")  # fmt: skip
@@ -179,8 +193,9 @@ def verify(path: Path, public_key: Key | None, image: Path) -> dict[str, Any]:
         want = item.get("digest", {}).get("sha256")
         if not sbom.is_file():
             raise _bad(path, f"names the SBOM {sbom.name}, which is not beside it")
-        if sha256_file(sbom) != want:
-            raise _bad(path, f"names the SBOM {sbom.name} with sha256 {want}; the file has {sha256_file(sbom)}")
+        got = sha256_file(sbom)
+        if got != want:
+            raise _bad(path, f"names the SBOM {sbom.name} with sha256 {want}; the file has {got}")
     return dict(doc)
 
 

@@ -187,8 +187,8 @@ def customize_image(
         fh.write(f"{packaged.sha256}  {dest.name}\n")
     attested = _write_attestations(image, dest, packaged.sha256, inventory, customization, signer, started)
     manifest = _write_manifest(image, customization, dest, packaged, keep_user, attested)
-    prov = _companion(dest, provenance.SUFFIX) if attested["provenance"] else None
-    return Result(dest, packaged.sha256, manifest, warnings=warnings, sbom=_companion(dest, ".spdx.json"),
+    prov = provenance.companion(dest, provenance.SUFFIX) if attested["provenance"] else None
+    return Result(dest, packaged.sha256, manifest, warnings=warnings, sbom=provenance.companion(dest, ".spdx.json"),
                   provenance=prov)  # fmt: skip
 
 
@@ -196,14 +196,10 @@ def customize_image(
 INVENTORY = "sbom-inventory.json"
 
 
-def _companion(image: Path, suffix: str) -> Path:
-    return image.with_name(manifest_beside(image).name.removesuffix(".build-manifest.json") + suffix)
-
-
 def _write_attestations(image: Path, dest: Path, sha256: str, inventory: Inventory, customization: Customization,
                         signer: Signer | None, started: dt.datetime) -> dict[str, Any]:  # fmt: skip
     """The customized image's SBOM (and, with ``signer``, its provenance); returns what its manifest records."""
-    old_sbom = _companion(image, ".spdx.json")
+    old_sbom = provenance.companion(image, ".spdx.json")
     old = parse_json(read_text(old_sbom, "SBOM"), old_sbom) if old_sbom.is_file() else {}
     before = sbom.package_names(old) if isinstance(old, dict) else {}
     after = {p.name: p.version for p in inventory.packages}
@@ -218,12 +214,12 @@ def _write_attestations(image: Path, dest: Path, sha256: str, inventory: Invento
         origin=sbom.Origin(image.name, {"sha256": sha256_file(image)}, "the image this one was customized from"),
         annotations=notes,
     )  # fmt: skip
-    sbom_path = _companion(dest, ".spdx.json")
+    sbom_path = provenance.companion(dest, ".spdx.json")
     with atomic_write(sbom_path) as fh:
         fh.write(json.dumps(doc, indent=1) + "\n")
     recorded: dict[str, Any] = {"sbom": {"name": sbom_path.name, "sha256": sha256_file(sbom_path),
                                          "packages": len(inventory.packages), "added": added}}  # fmt: skip
-    stale = _companion(dest, provenance.SUFFIX)
+    stale = provenance.companion(dest, provenance.SUFFIX)
     if signer is None:
         stale.unlink(missing_ok=True)  # a provenance of an earlier output at this name would be a false statement
         recorded["provenance"] = None
@@ -232,7 +228,7 @@ def _write_attestations(image: Path, dest: Path, sha256: str, inventory: Invento
         provenance.Dependency("customized-image", {"sha256": sha256_file(image)}, image.name),
         provenance.Dependency(f"config:{customization.source.name}", {"sha256": sha256_file(customization.source)}),
     ]
-    old_prov = _companion(image, provenance.SUFFIX)
+    old_prov = provenance.companion(image, provenance.SUFFIX)
     if old_prov.is_file():
         deps.append(provenance.Dependency(old_prov.name, {"sha256": sha256_file(old_prov)}))
     statement = provenance.statement(

@@ -15,10 +15,10 @@ import contextlib
 import hashlib
 import os
 import stat
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagebuilder.attest.packages import collect
 from imagebuilder.core.disk import mounted_root, raw_view
 from imagebuilder.image.boltdb import containerd_images
 
@@ -73,27 +73,10 @@ class Report:
 
 
 def _packages(root: Path) -> dict[str, str]:
-    status = root / "var" / "lib" / "dpkg" / "status"
-    out: dict[str, str] = {}
-    if status.is_file():
-        for block in status.read_text(errors="replace").split("\n\n"):
-            fields = dict(
-                line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(" ")
-            )
-            if fields.get("Status", "").endswith(" installed") and "Package" in fields:
-                arch = fields.get("Architecture", "")
-                out[fields["Package"] + (f":{arch}" if arch not in ("", "all", "amd64") else "")] = fields.get(
-                    "Version", ""
-                )
-    elif (root / "var" / "lib" / "rpm").is_dir():
-        proc = subprocess.run(
-            ["rpm", "--root", str(root), "-qa", "--qf", "%{NAME}.%{ARCH} %{VERSION}-%{RELEASE}\n"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        for line in proc.stdout.splitlines():
-            name, _, version = line.partition(" ")
-            out[name] = version
-    return out
+    """Name -> version from the image's package database, read by the SBOM's collector (one parser for both)."""
+    if not ((root / "var/lib/dpkg/status").is_file() or (root / "var/lib/rpm").is_dir()):
+        return {}
+    return collect(root).versions()
 
 
 def _describe(path: Path) -> str:

@@ -24,17 +24,6 @@ from imagebuilder.publish.storage import open_store
 if TYPE_CHECKING:
     from securesystemslib.signer import Key
 
-#: the extensions of the images a build writes, longest first
-IMAGE_SUFFIXES = (".qcow2", ".ova", ".raw", ".img", ".gz")
-
-
-def stem(image: Path) -> str:
-    """The name a build gives the image's companions: ``ubuntu-...-amd64.gz`` -> ``ubuntu-...-amd64``."""
-    for suffix in IMAGE_SUFFIXES:
-        if image.name.endswith(suffix):
-            return image.name.removesuffix(suffix)
-    return image.stem
-
 
 @dataclass(frozen=True)
 class Publication:
@@ -45,10 +34,9 @@ class Publication:
 
 def companions(image: Path) -> tuple[Path, Path]:
     """The SBOM and the provenance of ``image``, which must be beside it."""
-    base = stem(image)
     found = []
     for suffix, what in ((".spdx.json", "SBOM"), (provenance.SUFFIX, "provenance")):
-        path = image.with_name(base + suffix)
+        path = provenance.companion(image, suffix)
         if not path.is_file():
             raise InputError(
                 f"has no {what} beside it ({path.name})",
@@ -93,15 +81,15 @@ def publish_image(
     """Check ``image`` and its companions, then add all three to the repository ``repo`` (see the module), the
     image as ``name`` (default: its file name) and its companions named after it."""
     published = repository.target_name(name) if name else repository.target_name(image.name, "--image")
-    check_checksum(image)
+    digest = check_checksum(image)
     sbom, prov = companions(image)
     try:
-        provenance.verify(prov, public_key, image)
+        provenance.verify(prov, public_key, image, digest)
     except ExternalError as exc:
         raise InputError(str(exc).splitlines()[0], source=prov, field="--image",
                          expected="the provenance the build of this very image wrote, signed") from None  # fmt: skip
-    base = stem(Path(published))
-    targets = (NewTarget(published, image), NewTarget(f"{base}.spdx.json", sbom),
+    base = provenance.stem(published)
+    targets = (NewTarget(published, image, digest), NewTarget(f"{base}.spdx.json", sbom),
                NewTarget(f"{base}{provenance.SUFFIX}", prov))  # fmt: skip
     keys = repository.load_keys(keys_dir, ("targets", "snapshot", "timestamp"))
     store = open_store(repo)

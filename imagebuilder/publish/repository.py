@@ -279,6 +279,7 @@ def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, i
 class NewTarget:
     name: str  #: the target path (:func:`target_name`)
     path: Path  #: the local file
+    sha256: str | None = None  #: its digest, when the caller has it already (an image is read once, not thrice)
 
 
 def publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, int], *, dry_run: bool = False,
@@ -292,7 +293,8 @@ def publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, in
     change = Change()
     new: list[TargetFile] = []
     for item in files:
-        info = TargetFile.from_file(item.name, str(item.path), ["sha256"])
+        info = (TargetFile(item.path.stat().st_size, {"sha256": item.sha256}, item.name) if item.sha256
+                else TargetFile.from_file(item.name, str(item.path), ["sha256"]))  # fmt: skip
         old = state.targets.signed.targets.get(item.name)
         if old is not None and old.length == info.length and old.hashes == info.hashes:
             change.unchanged.append(item.name)
