@@ -121,13 +121,14 @@ def image(c: Context, repo: str = "", root: str = "", root_sha512: str = "", tar
     root_source = flags.url_or_file(flags.required(root, "--root", "the repository's root.json"), "--root")
     out = flags.dest_dir(dest, "--dest")
     from imagebuilder.core.fetch import read
+    from imagebuilder.core.safepath import safe_join
     from imagebuilder.release import tufclient
 
     repository = tufclient.published(location)
     trusted = read(root_source, timeout=30, what="root.json")
     if root_sha512:
         trusted = tufclient.pinned(trusted, root_sha512, root_source)
-    destination = tufclient.dest_in(out, name)
+    destination = safe_join(out, name, what="the target's name")
     if dry_run:
         expected, url = tufclient.target_info(repository, name, trusted)
         print(f"verified: {name}: {expected.length} bytes at {url}, {', '.join(expected.hashes)} signed")

@@ -4,6 +4,7 @@ rotation. Publishing itself is ``image.publish``; reading is ``download.image``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.tasks import task
@@ -12,6 +13,9 @@ from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
 from imagebuilder.core.errors import InputError
 
+if TYPE_CHECKING:
+    from imagebuilder.publish.repository import Change
+
 REPO_HELP = "the repository: a folder, or s3://bucket/prefix (endpoint and credentials from the environment)"
 KEYS_HELP = "folder of private keys named for their role: root.pem or root-<n>.pem, targets.pem, snapshot.pem, "
 KEYS_HELP += "timestamp.pem (mode 0600; made by repo.keygen)"
@@ -19,10 +23,7 @@ EXPIRES_HELP = "days each role's new metadata stays valid, role=days comma-separ
 EXPIRES_HELP += "snapshot=7,timestamp=1)"
 
 
-def print_change(change: object) -> None:
-    from imagebuilder.publish.repository import Change
-
-    assert isinstance(change, Change)
+def print_change(change: Change) -> None:
     for name in change.written:
         print(f"wrote     {name}")
     for name in change.unchanged:

@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
 #: the part size of a multipart upload (S3's minimum is 5 MiB for every part but the last)
 PART_BYTES = int(os.environ.get("IMAGE_BUILDER_S3_PART_MB", "8")) * 1024 * 1024
-#: files up to this size go in one PUT
-SINGLE_PUT_BYTES = PART_BYTES
 #: what :meth:`Store.upload` did
 SENT, ALREADY = "sent", "already there"
 
@@ -162,7 +160,7 @@ class S3Store:
             head = self._existing(key)
             if head and head.get("ContentLength") == size and head.get("Metadata", {}).get("sha256") == sha256:
                 return ALREADY
-            if size <= SINGLE_PUT_BYTES:
+            if size <= PART_BYTES:  # one part's worth goes in one PUT
                 data = path.read_bytes()
                 self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ChecksumSHA256=_b64_sha256(data),
                                        Metadata={"sha256": sha256})  # fmt: skip

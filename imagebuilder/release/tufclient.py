@@ -24,7 +24,6 @@ from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.fetch import Expected
 from imagebuilder.core.paths import workspace_root
 from imagebuilder.core.progress import Transfers
-from imagebuilder.core.safepath import safe_join
 from imagebuilder.core.stream import Transform
 
 
@@ -140,11 +139,6 @@ def download(
     expected, url = target_info(repo, name, root)
     advance = _progress.start(transfers, name, expected.length or 0)
     return fetch.download(url, dest, expected, transform, progress=advance)
-
-
-def dest_in(folder: Path, name: str) -> Path:
-    """Where a target named ``name`` (maybe with folders) is written under ``folder``: never outside it."""
-    return safe_join(folder, name, what="the target's name")
 
 
 #: what a user reading a repository ``image.publish`` made is told when a role has expired

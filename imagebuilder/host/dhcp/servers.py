@@ -119,7 +119,7 @@ class Server:
                 ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "Internet Systems" not in ln
             ]
             raise ExternalError(
-                f"{' '.join(self.check_args(Path('FILE'))[:2])} refused the new configuration; the old one is left in"
+                f"{self.binary} -t refused the new configuration; the old one is left in"
                 f" place: " + " | ".join(lines[-6:]),
                 hint="fix the DHCP config file and rerun",
             )
