@@ -86,6 +86,16 @@ def vcsim() -> Iterator[Vcsim]:
         sim.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_locks(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[None]:
+    """The folder every worker of this run sees, for the locks they share (tests.support.common.vm_turn)."""
+    from tests.support.common import SHARED
+
+    SHARED[:] = [tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent]
+    yield
+    SHARED.clear()
+
+
 @pytest.fixture(scope="session")
 def small_ovas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Small OVAs made the way builds make theirs: OS-1 style with two disks, OS-2 style with one."""

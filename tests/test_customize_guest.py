@@ -33,7 +33,7 @@ from imagebuilder.core.hostinfo import kvm_status
 from imagebuilder.customization.model import SeedDocuments
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.vsphere.tags import expected_tags
-from tests.support.common import BIN, ROOT, ArgvWatcher
+from tests.support.common import BIN, ROOT, ArgvWatcher, vm_turn
 from tests.support.pki import make_ca
 from tests.support.vcsim import Vcsim
 
@@ -196,7 +196,7 @@ def test_template_customize_against_a_real_guest(
     args = [str(BIN / "image-builder"), "template.customize", "--template", SOURCE, "-f", str(spec),
             "--name", name, "--os", "ubuntu", "--kubernetes", "1.24", "--timeout", "1500"]  # fmt: skip
     try:
-        with ArgvWatcher() as argv:
+        with ArgvWatcher() as argv, vm_turn():
             proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2200, check=False)
         host.thread.join(timeout=120)
     finally:

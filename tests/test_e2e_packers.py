@@ -31,7 +31,7 @@ from imagebuilder.build.verify import verify_image
 from imagebuilder.image.diff import diff_images
 from tests.support import packers
 from tests.support.attest import check_sbom
-from tests.support.common import BIN, ROOT, ArgvWatcher, run, run_folders, tagged
+from tests.support.common import BIN, ROOT, ArgvWatcher, run, run_folders, tagged, vm_turn
 from tests.support.offline import build, in_ns, scan_for
 from tests.support.vcsim import Vcsim
 
@@ -81,7 +81,8 @@ def test_offline_local_ova_is_valid_and_verified(legacy_ova: LegacyOva, home: Pa
         mf = tar.extractfile(names[1]).read().decode()  # type: ignore[union-attr]
     assert 'ovf:capacity="4294967296"' in ovf and "streamOptimized" in ovf
     assert f"SHA256({names[0]})=" in mf and f"SHA256({names[2]})=" in mf
-    findings = verify_image(ova)
+    with vm_turn():
+        findings = verify_image(ova)
     assert not [f for f in findings if not f.ok], findings
     # issue 31 on a Packer build: the sbom role ran in the build VM and handed the package list over; without
     # --signing-key the provenance is written unsigned (and says so), never signed by anything else
@@ -149,7 +150,9 @@ def test_a_modern_packer_builds_and_verifies_both_images(
     # point of its own progress; its Packer and QEMU (and, at TASK, Ansible) run on, and the build below must end
     # them and release what the killed run held before it starts its own
     point = KILL_AT[version]
-    killed = oom_kill(offline_ns, home, _config(tmp_path / "baremetal.json", base_image), mirror, out, flags, point)
+    config = _config(tmp_path / "baremetal.json", base_image)
+    with vm_turn():
+        killed = oom_kill(offline_ns, home, config, mirror, out, flags, point)
     assert [p for p in tagged(killed) if "qemu-system" in p], f"QEMU runs on after its run was killed at {point}"
     for old in user_plugins.rglob("packer-plugin-*"):
         old.unlink()  # the killed run installed them: the build below installs them again
@@ -166,7 +169,8 @@ def test_a_modern_packer_builds_and_verifies_both_images(
     assert {p["name"]: p["version"] for p in manifest["packer_plugins"]} == {"qemu": "1.1.4", "ansible": "1.1.6"}
     assert len(list(user_plugins.glob("github.com/hashicorp/*/packer-plugin-*_SHA256SUM"))) == 2
     gz = out / f"{NAME}.gz"
-    findings = verify_image(gz)
+    with vm_turn():
+        findings = verify_image(gz)
     assert not [f for f in findings if not f.ok], findings
 
     # the local OVA on the same Packer: its plugins are installed already, so the build finds them (no flag)
@@ -176,7 +180,8 @@ def test_a_modern_packer_builds_and_verifies_both_images(
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "installing Packer plugin" not in res.stdout and "qemu 1.1.4 installed" in res.stdout
     ova = ova_out / f"{NAME}.ova"
-    findings = verify_image(ova)
+    with vm_turn():
+        findings = verify_image(ova)
     assert not [f for f in findings if not f.ok], findings
     # Packer's generation changes nothing a node sees: the same inputs as 1.6.6's OVA
     report = diff_images(legacy_ova.ova, ova, work_dir=tmp_path / "diff")

@@ -378,3 +378,27 @@ def test_real_kubeadm_validates_the_node_checks_configurations(source_release: S
         res = subprocess.run([str(kubeadm), "config", "validate", "--config", str(config)], capture_output=True,
                              text=True, check=False)  # fmt: skip
         assert res.returncode != 0 and "kubeletHealthChek" in res.stderr, res.stderr
+
+
+def test_a_pod_that_does_not_run_says_why(tmp_path: Path) -> None:
+    """The node check's failure detail for a Pending pod: its unmet conditions (an unscheduled pod has no container
+    statuses) and its events. kubectl is a stand-in here printing the API's documented Pod and Event shapes."""
+    from imagebuilder.image.nodecheck import _Kubectl, _pod_events, _pod_state
+
+    pod = {"status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/2 nodes are available: 1 node(s) had untolerated taint"}]}}  # fmt: skip
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(
+        '#!/bin/sh\ncase "$*" in\n'
+        f"  *'get pod node-check'*) echo '{json.dumps(pod)}' ;;\n"
+        "  *'get events'*) echo '2026-11-26T10:00:00Z   FailedScheduling   default-scheduler   0/2 nodes' ;;\n"
+        "esac\n"
+    )
+    kubectl.chmod(0o755)
+    client = _Kubectl(kubectl, tmp_path / "kubeconfig")
+    ok, detail = _pod_state(client)
+    assert not ok
+    why = "0/2 nodes are available: 1 node(s) had untolerated taint"
+    assert detail == f"phase Pending (PodScheduled=False Unschedulable: {why})"
+    assert "FailedScheduling   default-scheduler" in _pod_events(client, "node-check")

@@ -511,7 +511,24 @@ def _pod_state(kubectl: _Kubectl) -> tuple[bool, str]:
         for s in pod["status"].get("containerStatuses", [])
         if "waiting" in s.get("state", {})
     ]
-    return phase == "Running", f"phase {phase}" + (f" ({'; '.join(waiting)})" if waiting else "")
+    # a Pending pod without container statuses is unscheduled or waits for its sandbox: its conditions say which
+    unmet = [
+        f"{c['type']}={c['status']}" + (f" {c['reason']}: {c.get('message', '')[:200]}" if c.get("reason") else "")
+        for c in pod["status"].get("conditions", [])
+        if c.get("status") != "True"
+    ]
+    detail = f"phase {phase}" + "".join(f" ({'; '.join(part)})" for part in (waiting, unmet) if part)
+    return phase == "Running", detail
+
+
+def _pod_events(kubectl: _Kubectl, name: str) -> str:
+    """The newest events of a pod (why it is not Running: scheduling, sandbox creation, the image), for a failure's
+    detail."""
+    proc = kubectl.run("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={name}",
+                       "--sort-by=.lastTimestamp", "-o", "custom-columns=AGE:.lastTimestamp,REASON:.reason,"
+                       "FROM:.source.component,MESSAGE:.message", "--no-headers")  # fmt: skip
+    lines = proc.stdout.strip().splitlines()[-12:] if proc.returncode == 0 else [proc.stderr.strip()[-300:]]
+    return "events: " + ("\n  ".join(["", *lines]) if lines else "none")
 
 
 def node_check(
@@ -615,6 +632,8 @@ def node_check(
             ok, detail = _poll("test pod created", create, 300)
             if ok:
                 ok, detail = _poll("test pod Running", lambda: _pod_state(kubectl), 600)
+                if not ok:
+                    detail += f"\n{_pod_events(kubectl, 'node-check')}\n{_node_ready(kubectl, pod_node)[1]}"
             step("test pod Running", ok, f"{images['pause']} on {pod_node} (preloaded, never pulled): {detail}", t)
             t = time.monotonic()
             gone = kubectl.run("delete", "pod", "node-check", "-n", "default", "--wait=true", "--timeout=300s")

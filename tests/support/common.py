@@ -11,6 +11,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,34 @@ PAIRS: dict[tuple[str, str], str | None] = {
     ("ubuntu", "ami"): "ami-ubuntu.json",
     ("ubuntu", "nutanix"): "nutanix-ubuntu.json",
 }
+
+
+#: where the workers of one run share their locks (conftest sets it per session: the run's base temp folder)
+SHARED: list[Path] = []
+
+
+@contextlib.contextmanager
+def vm_turn(*, alone: bool = False) -> Iterator[None]:
+    """Take the run's turn for emulated guests: shared by the builds and boots, ``alone`` (exclusive) for the
+    two-guest node check. Under TCG a guest's vCPUs spin on locks whose holder the host descheduled, so guests that
+    oversubscribe the 2 cores slow down far beyond their share: the node check beside a Packer build took 30 minutes
+    (and once let a pod wait past its deadline) where it takes 5 alone. A gate makes a waiting node check go next:
+    new shared turns queue behind it rather than starve it."""
+    import fcntl
+
+    if not SHARED:  # outside a pytest session (a helper called on its own): no other worker to share with
+        yield
+        return
+    with (SHARED[0] / "vm-turn.gate").open("w") as gate, (SHARED[0] / "vm-turn.lock").open("w") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 def reference(*parts: str) -> Path:
