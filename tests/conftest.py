@@ -87,12 +87,14 @@ def vcsim() -> Iterator[Vcsim]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shared_locks(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[None]:
-    """The folder every worker of this run sees, for the locks they share (tests.support.common.vm_turn)."""
+def shared_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[Path]:
+    """The folder every worker of this run sees: for what they make once and share (the base image, the source
+    release) and the locks they take turns by (tests.support.common.vm_turn)."""
     from tests.support.common import SHARED
 
-    SHARED[:] = [tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent]
-    yield
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    SHARED[:] = [shared]
+    yield shared
     SHARED.clear()
 
 
@@ -114,7 +116,7 @@ def small_ovas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def base_image(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tuple[Path, str]:
+def base_image(shared_dir: Path) -> tuple[Path, str]:
     """image.base's Debian cloud-style image, made once per run (debootstrap takes minutes): in a parallel run
     (pytest-xdist) the first worker that needs it makes it, under a lock, and the others use that one.
 
@@ -133,10 +135,9 @@ def base_image(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tupl
     reuse = os.environ.get("IMAGE_BUILDER_TEST_BASE_IMAGE")  # a local shortcut; CI always makes its own
     if reuse:
         return Path(reuse), Path(reuse + ".sha256").read_text().split()[0]
-    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
-    folder = shared / "base-image"
+    folder = shared_dir / "base-image"
     folder.mkdir(exist_ok=True)
-    with (shared / "base-image.lock").open("w") as lock:
+    with (shared_dir / "base-image.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = folder / "digest"
         if done.is_file():
@@ -163,7 +164,7 @@ def base_image(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tupl
 
 
 @pytest.fixture(scope="session")
-def source_release(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> SourceRelease:
+def source_release(shared_dir: Path, worker_id: str) -> SourceRelease:
     """Kubernetes v1.34.2 built from upstream source by release.build and laid out once per run; the components
     come from ~/.cache/image-builder (the first run on a machine builds them: about 15 minutes on 2 cores). A
     missing Go or gcc fails the tests that need it (CI installs both)."""
@@ -171,10 +172,9 @@ def source_release(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> 
 
     from imagebuilder.release.source import build_release
 
-    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
-    with (shared / "source-release.lock").open("w") as lock:
+    with (shared_dir / "source-release.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds, the others wait and lay out from the cache
-        return build_release("v1.34.2", shared / f"source-release-{worker_id}")
+        return build_release("v1.34.2", shared_dir / f"source-release-{worker_id}")
 
 
 # --- the offline namespace of the end-to-end builds (made per module that uses it) ---------------------------------
