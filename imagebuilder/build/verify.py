@@ -191,7 +191,6 @@ def boot_test(
 def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None, firmware: Firmware = "bios") -> Finding:
     """:func:`boot_test` on a raw disk (QEMU's ``-snapshot`` leaves it untouched), by BIOS (SeaBIOS) or by UEFI
     (OVMF, as a ``--firmware efi`` image boots on the machines it is built for)."""
-    how = "UEFI, OVMF" if firmware == "efi" else "BIOS"
     with (
         run_tempdir("boot") as tmp,
         qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=firmware) as guest,
@@ -200,7 +199,7 @@ def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None, f
         while time.monotonic() - start < timeout:
             if "login:" in guest.console(0):
                 took = time.monotonic() - start
-                return Finding("boot", True, f"login prompt after {took:.0f} s ({how}, {guest.accelerator})")
+                return Finding("boot", True, f"login prompt after {took:.0f} s ({guest.how})")
             if reason := guest.exited():
                 return Finding("boot", False, f"{reason} before a login prompt")
             time.sleep(1)

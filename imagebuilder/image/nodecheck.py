@@ -581,7 +581,7 @@ def node_check(
             t = time.monotonic()
             event, detail = console.wait(("started",), (), min(900.0, timeout))
             step("boot and cloud-init", event == "started",
-                 f"the seed's script started ({guest.accelerator})" if event == "started" else
+                 f"the seed's script started ({guest.how})" if event == "started" else
                  f"{detail}; console ends: {guest.console(600)}", t)  # fmt: skip
             if joining is not None:  # the second guest boots while the first runs kubeadm init
                 (work / "second").mkdir()

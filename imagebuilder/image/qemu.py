@@ -59,6 +59,13 @@ class Guest:
     proc: subprocess.Popen[bytes]
     serial: Path
     accelerator: str
+    firmware: Firmware = "bios"
+
+    @property
+    def how(self) -> str:
+        """How it boots, for a finding: the firmware and the accelerator (a UEFI image must boot as UEFI machines
+        boot it, and TCG explains a slow boot)."""
+        return f"{'UEFI, OVMF' if self.firmware == 'efi' else 'BIOS'}, {self.accelerator}"
 
     def console(self, tail: int = 400) -> str:
         text = self.serial.read_text(errors="replace") if self.serial.exists() else ""
@@ -120,7 +127,7 @@ def running(
         cmd += ["-drive", f"file={cdrom},media=cdrom,readonly=on"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        yield Guest(proc, serial, kvm.accelerator)
+        yield Guest(proc, serial, kvm.accelerator, firmware)
     finally:
         if proc.poll() is None:
             proc.kill()
