@@ -16,6 +16,7 @@ import random
 import subprocess
 import tarfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,7 @@ def oom_kill(
 @pytest.mark.parametrize("version", packers.MODERN)
 def test_a_modern_packer_builds_and_verifies_both_images(
     version: str, offline_ns: str, home: Path, base_image: tuple[Path, str], mirror: Path, vcsim: Vcsim,
-    built_ovas: dict[str, Path], tmp_path: Path,
+    built_ovas: KeptOvas, tmp_path: Path,
 ) -> None:  # fmt: skip
     packer = packers.packer(version)
     plugins = packers.newest_plugins()
@@ -154,24 +155,36 @@ def test_a_modern_packer_builds_and_verifies_both_images(
     path = "/DC0/vm/Templates/ubuntu-kubernetes-1-24-eks-5"
     valid = run("template.validate", "--template", path, "--os", "ubuntu", "--kubernetes", "1.24", env=vcsim.env)
     assert valid.code == 0, valid.err
-    built_ovas[version] = ova
+    # kept for the comparison after both builds (a passed test's tmp_path is removed when it ends)
+    built_ovas.keep(version, ova)
     # Packer itself lists what the builds installed, from its default folder (no PACKER_PLUGIN_PATH)
     listed = in_ns(offline_ns, str(packer), "plugins", "installed", home=home, env={"CHECKPOINT_DISABLE": "1"})
     assert listed.returncode == 0 and str(user_plugins / "github.com/hashicorp/qemu") in listed.stdout
 
 
+@dataclass
+class KeptOvas:
+    """The OVA each modern Packer's test built, by version, moved into a folder of the module's for the comparison
+    after both (a passed test's tmp_path is removed when it ends)."""
+
+    folder: Path
+    ovas: dict[str, Path] = field(default_factory=dict)
+
+    def keep(self, version: str, ova: Path) -> None:
+        self.ovas[version] = ova.rename(self.folder / f"{version}.ova")
+
+
 @pytest.fixture(scope="module")
-def built_ovas() -> dict[str, Path]:
-    """The OVA each modern Packer's test built (by version), for the comparison after them."""
-    return {}
+def built_ovas(tmp_path_factory: pytest.TempPathFactory) -> KeptOvas:
+    return KeptOvas(tmp_path_factory.mktemp("modern-ovas"))
 
 
-def test_both_packer_generations_build_the_same_image(built_ovas: dict[str, Path], tmp_path: Path) -> None:
+def test_both_packer_generations_build_the_same_image(built_ovas: KeptOvas, tmp_path: Path) -> None:
     """Packer's generation changes nothing a node sees: 1.9 (the last with plugins bundled, the reference tool's)
     and 1.16 (every builder a plugin) built the same inputs."""
-    missing = [v for v in packers.MODERN if v not in built_ovas]
+    missing = [v for v in packers.MODERN if v not in built_ovas.ovas]
     assert not missing, (
         f"run with the builds before it (test_a_modern_packer_builds_and_verifies_both_images): {missing}"
     )
-    report = diff_images(built_ovas["1.9.4"], built_ovas["1.16.0"], work_dir=tmp_path / "diff")
+    report = diff_images(built_ovas.ovas["1.9.4"], built_ovas.ovas["1.16.0"], work_dir=tmp_path / "diff")
     assert not report.unexpected, "\n".join(map(str, report.unexpected))
