@@ -141,6 +141,39 @@ def test_kvm_probe_is_real_and_can_be_overridden(monkeypatch: pytest.MonkeyPatch
     assert kvm_status().accelerator == "tcg"
 
 
+@pytest.mark.root
+def test_the_kvm_probe_is_kept_for_the_later_runs_of_this_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The boot probe costs seconds under nested virtualization: a later run (nothing in its memory) reuses the
+    answer while nothing it depends on changed, and never trusts a file others could have written."""
+    from imagebuilder.core import hostinfo
+
+    monkeypatch.setattr(hostinfo, "PROBE_CACHE_DIR", tmp_path / "run")
+    monkeypatch.setattr(hostinfo, "_PROBED", {})
+    first = kvm_status()  # probes for real (QEMU under KVM) and keeps the answer
+    kept = tmp_path / "run" / "kvm-probe.json"
+    assert kept.stat().st_mode & 0o777 == 0o600 and (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+    calls: list[float] = []
+
+    def probe(timeout: float) -> str:
+        calls.append(timeout)
+        return "probed again"
+
+    monkeypatch.setattr(hostinfo, "_kvm_boot_probe", probe)
+    monkeypatch.setattr(hostinfo, "_PROBED", {})
+    assert kvm_status() == first and not calls, "a later run of this boot reuses the answer"
+    # what it depends on changed (another boot, the device's mode or owner, the QEMU binary): probed again
+    kept.write_text(kept.read_text().replace(str(hostinfo._probe_key("/dev/kvm")), "0" * 64))
+    monkeypatch.setattr(hostinfo, "_PROBED", {})
+    assert kvm_status().reason == "probed again" and len(calls) == 1
+    # the answer written then is the probe's; a copy others may write is ignored, and so is a malformed one
+    for text, mode in (kept.read_text().replace('"probed again"', "null"), 0o666), ("{not json", 0o600):
+        kept.write_text(text)
+        kept.chmod(mode)
+        monkeypatch.setattr(hostinfo, "_PROBED", {})
+        assert kvm_status().reason == "probed again"
+    assert len(calls) == 3 and kept.stat().st_mode & 0o777 == 0o600
+
+
 def test_preflight_cli(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)

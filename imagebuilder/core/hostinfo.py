@@ -7,11 +7,15 @@ kernel for the KVM API version tells.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import hashlib
+import json
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -142,6 +146,50 @@ def _kvm_boot_probe(timeout: float) -> str | None:
 
 
 _PROBED: dict[str, str | None] = {}
+#: where a probe's answer is kept for the later runs of this boot (a tmpfs: gone at the next boot)
+PROBE_CACHE_DIR = Path("/run/image-builder")
+
+
+def _probe_key(device: str) -> str | None:
+    """What a boot probe's answer depends on, as one key: this boot, the device node (its owner and mode, and when
+    they or the node last changed: host.prepare changes them, a reloaded kvm module makes a new node), who asks
+    (uid and groups) and the QEMU binary. None when any of it cannot be read (then nothing is reused)."""
+    qemu = shutil.which("qemu-system-x86_64")
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        dev, exe = os.stat(device), os.stat(qemu) if qemu else None
+    except OSError:
+        return None
+    parts = [boot, device, dev.st_rdev, dev.st_ino, dev.st_mode, dev.st_uid, dev.st_gid, dev.st_ctime_ns,
+             os.getuid(), sorted(os.getgroups()), qemu, exe.st_mtime_ns if exe else None]  # fmt: skip
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _cached_probe(device: str, timeout: float) -> str | None:
+    """The boot probe's answer, probed once per boot and kept in :data:`PROBE_CACHE_DIR` for the runs after it.
+
+    Why: under nested virtualization the probe takes seconds of kernel time (7 s on the CI machine) before QEMU
+    reports the emulation failure, and every build, boot check and node check asks. Root only (the folder is
+    root's, in /run); a file that is not root's own and private is ignored, never trusted."""
+    key = _probe_key(device) if os.getuid() == 0 else None
+    cache = PROBE_CACHE_DIR / "kvm-probe.json"
+    if key is not None:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            st = cache.lstat()
+            if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o077:
+                kept = json.loads(cache.read_text())
+                if kept.get("key") == key and (kept["reason"] is None or isinstance(kept["reason"], str)):
+                    return kept["reason"]
+    reason = _kvm_boot_probe(timeout)
+    if key is not None:
+        from imagebuilder.core.files import atomic_write
+
+        with contextlib.suppress(OSError):
+            PROBE_CACHE_DIR.mkdir(mode=0o700, exist_ok=True)
+            if PROBE_CACHE_DIR.lstat().st_uid == 0 and stat.S_ISDIR(PROBE_CACHE_DIR.lstat().st_mode):
+                with atomic_write(cache, perm=0o600, sync=False) as fh:
+                    json.dump({"key": key, "reason": reason}, fh)
+    return reason
 
 
 def kvm_status(device: str = "/dev/kvm", *, probe: bool = True, timeout: float = 10.0) -> KvmStatus:
@@ -153,8 +201,8 @@ def kvm_status(device: str = "/dev/kvm", *, probe: bool = True, timeout: float =
         return KvmStatus(False, f"{device} does not exist (virtualization disabled in the BIOS or the hypervisor)")
     reason = _kvm_ioctls(device)
     if reason is None and probe:
-        if device not in _PROBED:  # a boot probe takes seconds; its answer does not change within a run
-            _PROBED[device] = _kvm_boot_probe(timeout)
+        if device not in _PROBED:  # a boot probe takes seconds; its answer does not change within a boot
+            _PROBED[device] = _cached_probe(device, timeout)
         reason = _PROBED[device]
     if reason:
         return KvmStatus(False, reason)
