@@ -281,9 +281,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "vcsim" in getattr(item, "fixturenames", ()):
             item.add_marker("vcsim")
     # the modules that boot VMs first, longest first: xdist hands the first modules out one per worker in turn, so
-    # the two end-to-end builds start at once on their own workers and the real-guest customization on the third
-    # (invoke test runs a worker more than there are cores); the short modules then fill the time beside and after
-    # them, rather than one long module starting last and alone (xdist's default reorder, by test count, puts these
-    # last)
+    # the two end-to-end builds start at once on their own workers and the real-guest customization follows the
+    # first; the short modules then fill the time beside and after them, rather than one long module starting last
+    # and alone (xdist's default reorder, by test count, puts these last)
     first = ["test_e2e_offline.py", "test_e2e_packers.py", "test_customize_guest.py"]
     items.sort(key=lambda item: first.index(item.path.name) if item.path.name in first else len(first))

@@ -34,6 +34,8 @@ def throwaway_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def prepare(root: Path, *extra: str) -> tuple[int, str, str]:
+    # the first run installs the KVM and libvirt packages into the root: minutes when the other workers' guests
+    # share the cores (it took over two here)
     res = run(
         "host.prepare",
         "--root",
@@ -45,6 +47,7 @@ def prepare(root: Path, *extra: str) -> tuple[int, str, str]:
         "--no-proxy",
         "localhost,127.0.0.1",
         *extra,
+        timeout=900,
     )
     return res.code, res.out, res.err
 

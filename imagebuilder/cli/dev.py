@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -87,11 +86,10 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False) -> 
         # one module per worker at a time (module fixtures such as the offline namespace stay together), in the
         # collection's order (tests/conftest.py puts the end-to-end builds first, so each starts at once on its own
         # worker; xdist's default reorder would start them last); the real-guest customization and the rest then
-        # run beside them, on one worker more than there are cores: many of the rest wait more than they compute
-        # (DHCP leases, vcsim, guests booting), and with a worker per core they left a core idle for minutes
-        # (docs/testing.md). The slowest tests are listed at the end, so a CI log shows where the time went.
-        workers = (os.cpu_count() or 1) + 1
-        select += f" -n {workers} --dist loadfile --no-loadscope-reorder --durations=15"
+        # run beside them. A worker per core: a third worker (measured) put a third guest beside the two builds and
+        # slowed every guest far beyond its share (docs/testing.md). The slowest tests are listed at the end, so a
+        # CI log shows where the time went.
+        select += " -n auto --dist loadfile --no-loadscope-reorder --durations=15"
     with c.cd(str(paths.require_checkout("test"))):
         result = c.run(f"{BIN}/python -m pytest{select}", pty=False, warn=True)
     if result is None or not result.ok:

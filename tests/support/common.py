@@ -76,7 +76,11 @@ class Result:
 
 
 def run(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, program: str = "image-builder"
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    program: str = "image-builder",
+    timeout: float = 120,
 ) -> Result:
     """Run the real console script (``image-builder`` or ``invoke``) as a user would."""
     full_env = {**os.environ, **(env or {})}
@@ -86,7 +90,7 @@ def run(
         env=full_env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return Result(proc.returncode, proc.stdout, proc.stderr)
