@@ -89,7 +89,7 @@ def guest_network(tmp_path: Path) -> Iterator[Path]:
 
 def qemu(disk: Path, mac: str, serial: Path, *extra: str) -> subprocess.Popen[bytes]:
     """The guest on the tap device (the test's stand-in for an ESXi host). One vCPU: under TCG each vCPU is a host
-    thread, and this guest runs beside the end-to-end builds; a guest whose vCPUs outnumber the free cores spins on
+    thread, and this guest runs beside an end-to-end build; a guest whose vCPUs outnumber the free cores spins on
     locks whose holder the host has descheduled (docs/testing.md)."""
     return subprocess.Popen(
         ["qemu-system-x86_64", "-accel", kvm_status().accelerator, "-m", "2048", "-smp", "1", "-display", "none",
