@@ -178,15 +178,17 @@ def _cached_probe(device: str, timeout: float) -> str | None:
             st = cache.lstat()
             if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o077:
                 kept = json.loads(cache.read_text())
-                if kept.get("key") == key and (kept["reason"] is None or isinstance(kept["reason"], str)):
-                    return kept["reason"]
+                said = kept.get("key") == key and kept.get("reason", False) if isinstance(kept, dict) else False
+                if said is None or (isinstance(said, str) and said):
+                    return said
     reason = _kvm_boot_probe(timeout)
     if key is not None:
         from imagebuilder.core.files import atomic_write
 
         with contextlib.suppress(OSError):
             PROBE_CACHE_DIR.mkdir(mode=0o700, exist_ok=True)
-            if PROBE_CACHE_DIR.lstat().st_uid == 0 and stat.S_ISDIR(PROBE_CACHE_DIR.lstat().st_mode):
+            folder = PROBE_CACHE_DIR.lstat()
+            if folder.st_uid == 0 and stat.S_ISDIR(folder.st_mode):
                 with atomic_write(cache, perm=0o600, sync=False) as fh:
                     json.dump({"key": key, "reason": reason}, fh)
     return reason
