@@ -11,6 +11,7 @@ tests/test_e2e_offline.py, apart from this module so that a parallel run builds 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import subprocess
@@ -111,8 +112,8 @@ def test_a_modern_packer_builds_and_verifies_both_images(
     assert manifest["tools"]["packer"] == version and manifest["tools"]["packer_path"] == str(packer)
     assert {p["name"]: p["version"] for p in manifest["packer_plugins"]} == {"qemu": "1.1.4", "ansible": "1.1.6"}
     assert len(list(user_plugins.glob("github.com/hashicorp/*/packer-plugin-*_SHA256SUM"))) == 2
-    # image.verify on disk (the bare-metal image's UEFI loader included); the OVA below, from the same Packer and
-    # playbook, boots, and tests/test_e2e_offline.py boots a bare-metal image of its own under UEFI (CI time)
+    # image.verify on disk (the bare-metal image's UEFI loader included); the newest Packer's OVA below, from the
+    # same playbook, boots, and tests/test_e2e_offline.py boots a bare-metal image of its own under UEFI (CI time)
     findings = verify_image(out / f"{NAME}.gz", boot=False)
     assert not [f for f in findings if not f.ok], findings
     assert {"UEFI loader", "kubelet binary", "containerd enabled"} <= {f.name for f in findings}
@@ -133,9 +134,14 @@ def test_a_modern_packer_builds_and_verifies_both_images(
         mf = tar.extractfile(names[1]).read().decode()  # type: ignore[union-attr]
     assert 'ovf:capacity="4294967296"' in ovf and "streamOptimized" in ovf
     assert f"SHA256({names[0]})=" in mf and f"SHA256({names[2]})=" in mf
-    with vm_turn():
-        findings = verify_image(ova)
+    # the newest Packer's OVA boots (image.verify, every check); the older one's is checked on disk, and
+    # test_both_packer_generations_build_the_same_image below finds nothing between the two that a node sees (CI time:
+    # a boot under TCG is minutes of both cores)
+    booted = version == packers.MODERN[-1]
+    with vm_turn() if booted else contextlib.nullcontext():
+        findings = verify_image(ova, boot=booted)
     assert not [f for f in findings if not f.ok], findings
+    assert ("boot" in {f.name for f in findings}) == booted
     # issue 31 on a Packer build: the sbom role ran in the build VM and handed the package list over; without
     # --signing-key the provenance is written unsigned (and says so), never signed by anything else
     ova_manifest = json.loads((ova_out / f"{NAME}.build-manifest.json").read_text())

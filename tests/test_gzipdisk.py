@@ -273,3 +273,96 @@ def test_priming_stops_when_told(tmp_path: Path) -> None:
     stop.set()
     gzipdisk.prime(layer, store, stop=stop)
     assert not store.directory.exists()
+
+
+def test_a_changed_copy_takes_the_members_of_the_mibs_its_origin_still_holds(tmp_path: Path) -> None:
+    """image.customize: the input .gz gives its members to the MiBs the customization left as they were; only the
+    changed MiBs are compressed, and the output is byte for byte what compressing it all gives."""
+    before = {0: os.urandom(3 * MiB), 5 * MiB: os.urandom(MiB), 8 * MiB: os.urandom(100)}
+    src = disk_like(tmp_path / "before.raw", 8 * MiB + 100, before)
+    gz = tmp_path / "in.gz"
+    gzip_disk(src, gz)
+    changed = disk_like(tmp_path / "after.raw", 8 * MiB + 100, {**before, MiB + 7: b"changed", 6 * MiB: b"new"})
+    origin = gzipdisk.Origin.of(gz)
+    assert origin is not None and sorted(origin.members) == [i * MiB for i in range(9)]
+    try:
+        result = gzip_disk(changed, tmp_path / "out.gz", origin=origin)
+    finally:
+        origin.close()
+    # data MiBs: 0, 1 (changed), 2, 5, 6 (new), 8 (the short tail); 0, 2, 5 and 8 come from the input
+    assert (result.data_members, result.reused) == (6, 4)
+    plain = gzip_disk(changed, tmp_path / "plain.gz")
+    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "plain.gz").read_bytes()
+    assert (plain.data_members, plain.reused) == (6, 0)
+    assert gunzipped_sha(tmp_path / "out.gz") == hashlib.sha256(changed.read_bytes()).hexdigest()
+
+
+def test_an_origin_member_is_taken_only_when_it_inflates_to_the_very_mib(tmp_path: Path) -> None:
+    """A member that holds other bytes (another disk's, or damaged after it was read) is never copied: that MiB is
+    compressed from the disk instead."""
+    data = {0: os.urandom(MiB), MiB: os.urandom(MiB), 2 * MiB: os.urandom(MiB)}
+    src = disk_like(tmp_path / "disk.raw", 3 * MiB, data)
+    gz = tmp_path / "in.gz"
+    # the input's first member holds other bytes than the disk's first MiB (a whole, valid member)
+    gz.write_bytes(gzipdisk.deflate(os.urandom(MiB)) + gzipdisk.deflate(data[MiB]) + gzipdisk.deflate(data[2 * MiB]))
+    origin = gzipdisk.Origin.of(gz)
+    assert origin is not None
+    try:
+        assert origin.member(0, data[0]) is None
+        assert origin.member(MiB, data[2 * MiB]) is None, "a member at another offset is not the MiB's"
+        assert origin.member(MiB, data[MiB][:-1]) is None, "nor one of another length"
+        assert origin.member(MiB, data[MiB]) is not None
+        # the last member damaged after the input was read: it no longer inflates to its MiB (a bad checksum)
+        start, length, _ = origin.members[2 * MiB]
+        with gz.open("r+b") as fh:
+            fh.seek(start + length // 2)
+            fh.write(bytes([fh.read(1)[0] ^ 0xFF]))
+        assert origin.member(2 * MiB, data[2 * MiB]) is None
+        result = gzip_disk(src, tmp_path / "out.gz", origin=origin)
+    finally:
+        origin.close()
+    assert (result.data_members, result.reused) == (3, 1)
+    assert gunzipped_sha(tmp_path / "out.gz") == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def test_a_gzip_that_is_not_one_member_per_mib_is_no_origin(tmp_path: Path) -> None:
+    raw = os.urandom(3 * MiB)
+    (tmp_path / "one.gz").write_bytes(gzip.compress(raw))  # one member for it all, as gzip and pigz write it
+    assert gzipdisk.Origin.of(tmp_path / "one.gz") is None
+    (tmp_path / "cut.gz").write_bytes(gzipdisk.deflate(raw[:MiB]) + gzipdisk.deflate(raw[MiB : 2 * MiB])[:-9])
+    assert gzipdisk.Origin.of(tmp_path / "cut.gz") is None, "a file that ends inside a member"
+    (tmp_path / "junk.gz").write_bytes(gzipdisk.deflate(raw[:MiB]) + b"\0" * 512)
+    assert gzipdisk.Origin.of(tmp_path / "junk.gz") is None
+    (tmp_path / "not.gz").write_bytes(b"plain text\n")
+    assert gzipdisk.Origin.of(tmp_path / "not.gz") is None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    mibs=st.integers(1, 5),
+    tail=st.integers(0, 3000),
+    writes=st.lists(st.tuples(st.integers(0, 6 * MiB), st.binary(min_size=1, max_size=64)), max_size=6),
+)
+def test_any_change_to_a_disk_packages_to_what_compressing_it_all_gives(
+    tmp_path: Path, mibs: int, tail: int, writes: list[tuple[int, bytes]]
+) -> None:
+    size = mibs * MiB + tail
+    base = os.urandom(size)
+    (tmp_path / "a.raw").write_bytes(base)
+    gz = tmp_path / "a.gz"
+    gzip_disk(tmp_path / "a.raw", gz)
+    after = bytearray(base)
+    for offset, chunk in writes:
+        offset %= size
+        after[offset : offset + len(chunk)] = chunk[: size - offset]
+    (tmp_path / "b.raw").write_bytes(bytes(after))
+    origin = gzipdisk.Origin.of(gz)
+    assert origin is not None
+    try:
+        kept = gzip_disk(tmp_path / "b.raw", tmp_path / "b.gz", origin=origin)
+    finally:
+        origin.close()
+    plain = gzip_disk(tmp_path / "b.raw", tmp_path / "c.gz")
+    assert kept.sha256 == plain.sha256
+    changed = {i for i in range(0, size, MiB) if after[i : i + MiB] != base[i : i + MiB]}
+    assert kept.reused == plain.data_members - len(changed)

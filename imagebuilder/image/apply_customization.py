@@ -102,7 +102,9 @@ def input_firmware(image: Path) -> Firmware:
     return "efi" if isinstance(plan, dict) and plan.get("firmware") == "efi" else "bios"
 
 
-def _write_output(kind: str, disk: Path, dest: Path, work: Path, say: Say, firmware: Firmware) -> Packaged:
+def _write_output(
+    kind: str, disk: Path, dest: Path, work: Path, say: Say, firmware: Firmware, image: Path
+) -> Packaged:  # fmt: skip
     if kind == "ova":
         say("packing the OVA (streamOptimized VMDK, new OVF and manifest)")
         out = make_ova(disk, work / "out.ova", name=dest.name.removesuffix(".ova"), firmware=firmware)
@@ -110,7 +112,9 @@ def _write_output(kind: str, disk: Path, dest: Path, work: Path, say: Say, firmw
     raw = work / "out.raw"
     run_checked("qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(disk), str(raw), timeout=7200)
     if kind == "gz":
-        return compress(raw, dest, say)
+        # a .gz input of one member per MiB (as builds write it) gives its members to the MiBs the customization
+        # left as they were: a few changed MiBs are compressed, not the whole disk again
+        return compress(raw, dest, say, origin=image if image_kind(image) == "gz" else None)
     if kind == "raw":
         return place(raw, dest)
     out = work / "out.qcow2"
@@ -180,7 +184,7 @@ def customize_image(
                     )
         say("checking the customized disk's boot sectors and filesystems")
         require_bootable(disk, "the customized image", work_dir=work)
-        packaged = _write_output(kind, disk, dest, work, say, firmware)
+        packaged = _write_output(kind, disk, dest, work, say, firmware, image)
         assert packaged.sha256 is not None and packaged.size is not None
         inventory = load_inventory(work / INVENTORY)
     with atomic_write(dest.with_name(dest.name + ".sha256")) as fh:
@@ -254,6 +258,8 @@ def _write_manifest(
         return None
     data["customized_from"] = {"image": image.name, "artifact": data.get("artifact")}
     data["artifact"] = {"name": dest.name, "sha256": packaged.sha256, "size": packaged.size}
+    data.pop("gzip_members", None)  # the input's: the output's own, when it is a .gz, replace them
+    data.update(packaged.extra)
     data["customization"] = {
         "at": dt.datetime.now(dt.UTC).isoformat(),
         "file_sha256": sha256_file(customization.source),

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 from imagebuilder.core import disk
 from imagebuilder.core.errors import ExternalError
@@ -229,12 +229,86 @@ def prime(
                 done.result()
 
 
+class Origin:
+    """The .gz a disk was decompressed from, when it is one member per MiB (as :func:`gzip_disk` writes): a changed
+    copy of that disk (``image.customize``'s output) is packaged by taking the input's member of each MiB it left as
+    it was, instead of compressing that MiB again.
+
+    A member is taken only when it decompresses to exactly the MiB being packaged (inflating is several times
+    cheaper than deflating), so a damaged input or a member whose checksum happens to match never puts other bytes
+    into the output. Open it with :meth:`of` and close it after the packaging."""
+
+    def __init__(self, gz: Path, members: dict[int, tuple[int, int, int]], fh: BinaryIO) -> None:
+        self.gz = gz
+        #: raw offset -> (offset in the .gz, length in the .gz, raw length) of each member
+        self.members = members
+        self._fh = fh
+
+    @classmethod
+    def of(cls, gz: Path) -> Origin | None:
+        """The members of ``gz``, or None when it is not one member per MiB (a single-member gzip from gzip or pigz
+        is told from its first MiB, so that costs nothing), or is not a complete gzip file."""
+        fh = open(gz, "rb")  # noqa: SIM115 - closed by close(), or below when there is no origin
+        try:
+            members = _member_spans(fh)
+        except (OSError, zlib.error):
+            members = None
+        if not members:
+            fh.close()
+            return None
+        return cls(gz, members, fh)
+
+    def member(self, offset: int, data: bytes) -> bytes | None:
+        """The input's member at ``offset`` when it holds exactly ``data``."""
+        span = self.members.get(offset)
+        if span is None or span[2] != len(data):
+            return None
+        blob = os.pread(self._fh.fileno(), span[1], span[0])
+        try:
+            inflater = zlib.decompressobj(31)
+            same = inflater.decompress(blob, len(data) + 1) == data and inflater.eof and not inflater.unused_data
+        except zlib.error:
+            return None
+        return blob if same else None
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _member_spans(fh: BinaryIO) -> dict[int, tuple[int, int, int]] | None:
+    """(offset in the file, length, raw length) of each gzip member of ``fh``, by the raw offset it starts at; None
+    when a member holds more than a MiB (not :func:`gzip_disk`'s layout: stop there rather than inflate it all)."""
+    spans: dict[int, tuple[int, int, int]] = {}
+    buf, at = b"", 0  # the bytes read and not yet inflated, and their offset in the file
+    start, raw, held = 0, 0, 0  # the current member's offset in the file, its raw offset, the bytes it gave so far
+    inflater = zlib.decompressobj(31)
+    while True:
+        if not buf:
+            buf = fh.read(MEMBER)
+            if not buf:
+                break
+        held += len(inflater.decompress(buf, MEMBER + 1 - held))
+        if held > MEMBER:
+            return None
+        tail = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+        at += len(buf) - len(tail)
+        buf = tail
+        if inflater.eof:
+            spans[raw] = (start, at - start, held)
+            start, raw, held = at, raw + held, 0
+            inflater = zlib.decompressobj(31)
+    if held or at != start:
+        raise zlib.error("the file ends inside a member")
+    return spans
+
+
 def gzip_disk(
     src: Path,
     dest: Path,
     *,
     store: MemberStore | None = None,
     base: Base | None = None,
+    origin: Origin | None = None,
     on_bytes: Advance | None = None,
 ) -> Compressed:
     """Compress the raw disk ``src`` to ``dest``; the .gz is hashed as it is written.
@@ -243,7 +317,10 @@ def gzip_disk(
     written beside its final name and renamed when complete, so a failure leaves nothing there.
 
     ``base`` is the unchanging disk ``src`` was copied from, primed into ``store``: a MiB equal to the base's at the
-    same offset has the key recorded there, so it is compared (a fifth of the CPU time of hashing it)."""
+    same offset has the key recorded there, so it is compared (a fifth of the CPU time of hashing it).
+
+    ``origin`` is the member-per-MiB .gz ``src`` was decompressed from before it changed: a MiB it still holds at
+    the same offset is its member, taken as it is (counted as reused)."""
     workers = os.cpu_count() or 1
     digest, written = hashlib.sha256(), 0
     data_members = reused_members = 0
@@ -265,6 +342,9 @@ def gzip_disk(
                     raise OSError(f"{src} changed while it was compressed")
                 if data == _ZEROS[:length]:
                     return _zero_member(length), None
+                kept = origin.member(offset, data) if origin is not None else None
+                if kept is not None:
+                    return kept, True
                 if store is None:
                     return deflate(data), False
                 key = keys.get(offset)

@@ -22,7 +22,7 @@ from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.files import sha256_file
 from imagebuilder.core.progress import Say
 from imagebuilder.image.bootcheck import check_image
-from imagebuilder.image.gzipdisk import Base, MemberStore, gzip_disk
+from imagebuilder.image.gzipdisk import Base, MemberStore, Origin, gzip_disk
 
 
 @dataclass
@@ -70,10 +70,11 @@ def sharing(store: MemberStore | None, base: Base | None = None) -> Iterator[Non
         _STORE.reset(token)
 
 
-def compress(disk: Path, dest: Path, status: Say) -> Packaged:
+def compress(disk: Path, dest: Path, status: Say, *, origin: Path | None = None) -> Packaged:
     """A raw disk compressed to gzip on every core (:mod:`imagebuilder.image.gzipdisk`), with the percentage done
     reported as it goes; within :func:`sharing`, members are shared with the other images of the same OS layer.
-    The build manifest gets the member counts."""
+    ``origin``: the .gz the disk was decompressed from before it changed; the MiBs it still holds are its members,
+    not compressed again (image.customize). The build manifest gets the member counts."""
     total, done, shown = disk.stat().st_size, 0, -1
 
     def progress(n: int) -> None:
@@ -86,7 +87,12 @@ def compress(disk: Path, dest: Path, status: Say) -> Packaged:
 
     progress(0)
     store, base = _STORE.get()
-    result = gzip_disk(disk, dest, store=store, base=base, on_bytes=progress)
+    kept = Origin.of(origin) if origin is not None else None
+    try:
+        result = gzip_disk(disk, dest, store=store, base=base, origin=kept, on_bytes=progress)
+    finally:
+        if kept is not None:
+            kept.close()
     members = {"data": result.data_members, "reused": result.reused}
     return Packaged(dest, result.sha256, result.size, extra={"gzip_members": members})
 

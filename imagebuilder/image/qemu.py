@@ -98,6 +98,7 @@ def running(
     cdrom: Path | None = None,
     ssh_port: int | None = None,
     memory_mb: int = 1024,
+    cpus: int = 2,
     kvm: KvmStatus | None = None,
     firmware: Firmware = "bios",
     forwards: tuple[tuple[int, int], ...] = (),
@@ -105,15 +106,16 @@ def running(
     link: Link | None = None,
 ) -> Iterator[Guest]:
     """Start a guest on ``disk`` (``snapshot``: writes go to a throwaway overlay) and stop it after the block;
-    ``firmware="efi"``: OVMF in place of SeaBIOS, the guest boots by UEFI; ``forwards``: more (host port, guest
-    port) pairs reached on 127.0.0.1, beside ``ssh_port`` (the node check's API server); ``mac``: the first NIC's
-    address; ``link``: a second NIC on a private wire to another guest (the node check's second node)."""
+    ``cpus``: its vCPUs (under TCG each is a host thread); ``firmware="efi"``: OVMF in place of SeaBIOS, the guest
+    boots by UEFI; ``forwards``: more (host port, guest port) pairs reached on 127.0.0.1, beside ``ssh_port`` (the
+    node check's API server); ``mac``: the first NIC's address; ``link``: a second NIC on a private wire to another
+    guest (the node check's second node)."""
     kvm = kvm or kvm_status()
     qemu = require_tools("qemu-system-x86_64")["qemu-system-x86_64"]
     serial.touch()
     pairs = ((ssh_port, 22),) if ssh_port else ()
     netdev = "user,id=n0" + "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in (*pairs, *forwards))
-    cmd = [qemu, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", "2", "-display", "none",
+    cmd = [qemu, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", str(cpus), "-display", "none",
            "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
            "-drive", f"file={disk},if=virtio,format={fmt}",
            "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0" + (f",mac={mac}" if mac else "")]  # fmt: skip

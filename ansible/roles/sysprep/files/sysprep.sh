@@ -27,3 +27,19 @@ rm -f /etc/netplan/50-cloud-init.yaml
 
 # old logs
 find /var/log -type f \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -delete
+
+# cloud-init sets each clone's hostname
+cfg=/etc/cloud/cloud.cfg
+if grep -q '^preserve_hostname:' "$cfg"; then
+  sed -i 's/^preserve_hostname:.*$/preserve_hostname: false/' "$cfg"
+else
+  printf 'preserve_hostname: false\n' >> "$cfg"
+fi
+
+# the seal script (removes the build user, then powers off), rendered by the controller: the script's first argument
+if [ -n "${1:-}" ]; then
+  umask 022
+  printf '%s\n' "$1" > /usr/local/sbin/image-builder-seal.tmp
+  chmod 0755 /usr/local/sbin/image-builder-seal.tmp
+  mv -f /usr/local/sbin/image-builder-seal.tmp /usr/local/sbin/image-builder-seal
+fi
