@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support import schedule
 from tests.support.common import make_manifest
+from tests.support.schedule import HEAVY, pytest_addoption, pytest_xdist_make_scheduler  # noqa: F401 - hooks
 
 if TYPE_CHECKING:
     from imagebuilder.release.source import SourceRelease
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    schedule.pytest_configure(config)
     # an interrupted run (CI timeout, Ctrl-C of a parent) must still detach loop devices and unmount
     import signal
 
@@ -280,9 +283,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(mark)
         if "vcsim" in getattr(item, "fixturenames", ()):
             item.add_marker("vcsim")
-    # the modules that boot VMs first, longest first: xdist hands the first modules out one per worker in turn, so
-    # the two end-to-end builds start at once on their own workers and the real-guest customization follows the
-    # first; the short modules then fill the time beside and after them, rather than one long module starting last
-    # and alone (xdist's default reorder, by test count, puts these last)
-    first = ["test_e2e_offline.py", "test_e2e_packers.py", "test_customize_guest.py"]
-    items.sort(key=lambda item: first.index(item.path.name) if item.path.name in first else len(first))
+    # the heavy modules (those that boot VMs first), longest first: xdist hands the first modules out one per worker
+    # in turn, so the two end-to-end builds start at once on their own workers and the real-guest customization
+    # follows the first; the short modules then fill the time beside and after them (on the filler worker, beside
+    # them from the start: tests/support/schedule.py), rather than one long module starting last and alone
+    # (xdist's default reorder, by test count, puts these last)
+    items.sort(key=lambda item: HEAVY.index(item.path.name) if item.path.name in HEAVY else len(HEAVY))

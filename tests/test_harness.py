@@ -1,8 +1,10 @@
 """The test harness's own cross-worker turns (tests.support.common.vm_turn): builds share the machine, the node check
-has it alone, and a node check that waits goes before builds that ask after it."""
+has it alone, and a node check that waits goes before builds that ask after it; and its scheduler
+(tests/support/schedule.py): the filler worker runs no heavy module, at a low priority."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,6 +12,7 @@ import time
 from pathlib import Path
 
 from tests.support.common import ROOT
+from tests.support.schedule import HEAVY, NICENESS
 
 HOLDER = textwrap.dedent(
     """
@@ -62,3 +65,44 @@ def test_shared_turns_overlap_and_an_alone_turn_waits_for_them_and_goes_first(tm
     assert ev[("build-2", "start")] < ev[("build-1", "end")], "shared turns overlap"
     assert ev[("nodecheck", "start")] >= max(ev[("build-1", "end")], ev[("build-2", "end")]), "alone means alone"
     assert ev[("build-3", "start")] >= ev[("nodecheck", "end")], "a waiting alone turn is not starved"
+
+
+MODULE = textwrap.dedent(
+    """
+    import os
+    from pathlib import Path
+
+
+    def test_{n}(tmp_path_factory):
+        out = Path(os.environ["SCHEDULE_OUT"])
+        (out / f"{{os.path.basename(__file__)}}-{n}-{{os.environ['PYTEST_XDIST_WORKER']}}-{{os.nice(0)}}").touch()
+    """
+)
+
+
+def test_the_filler_worker_runs_only_light_modules_at_a_low_priority(tmp_path: Path) -> None:
+    """Three workers over four heavy modules (named as the real ones) and six light ones: every test runs once, the
+    last worker takes only light modules and runs them at nice 10, the others at their own priority; a module's
+    tests stay on one worker (--dist loadfile)."""
+    suite, out = tmp_path / "suite", tmp_path / "out"
+    suite.mkdir()
+    out.mkdir()
+    heavy, light = list(HEAVY[:4]), [f"test_light_{i}.py" for i in range(6)]
+    for name in heavy + light:
+        (suite / name).write_text("".join(MODULE.format(n=n) for n in range(3)))
+    base = os.nice(0)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.support.schedule", "-n", "3", "--filler-worker", "--dist",
+         "loadfile", "--no-loadscope-reorder", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)],
+        cwd=suite, env={**os.environ, "PYTHONPATH": str(ROOT), "SCHEDULE_OUT": str(out)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    runs = [p.name.rsplit("-", 3) for p in out.iterdir()]
+    assert sorted((m, int(n)) for m, n, _, _ in runs) == sorted((m, n) for m in heavy + light for n in range(3))
+    workers = {m: {(w, int(nice)) for mm, _, w, nice in runs if mm == m} for m in heavy + light}
+    assert all(len(on) == 1 for on in workers.values()), workers
+    filler = {m for m, on in workers.items() if next(iter(on))[0] == "gw2"}
+    assert filler and filler <= set(light), workers
+    low = min(base + NICENESS, 19)  # this test may itself run in a filler worker (nice stops at 19)
+    assert all(next(iter(on))[1] == (low if m in filler else base) for m, on in workers.items()), workers

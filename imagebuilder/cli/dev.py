@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -85,11 +86,14 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False) -> 
     else:
         # one module per worker at a time (module fixtures such as the offline namespace stay together), in the
         # collection's order (tests/conftest.py puts the end-to-end builds first, so each starts at once on its own
-        # worker; xdist's default reorder would start them last); the real-guest customization and the rest then
-        # run beside them. A worker per core: a third worker (measured) put a third guest beside the two builds and
-        # slowed every guest far beyond its share (docs/testing.md). The slowest tests are listed at the end, so a
-        # CI log shows where the time went.
-        select += " -n auto --dist loadfile --no-loadscope-reorder --durations=15"
+        # worker; xdist's default reorder would start them last). A worker per core for the modules that boot
+        # guests or build images, and one more at a low CPU priority for the rest, which mostly wait (DHCP, vcsim,
+        # timeouts) and so wait beside the guests instead of after them (tests/support/schedule.py; a third worker
+        # at normal priority, measured, put a third guest beside the two builds and slowed every guest far beyond
+        # its share: docs/testing.md). The slowest tests are listed at the end, so a CI log shows where the time
+        # went.
+        workers = (os.cpu_count() or 1) + 1
+        select += f" -n {workers} --filler-worker --dist loadfile --no-loadscope-reorder --durations=15"
     with c.cd(str(paths.require_checkout("test"))):
         result = c.run(f"{BIN}/python -m pytest{select}", pty=False, warn=True)
     if result is None or not result.ok:

@@ -1,0 +1,113 @@
+"""How `invoke test` spreads the test modules over pytest-xdist's workers: a worker per core for the modules that boot
+emulated guests or build images, and one more, at a low CPU priority, for the rest.
+
+Why: under TCG the guests keep every core busy for most of a run, and the rest of the suite is mostly waiting (DHCP
+leases, vcsim, SSH timeouts against guests that never come). Run after the guests on the same workers, that waiting
+left a core idle for much of the last quarter of a run. A third worker at normal priority was measured too: it took
+a third guest beside the two builds and slowed every guest far beyond its share (docs/testing.md). The filler worker
+takes no module of :data:`HEAVY`, and its processes run at nice 10, so a busy core gives it a tenth of its time and
+an idle one all of it: the waiting happens beside the guests instead of after them.
+
+The scheduler is xdist's own ``--dist loadfile`` (one module per worker at a time, in the collection's order) with
+one rule added: the filler takes only modules outside :data:`HEAVY`, the other workers take the heavy ones first.
+The hooks below are tests/conftest.py's (and a plugin of their own, ``-p tests.support.schedule``, for the test of
+this scheduler).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadFileScheduling
+
+#: the modules that boot emulated guests, build images or keep the CPU busy for minutes, longest first (the order
+#: the workers start them in): only the workers at normal priority run them
+HEAVY = (
+    "test_e2e_offline.py",
+    "test_e2e_packers.py",
+    "test_customize_guest.py",
+    "test_chroot_engine.py",
+    "test_fault_injection.py",
+    "test_hostprep.py",
+    "test_packer_versions.py",
+    "test_bootcheck.py",
+    "test_wheel.py",
+)
+#: how much lower the filler's priority is (nice): under CFS a nice-10 thread beside a nice-0 one gets about a tenth
+NICENESS = 10
+
+
+def is_filler_process() -> bool:
+    """Whether this pytest process is the filler worker of a run with ``--filler-worker`` (the last worker)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    return bool(worker and count.isdigit() and worker == f"gw{int(count) - 1}")
+
+
+def _module(scope: str) -> str:
+    return scope.rsplit("/", 1)[-1]
+
+
+class FillerScheduling(LoadFileScheduling):
+    """``--dist loadfile`` whose last worker (the filler) takes only modules outside :data:`HEAVY`."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        super().__init__(config, log)
+
+    def _is_filler(self, node: Any) -> bool:
+        return bool(node.gateway.id == f"gw{len(self.nodes) - 1}") and len(self.nodes) > 1
+
+    def _assign_work_unit(self, node: Any) -> None:
+        heavy = [s for s in self.workqueue if _module(s) in HEAVY]
+        light = [s for s in self.workqueue if _module(s) not in HEAVY]
+        if self._is_filler(node):
+            if not light:
+                return
+            scope = light[0]
+        else:
+            scope = (heavy or light)[0]
+        work_unit = self.workqueue.pop(scope)
+        self.assigned_work.setdefault(node, {})[scope] = work_unit
+        collection = self.registered_collections[node]
+        node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
+
+    def _reschedule(self, node: Any) -> None:
+        if node.shutting_down:
+            return
+        if not self.workqueue:
+            node.shutdown()
+            return
+        if self._pending_of(self.assigned_work.get(node, {})) > 2:
+            return
+        self._assign_work_unit(node)
+
+    def mark_test_complete(self, node: Any, item_index: int | str, duration: float = 0) -> None:
+        super().mark_test_complete(node, item_index, duration)
+        # the filler waits for light modules without tests of its own to complete: look at it whenever another
+        # worker completes one (a light module may be next, or nothing may be left for it at all)
+        for other in self.nodes:
+            if other is not node and self._is_filler(other) and not self._pending_of(self.assigned_work.get(other, {})):
+                self._reschedule(other)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--filler-worker",
+        action="store_true",
+        help="with -n N --dist loadfile: the last worker runs only the modules outside the heavy ones, at a low CPU "
+        "priority (tests/support/schedule.py)",
+    )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> FillerScheduling | None:
+    if config.getoption("filler_worker") and config.getoption("dist", None) == "loadfile":
+        return FillerScheduling(config, log)
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the filler worker, lower this process's priority (its children, image-builder, vcsim and the DHCP
+    servers among them, inherit it)."""
+    if config.getoption("filler_worker") and is_filler_process():
+        os.nice(NICENESS)
