@@ -10,8 +10,6 @@ import ipaddress
 import json
 import os
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -517,40 +515,36 @@ def test_both_servers_give_the_same_leases_for_the_same_clients_on_several_racks
     assert len(options) == 3, options  # one set per subnet, the same from both servers
 
 
+def listening_verify(timeout: int) -> subprocess.Popen[str]:
+    """dhcp.verify on the server's side, returned once it says it listens (a client that asked before that would not
+    be seen, however long the tool takes to start on a loaded machine)."""
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", SRV, str(BIN / "image-builder"), "dhcp.verify", "--interface", IFACE, "--timeout",
+         str(timeout)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert first.startswith(f"listening for DHCP on {IFACE} ("), first + (proc.stderr.read() if proc.stderr else "")
+    return proc
+
+
 @pytest.mark.parametrize("server", SERVER_NAMES)
 def test_verify_sees_request_and_ack_or_says_why_not(server: str, network: Path, tmp_path: Path) -> None:
     config = write(tmp_path, base(interface=IFACE))
     prefix = tmp_path / "host"
     assert install_in_ns(config, prefix, server=server).returncode == 0
     try:
-        result: dict[str, subprocess.CompletedProcess[str]] = {}
-        watcher = threading.Thread(
-            target=lambda: result.setdefault(
-                "v",
-                ns(
-                    SRV, str(BIN / "image-builder"), "dhcp.verify", "--interface", IFACE, "--timeout", "30", check=False
-                ),
-            )
-        )
-        watcher.start()
-        time.sleep(1.5)
+        verify = listening_verify(30)
         assert lease(21)
-        watcher.join()
-        verified = result["v"]
-        assert verified.returncode == 0, verified.stdout + verified.stderr
-        assert "acknowledged with 10.77.0." in verified.stdout and "02:42:0a:00:00:15" in verified.stdout
+        out, err = verify.communicate(timeout=60)
+        assert verify.returncode == 0, out + err
+        assert "acknowledged with 10.77.0." in out and "02:42:0a:00:00:15" in out
     finally:
         stop(prefix, server)
     # no server: the client asks, nobody answers
-    silent: dict[str, subprocess.CompletedProcess[str]] = {}
-    watcher = threading.Thread(
-        target=lambda: silent.setdefault(
-            "v", ns(SRV, str(BIN / "image-builder"), "dhcp.verify", "--interface", IFACE, "--timeout", "6", check=False)
-        )
-    )
-    watcher.start()
-    time.sleep(1.5)
+    verify = listening_verify(6)
     assert lease(22) is None
-    watcher.join()
-    assert silent["v"].returncode == 1
-    assert "no DHCP ACK" in silent["v"].stderr and "snooping" in silent["v"].stderr
+    out, err = verify.communicate(timeout=60)
+    assert verify.returncode == 1
+    assert "no DHCP ACK" in err and "snooping" in err and "client message(s) seen" in err

@@ -1,6 +1,6 @@
 """The test harness's own cross-worker turns (tests.support.common.vm_turn): builds share the machine, the node check
 has it alone, and a node check that waits goes before builds that ask after it; and its scheduler
-(tests/support/schedule.py): the filler worker runs no heavy module, at a low priority."""
+(tests/support/schedule.py): the filler worker runs no module that boots a guest, at a low priority."""
 
 from __future__ import annotations
 
@@ -80,10 +80,16 @@ MODULE = textwrap.dedent(
 )
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment without pytest-xdist's worker variables: a run started from a worker must not
+    take itself for one (its controller would lower its own priority)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+
+
 def test_the_filler_worker_runs_only_light_modules_at_a_low_priority(tmp_path: Path) -> None:
-    """Three workers over four heavy modules (named as the real ones) and six light ones: every test runs once, the
-    last worker takes only light modules and runs them at nice 10, the others at their own priority; a module's
-    tests stay on one worker (--dist loadfile)."""
+    """Three workers over four modules that boot guests (named as the real ones) and six light ones: every test runs
+    once, the last worker takes only light modules and runs them at nice 10, the others at their own priority; a
+    module's tests stay on one worker (--dist loadfile)."""
     suite, out = tmp_path / "suite", tmp_path / "out"
     suite.mkdir()
     out.mkdir()
@@ -94,7 +100,7 @@ def test_the_filler_worker_runs_only_light_modules_at_a_low_priority(tmp_path: P
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.support.schedule", "-n", "3", "--filler-worker", "--dist",
          "loadfile", "--no-loadscope-reorder", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)],
-        cwd=suite, env={**os.environ, "PYTHONPATH": str(ROOT), "SCHEDULE_OUT": str(out)},
+        cwd=suite, env={**clean_env(), "PYTHONPATH": str(ROOT), "SCHEDULE_OUT": str(out)},
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
@@ -104,5 +110,5 @@ def test_the_filler_worker_runs_only_light_modules_at_a_low_priority(tmp_path: P
     assert all(len(on) == 1 for on in workers.values()), workers
     filler = {m for m, on in workers.items() if next(iter(on))[0] == "gw2"}
     assert filler and filler <= set(light), workers
-    low = min(base + NICENESS, 19)  # this test may itself run in a filler worker (nice stops at 19)
+    low = min(base + NICENESS, 19)  # nice stops at 19
     assert all(next(iter(on))[1] == (low if m in filler else base) for m, on in workers.items()), workers

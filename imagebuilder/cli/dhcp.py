@@ -141,7 +141,9 @@ def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
     seconds = flags.duration(timeout, "--timeout", 1, 3600)
     from imagebuilder.host.dhcp.wire import capture, complete
 
-    messages = capture(interface, seconds)
+    messages = capture(
+        interface, seconds, on_listening=lambda: print(f"listening for DHCP on {interface} ({seconds} s)", flush=True)
+    )
     ack = complete(messages)
     for m in messages:
         print(f"{m.kind:<9} xid 0x{m.xid} client {m.client_mac or '-'}" + (f" -> {m.your_ip}" if m.your_ip else ""))

@@ -5,8 +5,8 @@ Why: under TCG the guests keep every core busy for most of a run, and the rest o
 leases, vcsim, SSH timeouts against guests that never come). Run after the guests on the same workers, that waiting
 left a core idle for much of the last quarter of a run. A third worker at normal priority was measured too: it took
 a third guest beside the two builds and slowed every guest far beyond its share (docs/testing.md). The filler worker
-takes no module of :data:`HEAVY`, and its processes run at nice 10, so a busy core gives it a tenth of its time and
-an idle one all of it: the waiting happens beside the guests instead of after them.
+takes no module of :data:`HEAVY`, and its processes run at nice 10, so a busy core gives it a tenth of its time
+and an idle one all of it: the waiting happens beside the guests instead of after them.
 
 The scheduler is xdist's own ``--dist loadfile`` (one module per worker at a time, in the collection's order) with
 one rule added: the filler takes only modules outside :data:`HEAVY`, the other workers take the heavy ones first.
@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadFileScheduling
 
-#: the modules that boot emulated guests, build images or keep the CPU busy for minutes, longest first (the order
-#: the workers start them in): only the workers at normal priority run them
+#: the modules that boot emulated guests, build images or keep a core busy for minutes, longest first (the order
+#: the workers start them in), and the harness's own tests (they time processes against each other): only the
+#: workers at normal priority run them. (Not the filler, even once it has nothing else: while two guests keep the
+#: cores busy, a tenth of a core would stretch these past their timeouts.)
 HEAVY = (
     "test_e2e_offline.py",
     "test_e2e_packers.py",
@@ -34,6 +36,7 @@ HEAVY = (
     "test_packer_versions.py",
     "test_bootcheck.py",
     "test_wheel.py",
+    "test_harness.py",
 )
 #: how much lower the filler's priority is (nice): under CFS a nice-10 thread beside a nice-0 one gets about a tenth
 NICENESS = 10
@@ -50,7 +53,7 @@ def _module(scope: str) -> str:
 
 
 class FillerScheduling(LoadFileScheduling):
-    """``--dist loadfile`` whose last worker (the filler) takes only modules outside :data:`HEAVY`."""
+    """``--dist loadfile`` whose last worker (the filler) takes only the modules outside :data:`HEAVY`."""
 
     def __init__(self, config: pytest.Config, log: Any = None) -> None:
         super().__init__(config, log)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from imagebuilder.core.errors import ExternalError
@@ -40,8 +42,11 @@ def parse_tcpdump(text: str) -> list[Exchange]:
     return out
 
 
-def capture(interface: str, timeout: float) -> list[Exchange]:
-    """Capture DHCP traffic (UDP 67/68) until a Request and its ACK are seen, or ``timeout`` passes."""
+def capture(interface: str, timeout: float, on_listening: Callable[[], None] | None = None) -> list[Exchange]:
+    """Capture DHCP traffic (UDP 67/68) until a Request and its ACK are seen, or ``timeout`` passes.
+
+    ``on_listening`` is called once tcpdump says it listens (a request sent before then is not seen: whoever starts
+    a client to check the server waits for it)."""
     tcpdump = shutil.which("tcpdump")
     if tcpdump is None:
         raise ExternalError("tcpdump is not installed", hint="run ./scripts/setup.sh (or apt-get install tcpdump)")
@@ -49,10 +54,11 @@ def capture(interface: str, timeout: float) -> list[Exchange]:
         [tcpdump, "-i", interface, "-n", "-l", "-vv", "-s", "0", "udp port 67 or udp port 68"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+    assert proc.stdout is not None and proc.stderr is not None
+    fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     os.set_blocking(fd, False)
-    raw = b""
+    os.set_blocking(err_fd, False)
+    raw, err = b"", b""
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -60,14 +66,22 @@ def capture(interface: str, timeout: float) -> list[Exchange]:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
                 chunk = b""
+            if on_listening is not None:
+                with contextlib.suppress(BlockingIOError):
+                    err += os.read(err_fd, 65536)
+                if b"listening on" in err:
+                    on_listening()
+                    on_listening = None
             if chunk:
                 raw += chunk
                 if complete(parse_tcpdump(raw.decode(errors="replace"))):
                     break
             elif proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                with contextlib.suppress(BlockingIOError):
+                    err += proc.stderr.read() or b""
                 raise ExternalError(
-                    f"tcpdump on {interface} failed: {err.strip()[-300:]}", hint="is the interface name right?"
+                    f"tcpdump on {interface} failed: {err.decode(errors='replace').strip()[-300:]}",
+                    hint="is the interface name right?",
                 )
             else:
                 time.sleep(0.05)
