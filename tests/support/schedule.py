@@ -55,35 +55,20 @@ def _module(scope: str) -> str:
 class FillerScheduling(LoadFileScheduling):
     """``--dist loadfile`` whose last worker (the filler) takes only the modules outside :data:`HEAVY`."""
 
-    def __init__(self, config: pytest.Config, log: Any = None) -> None:
-        super().__init__(config, log)
-
     def _is_filler(self, node: Any) -> bool:
         return bool(node.gateway.id == f"gw{len(self.nodes) - 1}") and len(self.nodes) > 1
 
     def _assign_work_unit(self, node: Any) -> None:
-        heavy = [s for s in self.workqueue if _module(s) in HEAVY]
-        light = [s for s in self.workqueue if _module(s) not in HEAVY]
-        if self._is_filler(node):
-            if not light:
-                return
-            scope = light[0]
-        else:
-            scope = (heavy or light)[0]
+        filler = self._is_filler(node)
+        light = next((s for s in self.workqueue if _module(s) not in HEAVY), None)
+        heavy = None if filler else next((s for s in self.workqueue if _module(s) in HEAVY), None)
+        scope = heavy or light
+        if scope is None:  # the filler, with only heavy modules left
+            return
         work_unit = self.workqueue.pop(scope)
         self.assigned_work.setdefault(node, {})[scope] = work_unit
         collection = self.registered_collections[node]
         node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
-
-    def _reschedule(self, node: Any) -> None:
-        if node.shutting_down:
-            return
-        if not self.workqueue:
-            node.shutdown()
-            return
-        if self._pending_of(self.assigned_work.get(node, {})) > 2:
-            return
-        self._assign_work_unit(node)
 
     def mark_test_complete(self, node: Any, item_index: int | str, duration: float = 0) -> None:
         super().mark_test_complete(node, item_index, duration)
