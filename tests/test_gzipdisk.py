@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.disk import gunzip_sparse
+from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.image import gzipdisk
 from imagebuilder.image.gzipdisk import MEMBER, MemberStore, gzip_disk
 
@@ -34,6 +35,11 @@ def disk_like(path: Path, size: int, data: dict[int, bytes]) -> Path:
 def gunzipped_sha(gz: Path) -> str:
     out = subprocess.run(["sh", "-c", f"zcat -- '{gz}' | sha256sum"], capture_output=True, text=True, check=True)
     return out.stdout.split()[0]
+
+
+def origin_of(gz: Path, work: Path) -> gzipdisk.Origin | None:
+    """``gz`` as image.customize takes it: decompressed once, its members found in that pass."""
+    return gzipdisk.Origin.of(gz, gunzip_sparse(gz, work / f"{gz.name}.raw"))
 
 
 def count_hashing(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -283,12 +289,10 @@ def test_a_changed_copy_takes_the_members_of_the_mibs_its_origin_still_holds(tmp
     gz = tmp_path / "in.gz"
     gzip_disk(src, gz)
     changed = disk_like(tmp_path / "after.raw", 8 * MiB + 100, {**before, MiB + 7: b"changed", 6 * MiB: b"new"})
-    origin = gzipdisk.Origin.of(gz)
+    origin = origin_of(gz, tmp_path)
     assert origin is not None and sorted(origin.members) == [i * MiB for i in range(9)]
-    try:
+    with origin:
         result = gzip_disk(changed, tmp_path / "out.gz", origin=origin)
-    finally:
-        origin.close()
     # data MiBs: 0, 1 (changed), 2, 5, 6 (new), 8 (the short tail); 0, 2, 5 and 8 come from the input
     assert (result.data_members, result.reused) == (6, 4)
     plain = gzip_disk(changed, tmp_path / "plain.gz")
@@ -305,22 +309,20 @@ def test_an_origin_member_is_taken_only_when_it_inflates_to_the_very_mib(tmp_pat
     gz = tmp_path / "in.gz"
     # the input's first member holds other bytes than the disk's first MiB (a whole, valid member)
     gz.write_bytes(gzipdisk.deflate(os.urandom(MiB)) + gzipdisk.deflate(data[MiB]) + gzipdisk.deflate(data[2 * MiB]))
-    origin = gzipdisk.Origin.of(gz)
+    origin = origin_of(gz, tmp_path)
     assert origin is not None
-    try:
+    with origin:
         assert origin.member(0, data[0]) is None
         assert origin.member(MiB, data[2 * MiB]) is None, "a member at another offset is not the MiB's"
         assert origin.member(MiB, data[MiB][:-1]) is None, "nor one of another length"
         assert origin.member(MiB, data[MiB]) is not None
         # the last member damaged after the input was read: it no longer inflates to its MiB (a bad checksum)
-        start, length, _ = origin.members[2 * MiB]
+        damaged = origin.members[2 * MiB]
         with gz.open("r+b") as fh:
-            fh.seek(start + length // 2)
+            fh.seek(damaged.offset + damaged.length // 2)
             fh.write(bytes([fh.read(1)[0] ^ 0xFF]))
         assert origin.member(2 * MiB, data[2 * MiB]) is None
         result = gzip_disk(src, tmp_path / "out.gz", origin=origin)
-    finally:
-        origin.close()
     assert (result.data_members, result.reused) == (3, 1)
     assert gunzipped_sha(tmp_path / "out.gz") == hashlib.sha256(src.read_bytes()).hexdigest()
 
@@ -328,13 +330,55 @@ def test_an_origin_member_is_taken_only_when_it_inflates_to_the_very_mib(tmp_pat
 def test_a_gzip_that_is_not_one_member_per_mib_is_no_origin(tmp_path: Path) -> None:
     raw = os.urandom(3 * MiB)
     (tmp_path / "one.gz").write_bytes(gzip.compress(raw))  # one member for it all, as gzip and pigz write it
-    assert gzipdisk.Origin.of(tmp_path / "one.gz") is None
+    assert origin_of(tmp_path / "one.gz", tmp_path) is None
+    # a file that ends inside a member, or is no gzip at all, is refused where it is decompressed: no origin arises
     (tmp_path / "cut.gz").write_bytes(gzipdisk.deflate(raw[:MiB]) + gzipdisk.deflate(raw[MiB : 2 * MiB])[:-9])
-    assert gzipdisk.Origin.of(tmp_path / "cut.gz") is None, "a file that ends inside a member"
-    (tmp_path / "junk.gz").write_bytes(gzipdisk.deflate(raw[:MiB]) + b"\0" * 512)
-    assert gzipdisk.Origin.of(tmp_path / "junk.gz") is None
     (tmp_path / "not.gz").write_bytes(b"plain text\n")
-    assert gzipdisk.Origin.of(tmp_path / "not.gz") is None
+    for bad in ("cut.gz", "not.gz"):
+        with pytest.raises(InputError, match="not a complete gzip file"):
+            origin_of(tmp_path / bad, tmp_path)
+    # zero bytes after the last member are padding, as gzip reads them: the member before them is the origin's
+    (tmp_path / "padded.gz").write_bytes(gzipdisk.deflate(raw[:MiB]) + b"\0" * 512)
+    origin = origin_of(tmp_path / "padded.gz", tmp_path)
+    assert origin is not None and list(origin.members) == [0]
+
+
+def _gzip_parts(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """A gzip file of any members (empty, zeros, random or repetitive, around a MiB or several), with zero padding
+    between some of them, and what it decompresses to."""
+    gz, raw = b"", b""
+    for _ in range(draw(st.integers(0, 4))):
+        size = draw(st.sampled_from([0, 1, 1000, MiB - 1, MiB, MiB + 1, 2 * MiB + 17]))
+        kind = draw(st.sampled_from(["zeros", "random", "text"]))
+        data = bytes(size) if kind == "zeros" else os.urandom(size) if kind == "random" else (b"node " * size)[:size]
+        gz += gzip.compress(data, compresslevel=draw(st.integers(1, 9)), mtime=0)
+        gz += bytes(draw(st.sampled_from([0, 0, 1, 4096])))
+        raw += data
+    return gz, raw
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.composite(_gzip_parts)(), cut=st.integers(1, 64))
+def test_gunzip_sparse_gives_what_gzip_gives_and_where_each_member_lies(
+    tmp_path: Path, parts: tuple[bytes, bytes], cut: int
+) -> None:
+    """The one pass that decompresses a .gz input also finds its members: the output is what Python's gzip reads,
+    its zero MiBs are holes, each member found decompresses alone to its part, and a file cut short is refused."""
+    gz, raw = parts
+    src, dest = tmp_path / "in.gz", tmp_path / "out.raw"
+    src.write_bytes(gz)
+    members = gunzip_sparse(src, dest)
+    assert dest.read_bytes() == raw == gzip.decompress(gz)
+    data_mibs = sum(1 for i in range(0, len(raw), MiB) if raw[i : i + MiB].strip(b"\0"))
+    assert dest.stat().st_blocks * 512 <= (data_mibs + 1) * MiB, "zero MiBs stay holes"
+    assert sum(m.raw_length for m in members) == len(raw)
+    for m in members:
+        assert gzip.decompress(gz[m.offset : m.offset + m.length]) == raw[m.raw_offset : m.raw_offset + m.raw_length]
+    if members:  # cut inside the last member (its trailer at least)
+        last = members[-1]
+        src.write_bytes(gz[: last.offset + last.length - 1 - (cut - 1) % last.length])
+        with pytest.raises(InputError, match="not a complete gzip file"):
+            gunzip_sparse(src, dest)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -356,12 +400,10 @@ def test_any_change_to_a_disk_packages_to_what_compressing_it_all_gives(
         offset %= size
         after[offset : offset + len(chunk)] = chunk[: size - offset]
     (tmp_path / "b.raw").write_bytes(bytes(after))
-    origin = gzipdisk.Origin.of(gz)
+    origin = origin_of(gz, tmp_path)
     assert origin is not None
-    try:
+    with origin:
         kept = gzip_disk(tmp_path / "b.raw", tmp_path / "b.gz", origin=origin)
-    finally:
-        origin.close()
     plain = gzip_disk(tmp_path / "b.raw", tmp_path / "c.gz")
     assert kept.sha256 == plain.sha256
     changed = {i for i in range(0, size, MiB) if after[i : i + MiB] != base[i : i + MiB]}

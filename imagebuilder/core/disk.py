@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gzip
 import json
 import os
 import shutil
@@ -22,9 +21,11 @@ import tarfile
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import PARTIAL_SUFFIXES, partial_owner, run_checked
@@ -37,20 +38,69 @@ _ZERO = bytes(1024 * 1024)
 LINUX_TYPES = ("83", "0FC63DAF-8483-4772-8E79-3D69D8477DE4")
 
 
-def gunzip_sparse(src: Path, dest: Path) -> None:
-    """Decompress a .gz disk image, seeking over zero blocks so the raw file stays sparse."""
+@dataclass(frozen=True)
+class GzipMember:
+    """Where one member of a gzip file lies: ``offset`` and ``length`` in the file, ``raw_offset`` and
+    ``raw_length`` in what it decompresses to."""
+
+    offset: int
+    length: int
+    raw_offset: int
+    raw_length: int
+
+
+def gunzip_sparse(src: Path, dest: Path) -> list[GzipMember]:
+    """Decompress a .gz disk image, seeking over zero MiBs so the raw file stays sparse, and say where each of its
+    gzip members lies, found in the same pass (``image.customize`` takes the input's members for the MiBs it leaves
+    as they were). Zero bytes after the last member are padding, as gzip has them."""
+    members: list[GzipMember] = []
+    block = bytearray()  # the MiB being filled, written (or seeked over) when full
+    at = start = raw = 0  # bytes of src consumed; where the current member starts, in src and in dest
+    inflater: zlib._Decompress | None = None
+    buf, ended = b"", False
     try:
-        with gzip.open(src, "rb") as fin, dest.open("wb") as fout:
-            while block := fin.read(len(_ZERO)):
-                if block == _ZERO[: len(block)]:
-                    fout.seek(len(block), 1)
-                else:
-                    fout.write(block)
+        with src.open("rb") as fin, dest.open("wb") as fout:
+            while True:
+                if not buf:
+                    buf = fin.read(len(_ZERO))
+                    ended = not buf
+                if inflater is None:  # between members: padding, the next member, or the end
+                    if ended:
+                        break
+                    kept = buf.lstrip(b"\0")
+                    at += len(buf) - len(kept)
+                    buf, start = kept, at
+                    if not buf:
+                        continue
+                    inflater = zlib.decompressobj(31)
+                out = inflater.decompress(buf, len(_ZERO) - len(block))
+                tail = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+                at, buf = at + len(buf) - len(tail), tail
+                block += out
+                if len(block) == len(_ZERO):
+                    _put_block(fout, block)
+                if inflater.eof:
+                    end = fout.tell() + len(block)
+                    members.append(GzipMember(start, at - start, raw, end - raw))
+                    raw, inflater = end, None
+                elif ended and not out and not buf:
+                    raise EOFError("the file ends inside a member")
+            _put_block(fout, block)
             fout.truncate()
-    except (gzip.BadGzipFile, EOFError) as exc:
+    except (zlib.error, EOFError) as exc:
         raise InputError(
             f"not a complete gzip file ({exc})", source=src, expected="a gzip-compressed raw disk"
         ) from None
+    return members
+
+
+def _put_block(fout: IO[bytes], block: bytearray) -> None:
+    """Write ``block`` at the file's position, or seek over it when it is all zeros; empty it."""
+    if block == _ZERO[: len(block)]:
+        fout.seek(len(block), 1)
+    else:
+        fout.write(block)
+    block.clear()
 
 
 def data_extents(fd: int, size: int) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from imagebuilder import __version__
 from imagebuilder.attest import provenance, sbom
 from imagebuilder.attest.packages import Inventory, load_inventory
-from imagebuilder.core.disk import image_format, leftovers, raw_view, release
+from imagebuilder.core.disk import gunzip_sparse, image_format, leftovers, raw_view, release
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write, parse_json, partial_prefix, read_text, run_checked, sha256_file
 from imagebuilder.core.hostinfo import ovmf_firmware
@@ -29,6 +29,7 @@ from imagebuilder.core.progress import Say, silent
 from imagebuilder.customization import roles
 from imagebuilder.customization.model import Customization
 from imagebuilder.image import qemu
+from imagebuilder.image.gzipdisk import Origin
 from imagebuilder.image.outputs import Packaged, compress, place, require_bootable
 from imagebuilder.image.ova import make_ova, ova_firmware
 from imagebuilder.release.catalog import Firmware
@@ -102,8 +103,22 @@ def input_firmware(image: Path) -> Firmware:
     return "efi" if isinstance(plan, dict) and plan.get("firmware") == "efi" else "bios"
 
 
+def _working_copy(image: Path, kind: str, disk: Path, work: Path) -> Origin | None:
+    """The input as the working qcow2 ``disk``. A .gz input is decompressed once, and where its gzip members lie,
+    found in that pass, is returned: the output's MiBs that the customization left as they were take them."""
+    if kind != "gz":
+        with raw_view(image, work_dir=work) as raw:
+            run_checked("qemu-img", "convert", "-O", "qcow2", str(raw), str(disk), timeout=7200)
+        return None
+    raw = work / "input.raw"
+    members = gunzip_sparse(image, raw)
+    run_checked("qemu-img", "convert", "-O", "qcow2", str(raw), str(disk), timeout=7200)
+    raw.unlink()
+    return Origin.of(image, members)
+
+
 def _write_output(
-    kind: str, disk: Path, dest: Path, work: Path, say: Say, firmware: Firmware, image: Path
+    kind: str, disk: Path, dest: Path, work: Path, say: Say, firmware: Firmware, origin: Origin | None
 ) -> Packaged:  # fmt: skip
     if kind == "ova":
         say("packing the OVA (streamOptimized VMDK, new OVF and manifest)")
@@ -114,7 +129,7 @@ def _write_output(
     if kind == "gz":
         # a .gz input of one member per MiB (as builds write it) gives its members to the MiBs the customization
         # left as they were: a few changed MiBs are compressed, not the whole disk again
-        return compress(raw, dest, say, origin=image if image_kind(image) == "gz" else None)
+        return compress(raw, dest, say, origin=origin)
     if kind == "raw":
         return place(raw, dest)
     out = work / "out.qcow2"
@@ -151,8 +166,7 @@ def customize_image(
         work = Path(tmp)
         disk = work / "disk.qcow2"
         say(f"copying {image.name} into a working qcow2")
-        with raw_view(image, work_dir=work) as raw:
-            run_checked("qemu-img", "convert", "-O", "qcow2", str(raw), str(disk), timeout=7200)
+        origin = _working_copy(image, kind, disk, work)
         log = roles.log_path(dest.parent, dest.name)
         with roles.run(customization, keep_user=keep_user) as run:
             seed = qemu.seed_iso(run.documents.nocloud_files(), work)
@@ -184,7 +198,7 @@ def customize_image(
                     )
         say("checking the customized disk's boot sectors and filesystems")
         require_bootable(disk, "the customized image", work_dir=work)
-        packaged = _write_output(kind, disk, dest, work, say, firmware, image)
+        packaged = _write_output(kind, disk, dest, work, say, firmware, origin)
         assert packaged.sha256 is not None and packaged.size is not None
         inventory = load_inventory(work / INVENTORY)
     with atomic_write(dest.with_name(dest.name + ".sha256")) as fh:

@@ -236,70 +236,42 @@ class Origin:
 
     A member is taken only when it decompresses to exactly the MiB being packaged (inflating is several times
     cheaper than deflating), so a damaged input or a member whose checksum happens to match never puts other bytes
-    into the output. Open it with :meth:`of` and close it after the packaging."""
+    into the output. Made by :meth:`of` from what decompressing the input found, read within ``with origin:``."""
 
-    def __init__(self, gz: Path, members: dict[int, tuple[int, int, int]], fh: BinaryIO) -> None:
+    def __init__(self, gz: Path, members: dict[int, disk.GzipMember]) -> None:
         self.gz = gz
-        #: raw offset -> (offset in the .gz, length in the .gz, raw length) of each member
+        #: each member of a MiB or less, by the raw offset it starts at
         self.members = members
-        self._fh = fh
+        self._fh: BinaryIO | None = None
 
     @classmethod
-    def of(cls, gz: Path) -> Origin | None:
-        """The members of ``gz``, or None when it is not one member per MiB (a single-member gzip from gzip or pigz
-        is told from its first MiB, so that costs nothing), or is not a complete gzip file."""
-        fh = open(gz, "rb")  # noqa: SIM115 - closed by close(), or below when there is no origin
-        try:
-            members = _member_spans(fh)
-        except (OSError, zlib.error):
-            members = None
-        if not members:
-            fh.close()
-            return None
-        return cls(gz, members, fh)
+    def of(cls, gz: Path, members: list[disk.GzipMember]) -> Origin | None:
+        """``gz`` with its ``members``, as :func:`imagebuilder.core.disk.gunzip_sparse` found them when it
+        decompressed it; None when none of them is a MiB or less (one member for it all, as gzip and pigz write)."""
+        spans = {m.raw_offset: m for m in members if m.raw_length <= MEMBER}
+        return cls(gz, spans) if spans else None
+
+    def __enter__(self) -> Origin:
+        self._fh = self.gz.open("rb")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
 
     def member(self, offset: int, data: bytes) -> bytes | None:
-        """The input's member at ``offset`` when it holds exactly ``data``."""
+        """The input's member at ``offset`` when it holds exactly ``data`` (within ``with origin:``)."""
         span = self.members.get(offset)
-        if span is None or span[2] != len(data):
+        if span is None or span.raw_length != len(data) or self._fh is None:
             return None
-        blob = os.pread(self._fh.fileno(), span[1], span[0])
+        blob = os.pread(self._fh.fileno(), span.length, span.offset)
         try:
             inflater = zlib.decompressobj(31)
             same = inflater.decompress(blob, len(data) + 1) == data and inflater.eof and not inflater.unused_data
         except zlib.error:
             return None
         return blob if same else None
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-def _member_spans(fh: BinaryIO) -> dict[int, tuple[int, int, int]] | None:
-    """(offset in the file, length, raw length) of each gzip member of ``fh``, by the raw offset it starts at; None
-    when a member holds more than a MiB (not :func:`gzip_disk`'s layout: stop there rather than inflate it all)."""
-    spans: dict[int, tuple[int, int, int]] = {}
-    buf, at = b"", 0  # the bytes read and not yet inflated, and their offset in the file
-    start, raw, held = 0, 0, 0  # the current member's offset in the file, its raw offset, the bytes it gave so far
-    inflater = zlib.decompressobj(31)
-    while True:
-        if not buf:
-            buf = fh.read(MEMBER)
-            if not buf:
-                break
-        held += len(inflater.decompress(buf, MEMBER + 1 - held))
-        if held > MEMBER:
-            return None
-        tail = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
-        at += len(buf) - len(tail)
-        buf = tail
-        if inflater.eof:
-            spans[raw] = (start, at - start, held)
-            start, raw, held = at, raw + held, 0
-            inflater = zlib.decompressobj(31)
-    if held or at != start:
-        raise zlib.error("the file ends inside a member")
-    return spans
 
 
 def gzip_disk(

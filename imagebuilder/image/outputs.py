@@ -70,7 +70,7 @@ def sharing(store: MemberStore | None, base: Base | None = None) -> Iterator[Non
         _STORE.reset(token)
 
 
-def compress(disk: Path, dest: Path, status: Say, *, origin: Path | None = None) -> Packaged:
+def compress(disk: Path, dest: Path, status: Say, *, origin: Origin | None = None) -> Packaged:
     """A raw disk compressed to gzip on every core (:mod:`imagebuilder.image.gzipdisk`), with the percentage done
     reported as it goes; within :func:`sharing`, members are shared with the other images of the same OS layer.
     ``origin``: the .gz the disk was decompressed from before it changed; the MiBs it still holds are its members,
@@ -87,12 +87,8 @@ def compress(disk: Path, dest: Path, status: Say, *, origin: Path | None = None)
 
     progress(0)
     store, base = _STORE.get()
-    kept = Origin.of(origin) if origin is not None else None
-    try:
-        result = gzip_disk(disk, dest, store=store, base=base, origin=kept, on_bytes=progress)
-    finally:
-        if kept is not None:
-            kept.close()
+    with origin or contextlib.nullcontext():
+        result = gzip_disk(disk, dest, store=store, base=base, origin=origin, on_bytes=progress)
     members = {"data": result.data_members, "reused": result.reused}
     return Packaged(dest, result.sha256, result.size, extra={"gzip_members": members})
 
