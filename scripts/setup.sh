@@ -28,8 +28,8 @@ APT_PACKAGES=(
   # the Satellite activation key over RHSM's D-Bus API: a bus and the system Python's D-Bus bindings for its test
   dbus-daemon python3-dbus python3-gi
   # release.build: the pause binary is upstream's C source compiled static (gcc, glibc's static libc); file(1)
-  # tells its tests a static binary
-  gcc libc6-dev file
+  # tells its tests a static binary; runc links libseccomp statically (cgo, found by pkg-config)
+  gcc libc6-dev file libseccomp-dev pkg-config
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -50,7 +50,7 @@ def aws(moto: dict[str, str]) -> dict[str, Any]:
     ec2 = client("ec2")
     base = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     instance = ec2.run_instances(ImageId=base, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
-    ami = ec2.create_image(InstanceId=instance, Name="ubuntu-v1.24.8-eks-5")["ImageId"]
+    ami = ec2.create_image(InstanceId=instance, Name="ubuntu-v1.24.17-eks-36")["ImageId"]
     s3 = client("s3")
     s3.create_bucket(Bucket="node-exports", CreateBucketConfiguration={"LocationConstraint": REGION})
     client("s3", "eu-west-1").create_bucket(

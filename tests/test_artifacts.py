@@ -93,7 +93,7 @@ def test_packer_producing_nothing_is_a_clear_error(tmp_path: Path, mirror_dir: P
 def test_standin_release_is_of_the_real_format(tmp_path: Path) -> None:
     release = make_standin_release(tmp_path, CHANNEL)
     manifest = load_manifest(str(release.manifest_path))
-    assert (manifest.channel, manifest.number, manifest.kubernetes_version) == ("1-24", 5, "v1.24.8")
+    assert (manifest.channel, manifest.number, manifest.kubernetes_version) == ("1-24", 36, "v1.24.17")
     kubelet = Mirror(str(tmp_path)).locate(manifest.artifact("kubelet", "binary").uri)
     assert STANDIN_NOTE in Path(kubelet).read_text()
     # the bytes (and so the checksums) are the same on every run
@@ -108,7 +108,7 @@ def test_mirror_create_verifies_converges_and_rejects_tampering(
     dest = tmp_path / "copy"
     manifest, items = create_mirror(CHANNEL.manifest_url, dest, source=Mirror.parse(http_server))
     assert len(items) == 12 and {i.status for i in items} == {"downloaded"}
-    assert (dest / "kubernetes-1-24" / "kubernetes-1-24-eks-5.yaml").is_file()
+    assert (dest / "kubernetes-1-24" / "kubernetes-1-24-eks-36.yaml").is_file()
     _, again = create_mirror(CHANNEL.manifest_url, dest, source=Mirror.parse(http_server))
     assert {i.status for i in again} == {"verified"}
     # tamper with one artifact at the source: refused, and nothing lands at its final path

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from imagebuilder.core.files import sha256_file
+from imagebuilder.release.standin import ReleaseRuntime
 from tests.support.common import (
     BIN,
     ROOT,
@@ -312,8 +313,11 @@ def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_matrix_shares_one_os_layer_and_skips_what_is_built(
-    offline_ns: str, home: Path, base_image: tuple[Path, str], tmp_path: Path
+    offline_ns: str, home: Path, base_image: tuple[Path, str], tmp_path: Path, runtime_of_a_1_7_line: ReleaseRuntime
 ) -> None:
+    """Two lines from one OS layer: 1-33's release carries the real runtime of a containerd 1.7 line in the
+    reference bundle's tarball layout (checked on disk: containerd v1.7.28, config version 2, runc, crictl, the
+    tarball's bytes), 1-24's names none (the OS's containerd; that image boots)."""
     from imagebuilder.attest.keys import generate, public_path
     from imagebuilder.attest.packages import collect
     from imagebuilder.attest.sbom import package_names
@@ -327,8 +331,9 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     from tests.support.offline import in_ns
 
     upstream, mirror = tmp_path / "upstream", tmp_path / "mirror"
-    for channel in ("1-23", "1-24"):
-        release = make_standin_release(upstream, load_catalog().channel(channel))
+    for channel in ("1-33", "1-24"):
+        runtime = runtime_of_a_1_7_line if channel == "1-33" else None
+        release = make_standin_release(upstream, load_catalog().channel(channel), runtime)
         create_mirror(release.manifest_url, mirror, source=Mirror(str(upstream)))
     image, digest = base_image
     config = tmp_path / "bm.json"
@@ -337,7 +342,7 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     key = tmp_path / "keys" / "build.pem"
     generate(key, "ecdsa")
     args = [str(BIN / "image-builder"), "build.matrix", "--os", "ubuntu", "--hypervisor", "baremetal",
-            "--release-channel", "1-23,1-24", "--baremetal-config", str(config), "--mirror", str(mirror),
+            "--release-channel", "1-33,1-24", "--baremetal-config", str(config), "--mirror", str(mirror),
             "--offline", "--engine", "chroot", "--disk-gb", "4", "--output-dir", str(out),
             "--layer-cache", str(layers), "--signing-key", str(key)]  # fmt: skip
     # issue 29, build.matrix: a first run killed (its process group, SIGKILL) while Ansible provisions the shared OS
@@ -368,10 +373,22 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     assert not list((home / "work").iterdir()), "the workspaces are removed"
     assert not leaked_scratch(), "the working disks in memory are removed"
     # both images are what a build promises; one of them boots (the other shares its OS layer)
-    for name, boot in (("ubuntu-v1.23.14-eks-10-amd64.gz", False), ("ubuntu-v1.24.8-eks-5-amd64.gz", True)):
+    for name, boot in (("ubuntu-v1.33.13-eks-31-amd64.gz", False), ("ubuntu-v1.24.17-eks-36-amd64.gz", True)):
         with vm_turn():
             findings = verify_image(out / name, boot=boot)
         assert not [f for f in findings if not f.ok], (name, findings)
+        found = {f.name: f.detail for f in findings}
+        if "1-33" in manifests[name.replace(".gz", ".build-manifest.json")]["plan"]["release_channel"]:
+            # the 1.7 line's own runtime, from the reference's layout, on a merged-/usr image
+            assert "v1.7.28" in found["containerd version"] and "1.36.0" in found["crictl version"], found
+            assert found["containerd config version"].endswith("version 2 for containerd 1.7.28"), found
+            assert "/usr/local/sbin/runc" in found["containerd binaries"], found
+            assert "are the tarball's" in found["crictl binaries"], found
+            with raw_view(out / name, work_dir=tmp_path / "raw") as raw, mounted_root(raw) as root:
+                assert (root / "sbin").is_symlink(), "the tarball's ./sbin did not replace the /sbin link"
+                assert "Delegate=yes" in (root / "etc/systemd/system/containerd.service").read_text()
+        else:
+            assert "containerd version" not in found, "a release that names no runtime: the OS's"
         # issue 31: each has its SBOM (the packages of its own database, its Kubernetes artifacts, its source
         # image) and its provenance, signed by the key given, naming the SBOM
         stem = name.removesuffix(".gz")
@@ -387,14 +404,14 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
         assert listed[image.name]["checksums"][0]["checksumValue"] == digest, "the source image, by its digest"
         statement = check_provenance(out / f"{stem}.intoto.json", public_path(key), out / name)
         parameters = statement["predicate"]["buildDefinition"]["externalParameters"]
-        assert parameters["engine"] == "chroot" and parameters["release_channel"] in ("1-23", "1-24")
+        assert parameters["engine"] == "chroot" and parameters["release_channel"] in ("1-33", "1-24")
         deps = {d["name"]: d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]}
         assert deps["source-image"]["digest"] == {"sha256": digest} and deps["release-manifest"]["digest"]["sha256"]
         assert deps["config:bm.json"]["digest"]["sha256"] and "uri" not in deps["config:bm.json"]
     # issue 31, end to end: the booted image published to S3 (moto in server mode), downloaded and verified by our
     # client and by tuftool, its provenance checked on what was downloaded; then served to machines from a folder
     # repository (serve --repo), whose osImageURL gives the image's bytes
-    publish_and_serve(out, ["ubuntu-v1.24.8-eks-5-amd64.gz"], key, tmp_path)
+    publish_and_serve(out, ["ubuntu-v1.24.17-eks-36-amd64.gz"], key, tmp_path)
     # a rerun builds nothing: the manifests record the same inputs
     again = in_ns(offline_ns, *args, home=home)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

@@ -17,7 +17,7 @@ from tests.support.cloudstack import KEY, SECRET, State, contract_server, signat
 from tests.support.common import killed_at, run
 
 RHEL = "Red Hat Enterprise Linux 8.0 (64-bit)"
-IMAGE = "http://10.0.0.5:8080/redhat-v1.24.8-eks-5-amd64.qcow2"
+IMAGE = "http://10.0.0.5:8080/redhat-v1.24.17-eks-36-amd64.qcow2"
 
 
 @pytest.fixture

@@ -97,7 +97,7 @@ CASES = [
     ("another datacenter's folder", "main", spec(machine=UBUNTU | {"folder": "/Other-DC/vm/x"}), ["spec.folder"]),
     ("a folder path that climbs", "main", spec(machine=UBUNTU | {"folder": "/SDDC-Datacenter/vm/../host"}),
      ["spec.folder"]),
-    ("kubernetes the product no longer ships", "main", spec(kubernetes="1.19", machine=UBUNTU),
+    ("kubernetes no release line carries", "main", spec(kubernetes="1.17", machine=UBUNTU),
      ["spec.kubernetesVersion"]),
 ]  # fmt: skip
 
@@ -126,7 +126,7 @@ def test_patterns_resolve_to_exactly_one_object_when_connected(
     """vcsim's inventory: /DC0/host/DC0_C0 (a cluster) and DC0_H0 (a standalone host), each with Resources."""
     env = vcsim.env
     assert run(*import_args(str(small_ovas["ubuntu"]), "ubuntu", "1.24"), env=env).code == 0
-    template = f"{TEMPLATES}/ubuntu-kubernetes-1-24-eks-5"
+    template = f"{TEMPLATES}/ubuntu-kubernetes-1-24-eks-36"
     base = {"datastore": "LocalDS_0", "folder": "/DC0/vm", "osFamily": "ubuntu", "template": template}
 
     def check(pool: str, **extra: object) -> tuple[int, str]:
@@ -145,7 +145,7 @@ def test_patterns_resolve_to_exactly_one_object_when_connected(
     assert code == 1 and "matches 2 objects" in text and "/DC0/host/DC0_C0/Resources" in text, text
     code, text = check("Nope*/Resources")
     assert code == 1 and "does not exist" in text, text
-    code, text = check("DC0_C0/Resources", template="ubuntu-kubernetes-1-24-eks-5")  # a bare name, found by name
+    code, text = check("DC0_C0/Resources", template="ubuntu-kubernetes-1-24-eks-36")  # a bare name, found by name
     assert code == 0, text
 
 

@@ -7,6 +7,7 @@ import gzip
 import re
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -22,6 +23,9 @@ from imagebuilder.customization.model import (
     seed_documents,
 )
 from tests.support.pki import make_ca
+
+if TYPE_CHECKING:
+    from imagebuilder.release.source import SourceRelease
 
 
 @pytest.fixture
@@ -349,3 +353,21 @@ def test_registry_credentials_from_two_customizations_add_up_and_rerunning_conve
     assert '[plugins."io.containerd.grpc.v1.cri".registry.configs."reg.local:5000".auth]' in dump
     assert 'password = "first-Secret-1"' in dump
     assert 'identitytoken = "tok\\"en"' in dump
+
+
+@pytest.mark.slow
+def test_registry_credentials_go_where_containerd_2_3_reads_them(tmp_path: Path, source_release: SourceRelease) -> None:
+    """On the release's containerd 2.3 (its own default configuration, version 4) the role writes the credentials
+    under the CRI images plugin, and that containerd reads them back."""
+    containerd = next(c.bin_dir for c in source_release.components if c.name == "containerd") / "containerd"
+    config = tmp_path / "etc" / "config.toml"
+    config.parent.mkdir()
+    default = subprocess.run([str(containerd), "config", "default"], capture_output=True, text=True, check=True)
+    assert default.stdout.startswith("version = 4")
+    config.write_text(default.stdout)
+    build = write(tmp_path, "registries: {'reg.local:5000': {username: u, password_env: PW}}\n")
+    run_containerd_tasks(tmp_path, config, build, {"PW": "second-Secret-2"})
+    dump = subprocess.run([str(containerd), "--config", str(config), "config", "dump"],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "[plugins.'io.containerd.cri.v1.images'.registry.configs.'reg.local:5000'.auth]" in dump, dump[-2000:]
+    assert "password = 'second-Secret-2'" in dump and "username = 'u'" in dump

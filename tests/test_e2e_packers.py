@@ -34,7 +34,7 @@ from tests.support.vcsim import Vcsim
 
 pytestmark = pytest.mark.timeout(3600)
 SECRET = "vc-Pa55-never-logged-7731"
-NAME = "ubuntu-v1.24.8-eks-5-amd64"
+NAME = "ubuntu-v1.24.17-eks-36-amd64"
 
 
 def _config(path: Path, base_image: tuple[Path, str]) -> Path:
@@ -159,7 +159,7 @@ def test_a_modern_packer_builds_and_verifies_both_images(
     # the built OVA becomes a tagged template on vCenter (vcsim) and passes template validation
     imported = run("template.import", "--ova", str(ova), "--os", "ubuntu", "--kubernetes", "1.24", env=vcsim.env)
     assert imported.code == 0, imported.err
-    path = "/DC0/vm/Templates/ubuntu-kubernetes-1-24-eks-5"
+    path = "/DC0/vm/Templates/ubuntu-kubernetes-1-24-eks-36"
     valid = run("template.validate", "--template", path, "--os", "ubuntu", "--kubernetes", "1.24", env=vcsim.env)
     assert valid.code == 0, valid.err
     # kept for the comparison after both builds (a passed test's tmp_path is removed when it ends)

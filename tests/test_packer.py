@@ -189,7 +189,7 @@ def test_ansible_vars_from_a_resolved_plan(tmp_path: Path, mirror_dir: Path) -> 
     assert [a["name"] for a in data["kubernetes_archives"]] == ["cni-plugins", "etcd"]
     apiserver = next(i for i in data["kubernetes_images"] if i["name"] == "kube-apiserver")
     assert apiserver["archive"]["src"].endswith("/bin/linux/amd64/kube-apiserver.tar")
-    assert data["kubernetes_version"] == "v1.24.8" and data["redhat_subscription"] is False
+    assert data["kubernetes_version"] == "v1.24.17" and data["redhat_subscription"] is False
 
 
 def test_a_real_build_needs_the_artifacts(tmp_path: Path) -> None:

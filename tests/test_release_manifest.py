@@ -83,7 +83,7 @@ def test_newer_format_with_image_digests_and_extra_fields() -> None:
     ],
 )
 def test_missing_artifact_is_named(drop: str, named: str) -> None:
-    doc = _doc(make_manifest("1-24", 5, "v1.24.8"))
+    doc = _doc(make_manifest("1-24", 36, "v1.24.17"))
     for comp in doc["status"]["components"]:
         comp["assets"] = [a for a in comp["assets"] if a["name"] != drop]
     with pytest.raises(InputError) as exc:
@@ -93,7 +93,7 @@ def test_missing_artifact_is_named(drop: str, named: str) -> None:
 
 
 def test_image_without_arch_list_is_multi_arch() -> None:
-    doc = _doc(make_manifest("1-24", 5, "v1.24.8"))
+    doc = _doc(make_manifest("1-24", 36, "v1.24.17"))
     for comp in doc["status"]["components"]:
         for a in comp["assets"]:
             if a["name"] == "pause-image":
@@ -105,7 +105,7 @@ def test_image_without_arch_list_is_multi_arch() -> None:
 
 
 def test_missing_sha256_is_an_error() -> None:
-    doc = _doc(make_manifest("1-24", 5, "v1.24.8"))
+    doc = _doc(make_manifest("1-24", 36, "v1.24.17"))
     for comp in doc["status"]["components"]:
         for a in comp["assets"]:
             if a["name"] == "bin/linux/amd64/kubectl":
@@ -130,19 +130,19 @@ def test_malformed_manifests(text: str, match: str) -> None:
 
 
 def test_version_must_belong_to_channel() -> None:
-    text = make_manifest("1-24", 5, "v1.24.8").replace("channel: 1-24", "channel: 1-23")
+    text = make_manifest("1-24", 36, "v1.24.17").replace("channel: 1-24", "channel: 1-23")
     with pytest.raises(InputError, match="does not belong to channel 1-23"):
         parse_manifest(text, "m.yaml")
 
 
 def test_sources_file_mirror_dir_and_url(mirror_dir: Path, http_server: str) -> None:
-    url = "https://distro.eks.amazonaws.com/kubernetes-1-24/kubernetes-1-24-eks-5.yaml"
+    url = "https://distro.eks.amazonaws.com/kubernetes-1-24/kubernetes-1-24-eks-36.yaml"
     from_dir = load_manifest(url, Mirror.parse(str(mirror_dir)))
     from_http_mirror = load_manifest(url, Mirror.parse(http_server))
-    from_url = load_manifest(f"{http_server}/kubernetes-1-24/kubernetes-1-24-eks-5.yaml")
-    from_file = load_manifest(str(mirror_dir / "kubernetes-1-24" / "kubernetes-1-24-eks-5.yaml"))
+    from_url = load_manifest(f"{http_server}/kubernetes-1-24/kubernetes-1-24-eks-36.yaml")
+    from_file = load_manifest(str(mirror_dir / "kubernetes-1-24" / "kubernetes-1-24-eks-36.yaml"))
     assert from_dir.artifacts == from_http_mirror.artifacts == from_url.artifacts == from_file.artifacts
-    assert from_dir.kubernetes_version == "v1.24.8"
+    assert from_dir.kubernetes_version == "v1.24.17"
     assert from_http_mirror.source.startswith(http_server)
 
 

@@ -30,7 +30,7 @@ from imagebuilder.release.manifest import IMAGE_REF, load_manifest, parse_manife
 from imagebuilder.release.source import LABEL, SourceRelease, parse_version
 from tests.support.common import reference, run
 
-SOURCE_VERSION = "v1.34.2"
+SOURCE_VERSION = "v1.36.3"
 
 
 # --- fast -------------------------------------------------------------------------------------------------------
@@ -54,7 +54,28 @@ def test_release_build_flags_exit_2_before_anything(tmp_path: Path) -> None:
     res = run("release.build", "--kubernetes", "v1.34.2", "--base-url", "ftp://x/", "--dest", str(tmp_path / "r"))
     assert res.code == 2 and "--base-url" in res.err
     res = run("release.build", "--kubernetes", "v1.34.2", "--dest", str(tmp_path / "r"), "--dry-run")
-    assert res.code == 0 and "kubernetes-1-34-source-2.yaml" in res.out and not (tmp_path / "r").exists()
+    assert res.code == 0 and "kubernetes-1-34-source-3.yaml" in res.out and not (tmp_path / "r").exists()
+    # the line's runtime, or the one asked for; never one that cannot run the line's Kubernetes
+    assert "containerd v2.1.4 with the runc it pins, crictl v1.36.0" in res.out
+    res = run("release.build", "--kubernetes", "v1.36.3", "--containerd", "v2.4.2", "--dest", str(tmp_path / "r"),
+              "--dry-run")  # fmt: skip
+    assert res.code == 0 and "containerd v2.4.2" in res.out
+    for bad, why in (
+        ("v1.7.28", "needs containerd 2"),
+        ("2.3.1", "not a containerd version"),
+        ("v2.3.1;rm -rf /", "not a containerd version"),
+        ("v２.3.1", "not a containerd version"),
+        # the proxy serves no v2.3.9; its list (not exhaustive: it leaves out v2.3.1, which it serves) names the close
+        ("v2.3.9", "is not a published release (the Go module proxy does not serve it); did you mean 'v2.3.7'"),
+    ):
+        res = run("release.build", "--kubernetes", "v1.36.3", "--containerd", bad, "--dest", str(tmp_path / "r"))
+        assert res.code == 2 and why in res.err and "--containerd" in res.err and "Traceback" not in res.err, res.err
+        assert not (tmp_path / "r").exists()
+    res = run("release.build", "--kubernetes", "v1.36.99", "--dest", str(tmp_path / "r"), "--dry-run")
+    assert res.code == 2 and "--kubernetes" in res.err and "not a published release" in res.err, res.err
+    # the newest upstream minor, a line the distro has not published: the newest line's runtime (containerd 2)
+    res = run("release.build", "--kubernetes", "v1.37.2", "--dest", str(tmp_path / "r"), "--dry-run")
+    assert res.code == 0 and "containerd v2.3.1" in res.out and "kubernetes-1-37-source-3.yaml" in res.out, res.err
 
 
 def test_an_image_archive_is_the_same_bytes_each_time_and_names_its_reference() -> None:
@@ -108,6 +129,7 @@ def test_kubeadm_is_told_the_repositories_and_tags_a_distro_release_names() -> N
     assert f"{etcd['imageRepository']}/etcd:{etcd['imageTag']}" == images["etcd"]
     assert f"{dns['imageRepository']}/coredns:{dns['imageTag']}" == images["coredns"]
     assert "127.0.0.1" in cluster["apiServer"]["certSANs"] and kubelet["cgroupDriver"] == "systemd"
+    assert cluster["controllerManager"]["extraArgs"] == {"leader-elect": "false"}, "v1beta3 takes a map"
 
 
 def test_kubeadm_configuration_of_a_current_release_is_v1beta4() -> None:
@@ -123,6 +145,11 @@ def test_kubeadm_configuration_of_a_current_release_is_v1beta4() -> None:
         cluster["imageRepository"] == "registry.k8s.io"
         and cluster["dns"]["imageRepository"] == "registry.k8s.io/coredns"
     )
+    # one control plane elects no leader (a lost lease restarts the controller manager under a slow API server);
+    # kubeadm's calls to the API and etcd wait as long as its other waits
+    for part in ("controllerManager", "scheduler"):
+        assert cluster[part]["extraArgs"] == [{"name": "leader-elect", "value": "false"}], part
+    assert init["timeouts"]["kubernetesAPICall"] == init["timeouts"]["etcdAPICall"] == "20m0s"
 
 
 def test_crictl_is_optional_in_a_release_and_installed_when_shipped(tmp_path: Path) -> None:
@@ -247,8 +274,31 @@ def test_containerds_own_metadata_is_read_back_by_the_bbolt_reader(
 @pytest.mark.timeout(3600)
 def test_a_release_built_from_source_is_a_distro_format_release(source_release: SourceRelease, tmp_path: Path) -> None:
     manifest = load_manifest(str(source_release.manifest_path))
-    assert manifest.name == "kubernetes-1-34-source-2" and manifest.distro == "source"
-    assert manifest.kubernetes_version == SOURCE_VERSION and manifest.channel == "1-34"
+    assert manifest.name == "kubernetes-1-36-source-3" and manifest.distro == "source"
+    assert manifest.kubernetes_version == SOURCE_VERSION and manifest.channel == "1-36"
+    # the line's runtime, built from source and stamped with its real versions
+    assert dict(manifest.versions) == {"containerd": "v2.3.1", "runc": "v1.4.2", "cri-tools": "v1.36.0"}
+    assert "containerd" in {a.name for a in manifest.artifacts if a.kind == "archive"}
+    bins = {c.name: c.bin_dir for c in source_release.components}
+    for binary, args, said in ((bins["containerd"] / "containerd", ["--version"], "containerd github.com/containerd/"
+                                "containerd/v2 v2.3.1 source-v2.3.1"),
+                               (bins["containerd"] / "ctr", ["--version"], "ctr github.com/containerd/containerd/v2 "
+                                "v2.3.1"),
+                               (bins["runc"] / "runc", ["--version"], "runc version 1.4.2"),
+                               (bins["cri-tools"] / "crictl", ["--version"], "crictl version 1.36.0")):  # fmt: skip
+        out = subprocess.run([str(binary), *args], capture_output=True, text=True, check=True).stdout
+        assert said in out, (binary, out)
+        kind = subprocess.run(["file", "-L", str(binary)], capture_output=True, text=True).stdout
+        assert "statically linked" in kind or "static-pie linked" in kind, kind
+    seccomp = subprocess.run([str(bins["runc"] / "runc"), "--version"], capture_output=True, text=True).stdout
+    assert "libseccomp: 2." in seccomp, seccomp
+    tarball = next(source_release.root.rglob("containerd-v2.3.1-linux-amd64.tar.gz"))
+    with tarfile.open(tarball) as tar:
+        assert {m.name for m in tar.getmembers() if m.isfile()} == {
+            "usr/local/bin/containerd", "usr/local/bin/ctr", "usr/local/bin/containerd-shim-runc-v2",
+            "usr/local/sbin/runc", "etc/systemd/system/containerd.service"}  # fmt: skip
+        unit = tar.extractfile("etc/systemd/system/containerd.service").read().decode()  # type: ignore[union-attr]
+        assert "ExecStart=/usr/local/bin/containerd" in unit and "Delegate=yes" in unit
     doc = yaml.safe_load(source_release.manifest_path.read_text())
     assets = [a for c in doc["status"]["components"] for a in c["assets"]]
     assert assets and all(LABEL in a["description"] for a in assets), "every artifact says it was built from source"
@@ -264,7 +314,7 @@ def test_a_release_built_from_source_is_a_distro_format_release(source_release: 
         out = subprocess.run([str(kube / binary), *args], capture_output=True, text=True, check=True).stdout
         assert SOURCE_VERSION in out, (binary, out)
     pause = subprocess.run([str(kube / "pause"), "-v"], capture_output=True, text=True, check=False)
-    assert "pause.c v3.10.1-source" in pause.stdout and "statically linked" in subprocess.run(
+    assert "pause.c v3.10.2-source" in pause.stdout and "statically linked" in subprocess.run(
         ["file", str(kube / "pause")], capture_output=True, text=True).stdout  # fmt: skip
     # the images are named exactly as this kubeadm asks for them, each image tar names its one reference
     listed = subprocess.run([str(kube / "kubeadm"), "config", "images", "list", "--kubernetes-version", SOURCE_VERSION],
@@ -288,7 +338,8 @@ def test_a_release_built_from_source_is_a_distro_format_release(source_release: 
     assert "nf_tables" in said.stdout, said.stdout + said.stderr
     assert (unpacked / "usr/local/bin/kube-proxy").is_file()
     etcd = next(c.bin_dir for c in source_release.components if c.name == "etcd")
-    assert "etcd Version: 3.6.5" in subprocess.run([str(etcd / "etcd"), "--version"], capture_output=True,
+    etcd_tag = source_release.images["etcd"].rsplit(":", 1)[1].split("-")[0]  # what this kubeadm asks for
+    assert f"etcd Version: {etcd_tag}" in subprocess.run([str(etcd / "etcd"), "--version"], capture_output=True,
                                                    text=True, check=True).stdout  # fmt: skip
 
     # a second run takes what is cached: nothing is rebuilt, the same files come out
@@ -402,3 +453,53 @@ def test_a_pod_that_does_not_run_says_why(tmp_path: Path) -> None:
     why = "0/2 nodes are available: 1 node(s) had untolerated taint"
     assert detail == f"phase Pending (PodScheduled=False Unschedulable: {why})"
     assert "FailedScheduling   default-scheduler" in _pod_events(client, "node-check")
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_the_node_checks_runtime_report_reads_the_release_containerd(
+    source_release: SourceRelease, tmp_path: Path
+) -> None:
+    """The lines the node check's first guest runs to report its runtime (``RUNTIME_REPORT``), run here against the
+    release's own containerd 2 and crictl on a private socket: ``crictl info`` states the systemd cgroup driver the
+    containerd role writes (and not when the config says otherwise), the server its version."""
+    from imagebuilder.image.nodecheck import RUNTIME_REPORT, runtime_ok
+
+    bins = {c.name: c.bin_dir for c in source_release.components}
+    default = subprocess.run([str(bins["containerd"] / "containerd"), "config", "default"], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+    assert default.startswith("version = 4") and "SystemdCgroup = false" in default
+    env = {**os.environ, "PATH": f"{bins['containerd']}:{bins['cri-tools']}:{os.environ['PATH']}"}
+    for systemd in (True, False):
+        work = tmp_path / str(systemd)
+        work.mkdir()
+        sock = work / "c.sock"
+        config = default.replace("SystemdCgroup = false", f"SystemdCgroup = {str(systemd).lower()}")
+        config = config.replace("/var/lib/containerd", str(work / "root")).replace("/run/containerd/containerd.sock",
+                                                                                     str(sock))  # fmt: skip
+        config = config.replace("/run/containerd", str(work / "state"))
+        (work / "config.toml").write_text(config)
+        proc = subprocess.Popen([str(bins["containerd"] / "containerd"), "--config", str(work / "config.toml")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+        try:
+            for _ in range(200):
+                if subprocess.run(["ctr", "--address", str(sock), "version"], env=env,
+                                  capture_output=True).returncode == 0:  # fmt: skip
+                    break
+                time.sleep(0.1)
+            script = 'say() { echo "NODE-CHECK $*"; }\n' + RUNTIME_REPORT.replace(
+                "/run/containerd/containerd.sock", str(sock)
+            ).replace("ctr version", f"ctr --address {sock} version")
+            out = subprocess.run(["sh", "-c", script], cwd=work, env=env, capture_output=True, text=True, check=True)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        event, _, detail = out.stdout.strip().removeprefix("NODE-CHECK ").partition(" ")
+        words = dict(w.split("=", 1) for w in detail.split())
+        assert event == "runtime" and words["containerd"] == "v2.3.1", out.stdout
+        assert words["systemd"] == str(systemd).lower(), (out.stdout, (work / "crictl-info.json").read_text()[:500])
+        cgroup = subprocess.run(["stat", "-fc", "%T", "/sys/fs/cgroup"], capture_output=True, text=True).stdout
+        assert words["cgroup"] == cgroup.strip()
+        unified = detail.replace(f"cgroup={words['cgroup']}", "cgroup=cgroup2fs")
+        assert runtime_ok(event, unified) is systemd, "systemd cgroups on v2 pass; cgroupfs does not"
+        assert not runtime_ok(event, unified.replace("cgroup2fs", "tmpfs")), "cgroup v1 does not pass"

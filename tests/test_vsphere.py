@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.release.catalog import load_catalog
 from imagebuilder.vsphere.access import shipped_privileges
 from tests.support.common import BIN, ROOT, run
 from tests.support.vcsim import Vcsim, start_vcsim
@@ -253,15 +254,15 @@ def test_import_tags_resizes_and_converges(vcsim: Vcsim, small_ovas: dict[str, P
         assert res.code == 0, res.err
         assert "snapshotted template cannot have its cluster VM disk size customised" in res.err
         channel = kube.replace(".", "-")
-        number = {"1.21": 22, "1.24": 5}[kube]
-        path = f"{TEMPLATES}/{os_name}-kubernetes-{channel}-eks-{number}"  # the documented default name
+        release = load_catalog().channel(channel).release_name  # the line's current release: kubernetes-1-21-eks-28
+        path = f"{TEMPLATES}/{os_name}-{release}"  # the documented default name
         vm = template_info(vcsim, path)
         assert vm["config"]["template"] is True  # type: ignore[index]
         assert vm["runtime"]["powerState"] == "poweredOff"  # type: ignore[index]
         if disk:
             assert disk_gib(vm, disk) == size
         assert "root" in vcsim.govc("snapshot.tree", "-vm", path)
-        assert attached_tags(vcsim, path) == sorted([f"os:{os_name}", f"eksdRelease:kubernetes-{channel}-eks-{number}"])
+        assert attached_tags(vcsim, path) == sorted([f"os:{os_name}", f"eksdRelease:{release}"])
         ok = run("template.validate", "--template", path, "--os", os_name, "--kubernetes", kube, env=env)
         assert ok.code == 0 and "valid" in ok.out
 
@@ -299,20 +300,20 @@ def test_validate_names_missing_and_wrong_tags_and_tag_fixes(vcsim: Vcsim, small
     assert run(*import_args(str(small_ovas["ubuntu"]), "ubuntu", "1.22", "--name", "selfbuilt"), env=env).code == 0
     # strip the tags, as a template built and uploaded by hand would be
     vcsim.govc("tags.detach", "os:ubuntu", path)
-    vcsim.govc("tags.detach", "eksdRelease:kubernetes-1-22-eks-15", path)
-    vcsim.govc("tags.attach", "-c", "eksdRelease", "eksdRelease:kubernetes-1-22-eks-15", path)
+    vcsim.govc("tags.detach", "eksdRelease:kubernetes-1-22-eks-28", path)
+    vcsim.govc("tags.attach", "-c", "eksdRelease", "eksdRelease:kubernetes-1-22-eks-28", path)
     bad = run("template.validate", "--template", path, "--os", "ubuntu", "--kubernetes", "1.23", env=env)
     assert bad.code == 1
     assert "missing tag: category 'os' needs 'os:ubuntu'" in bad.err
     assert (
-        "wrong tag: 'eksdRelease:kubernetes-1-22-eks-15' in category 'eksdRelease', expected exactly "
-        "'eksdRelease:kubernetes-1-23-eks-10'"
+        "wrong tag: 'eksdRelease:kubernetes-1-22-eks-28' in category 'eksdRelease', expected exactly "
+        "'eksdRelease:kubernetes-1-23-eks-33'"
     ) in bad.err
     fix = f"image-builder template.tag --template {path} --os ubuntu --kubernetes 1.23"
     assert f"try: {fix}" in bad.err
     res = run(*fix.split()[1:], env=env)
-    assert res.code == 0 and "removed wrong tag eksdRelease:kubernetes-1-22-eks-15" in res.out
-    assert attached_tags(vcsim, path) == ["eksdRelease:kubernetes-1-23-eks-10", "os:ubuntu"]
+    assert res.code == 0 and "removed wrong tag eksdRelease:kubernetes-1-22-eks-28" in res.out
+    assert attached_tags(vcsim, path) == ["eksdRelease:kubernetes-1-23-eks-33", "os:ubuntu"]
     assert run("template.validate", "--template", path, "--os", "ubuntu", "--kubernetes", "1.23", env=env).code == 0
     missing = run(
         "template.validate", "--template", f"{TEMPLATES}/nope", "--os", "ubuntu", "--kubernetes", "1.23", env=env
@@ -442,7 +443,7 @@ def cluster_file(
     thumbprint: str | None = None,
     insecure: bool = False,
     pool: str = f"/{DC}/host/DC0_C0/Resources",
-    template: str = f"{TEMPLATES}/ubuntu-kubernetes-1-24-eks-5",
+    template: str = f"{TEMPLATES}/ubuntu-kubernetes-1-24-eks-36",
 ) -> Path:
     def machine(mname: str, mfolder: str) -> dict[str, object]:
         return {
@@ -544,13 +545,13 @@ def test_cluster_validate_against_vcenter(vcsim: Vcsim, small_ovas: dict[str, Pa
     both = cluster_file(tmp_path, "both", server=vcsim.server, thumbprint="00:" + thumb[3:], insecure=True)
     res = run("cluster.validate", "-f", str(both), env=env)
     assert res.code == 1 and f"does not match the server's {thumb}" in res.err
-    vcsim.govc("tags.detach", "os:ubuntu", f"{TEMPLATES}/ubuntu-kubernetes-1-24-eks-5")
+    vcsim.govc("tags.detach", "os:ubuntu", f"{TEMPLATES}/ubuntu-kubernetes-1-24-eks-36")
     untagged = cluster_file(tmp_path, "untagged", server=vcsim.server, insecure=True, folder=f"/{DC}/vm/nope")
     res = run("cluster.validate", "-f", str(untagged), env=env)
     assert res.code == 1
     assert "folder /DC0/vm/nope does not exist" in res.err
     assert "missing tag: category 'os' needs 'os:ubuntu'" in res.err
-    assert f"image-builder template.tag --template {TEMPLATES}/ubuntu-kubernetes-1-24-eks-5 --os ubuntu" in res.err
+    assert f"image-builder template.tag --template {TEMPLATES}/ubuntu-kubernetes-1-24-eks-36 --os ubuntu" in res.err
 
 
 def test_import_from_list(vcsim: Vcsim, small_ovas: dict[str, Path], tmp_path: Path) -> None:
@@ -570,7 +571,7 @@ def test_import_from_list(vcsim: Vcsim, small_ovas: dict[str, Path], tmp_path: P
     assert res.code == 0, res.err
     assert res.err.count("customised") == 1  # the snapshot warning once, not per template
     assert "vCenter API calls:" in res.out and "for 2 template(s)" in res.out
-    vm = template_info(vcsim, f"{TEMPLATES}/bottlerocket-kubernetes-1-22-eks-15")
+    vm = template_info(vcsim, f"{TEMPLATES}/bottlerocket-kubernetes-1-22-eks-28")
     assert disk_gib(vm, "Hard disk 1") == 22
 
 
@@ -591,7 +592,7 @@ def test_corrupt_ova_is_refused_and_leaves_no_item(vcsim: Vcsim, small_ovas: dic
     assert "Templates" not in vcsim.govc("ls", f"/{DC}/vm"), "the OVA is checked before anything is created"
     good = run(*import_args(str(small_ovas["ubuntu"]), "ubuntu", "1.24"), env=vcsim.env)
     assert good.code == 0
-    files = vcsim.govc("library.info", "-l", "/eksa-templates/ubuntu-kubernetes-1-24-eks-5/*")
+    files = vcsim.govc("library.info", "-l", "/eksa-templates/ubuntu-kubernetes-1-24-eks-36/*")
     for suffix in (".ovf", ".mf", "-disk1.vmdk"):  # unpacked into the content library's OVF layout
         assert suffix in files
 

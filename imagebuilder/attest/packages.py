@@ -14,7 +14,7 @@ import json
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,8 @@ class Inventory:
     distro: str  #: os-release ``ID`` (``ubuntu``, ``debian``, ``rhel``)
     distro_version: str  #: os-release ``VERSION_ID``
     packages: tuple[Package, ...]
+    #: the container runtime's binaries the image holds: path -> sha256 (the collector's ``RUNTIME``)
+    runtime: dict[str, str] = field(default_factory=dict)
 
     def versions(self) -> dict[str, str]:
         """Name (with ``:arch``/``.arch`` where it tells packages apart) -> version, as ``image.diff`` compares."""
@@ -178,11 +180,15 @@ def parse_inventory(raw: Any, source: str) -> Inventory:
         raise ExternalError(f"{source} is not a package inventory of this version (format 1)")
     release = _os_release(str(raw.get("os_release") or ""))
     distro, version = release.get("ID", "linux"), release.get("VERSION_ID", "")
+    found = raw.get("runtime")
+    found = found if isinstance(found, dict) else {}
+    runtime = {str(k): str(v) for k, v in found.items() if re.fullmatch(r"(/[\w.+-]+)+", str(k))
+               and re.fullmatch(r"[0-9a-f]{64}", str(v))}  # fmt: skip
     if isinstance(raw.get("dpkg_status"), str):
         licenses = raw.get("copyright") if isinstance(raw.get("copyright"), dict) else {}
-        return Inventory("deb", distro, version, tuple(parse_dpkg_status(raw["dpkg_status"], licenses)))
+        return Inventory("deb", distro, version, tuple(parse_dpkg_status(raw["dpkg_status"], licenses)), runtime)
     if isinstance(raw.get("rpm"), str):
-        return Inventory("rpm", distro, version, tuple(parse_rpm_query(raw["rpm"])))
+        return Inventory("rpm", distro, version, tuple(parse_rpm_query(raw["rpm"])), runtime)
     raise ExternalError(f"{source}: the image has neither a dpkg nor an rpm database")
 
 

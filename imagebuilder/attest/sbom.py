@@ -2,7 +2,8 @@
 
 What it lists, and from where: every installed package from the image's own database (name, version,
 architecture, PURL, declared license when known), the Kubernetes artifacts from the release manifest with the
-SHA-256 and URL the build verified them against, and the source image with its digest. The image itself is the
+SHA-256 and URL the build verified them against, the container runtime's binaries with their digests, and the
+source image with its digest. The image itself is the
 document's one described package; everything else is ``CONTAINS``-ed by it, and it is a ``DESCENDANT_OF`` the
 image it was built or customized from. Written as data (never templated), validated in tests by the SPDX
 project's own tools.
@@ -25,6 +26,9 @@ SPDX_VERSION = "SPDX-2.3"
 MEDIA_TYPE = "application/spdx+json"
 IMAGE_ID = "SPDXRef-Image"
 _NOASSERTION = "NOASSERTION"
+#: which runtime version (the plan's containerd, runc, crictl) each runtime binary states
+RUNTIME_VERSION_OF = {"containerd": "containerd", "ctr": "containerd", "containerd-shim-runc-v2": "containerd",
+                      "runc": "runc", "crictl": "crictl"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -116,10 +120,12 @@ def document(
     origin: Origin | None = None,
     annotations: Iterable[str] = (),
     created: dt.datetime | None = None,
+    runtime_versions: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The SPDX document of the image file ``name`` with digest ``sha256``: its OS packages (``inventory``), its
     Kubernetes ``components`` (or entries ``carry``-ed from the document of the image it was made from), and the
-    image it descends from."""
+    image it descends from. The runtime's binaries the image holds (``inventory.runtime``) are listed with their
+    digests, and with their versions where ``runtime_versions`` (containerd, runc, crictl) states them."""
     when = (created or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     tool = f"Tool: image-builder-{__version__}"
     image: dict[str, Any] = _package(
@@ -152,6 +158,12 @@ def document(
         ))  # fmt: skip
     for i, c in enumerate(components):
         contains(_component(i, c))
+    for i, (path, digest) in enumerate(sorted(inventory.runtime.items())):
+        binary = path.rsplit("/", 1)[-1]
+        version = (runtime_versions or {}).get(RUNTIME_VERSION_OF.get(binary, ""))
+        contains(_package(_spdx_id("Runtime", i, binary), binary, checksums=_checksums({"sha256": digest}),
+                          primaryPackagePurpose="APPLICATION", comment=f"container runtime binary {path}",
+                          **({"versionInfo": version} if version else {})))  # fmt: skip
     for pkg in carry:
         contains(dict(pkg))
     if origin is not None:

@@ -96,7 +96,10 @@ def write_attestations(
     source = source_of(plan)
     origin = sbom.Origin(source.uri or source.name, source.digests, f"the {source.name} the build started from") \
         if source else None  # fmt: skip
-    doc = sbom.document(name=name, sha256=sha256 or "", inventory=inventory, components=components, origin=origin)
+    rt = plan.runtime
+    versions = {k: v for k, v in (("containerd", rt.containerd), ("runc", rt.runc), ("crictl", rt.crictl)) if v}
+    doc = sbom.document(name=name, sha256=sha256 or "", inventory=inventory, components=components, origin=origin,
+                        runtime_versions=versions)  # fmt: skip
     if not sha256:
         doc["packages"][0].pop("checksums")
         doc["packages"][0]["comment"] += f"; it stays on its platform ({plan.provider}): see the build manifest"

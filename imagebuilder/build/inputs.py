@@ -19,7 +19,7 @@ from imagebuilder.customization.model import Customization
 from imagebuilder.providers.config import SourceImageFields
 
 #: the roles (and playbook) whose files make the OS layer; a change to any of them makes a new layer
-LAYER_ROLES = ("setup", "containerd", "node", "redhat_subscription")
+LAYER_ROLES = ("setup", "node", "redhat_subscription")
 
 
 def digest(data: Any) -> str:

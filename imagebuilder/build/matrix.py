@@ -1,7 +1,7 @@
 """``build.matrix``: many images at once, sharing what they have in common.
 
 A release is many images (OS x provider x channel), and each of them rebuilt the same OS part: base image,
-packages, containerd, node settings. Here that part is the **OS layer**: built once by the chroot engine
+packages and node settings. Here that part is the **OS layer**: built once by the chroot engine
 (``node.yml`` with ``node_layers: [os]``), kept as a qcow2 under a name that is the SHA-256 of everything it is
 made of (the base image's checksum, the OS, its version, the firmware, the disk size, the files of the roles that
 make it, this tool's version), and every channel then runs only its own part (``[kubernetes]``: binaries, images,
@@ -112,7 +112,7 @@ class LayerBuilds:
         disk.claim(work)
         self._work.append(work)
         log_path = self.cache / f"{target.stem}.log"
-        self.say(f"OS layer: building {target.name} (chroot: packages, containerd, node settings)")
+        self.say(f"OS layer: building {target.name} (chroot: packages, node settings)")
         store = MemberStore.beside(target)
         with log_path.open("w") as log:
             source = prepare_source_image(plan, work, self.say)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.customization.model import Customization
 from imagebuilder.providers.config import ProviderConfig
-from imagebuilder.release.catalog import BuildPair, Firmware, OsVersion, ReleaseChannel
+from imagebuilder.release.catalog import BuildPair, Firmware, OsVersion, ReleaseChannel, config_version_of
 from imagebuilder.release.manifest import NodeArtifact
 
 
@@ -37,6 +37,7 @@ class BuildRequest:
     eksa_release: str | None = None  # the reference tool's --<product>-release: the product release to pin
     firmware: str | None = None  # the reference tool's --firmware: bios or efi (None: the matrix's default)
     engine: str | None = None  # packer (default), chroot (image-based builds, no VM) or auto
+    runtime: str | None = None  # release (default: the release line's containerd) or os (the OS's package)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,34 @@ class ManifestState:
     sha256: str | None = None
     #: the URL the manifest is known by (a mirror only changes where it was read from: ``source``)
     upstream: str | None = None
+
+
+@dataclass(frozen=True)
+class RuntimePlan:
+    """The container runtime the image gets: the release's (its containerd tarball, with the runc it pins) or the
+    OS's package (asked for, or the release names none), and the versions known before the build."""
+
+    source: Literal["release", "os"]
+    containerd: str | None
+    runc: str | None
+    crictl: str | None
+    why: str
+
+    @property
+    def config_version(self) -> int | None:
+        """containerd's config.toml version for a known containerd (2 for 1.x, 3 for 2.0-2.2, 4 from 2.3 on)."""
+        return config_version_of(self.containerd) if self.containerd else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "containerd": self.containerd, "runc": self.runc, "crictl": self.crictl,
+                "config_version": self.config_version, "why": self.why}  # fmt: skip
+
+    def describe(self) -> str:
+        if self.source == "os":
+            return f"the OS's containerd package ({self.why})"
+        parts = [f"containerd {self.containerd}"] + ([f"runc {self.runc}"] if self.runc else [])
+        parts += [f"crictl {self.crictl}"] if self.crictl else []
+        return f"{', '.join(parts)} from the release (config version {self.config_version}; {self.why})"
 
 
 @dataclass(frozen=True)
@@ -78,6 +107,9 @@ class BuildPlan:
     engine: str = "packer"
     #: why that engine (``--engine auto`` says what it found)
     engine_reason: str = "the default"
+    runtime: RuntimePlan = RuntimePlan("os", None, None, None, "not resolved")
+    #: what the user is told and the build goes on with (an end-of-life line, a runtime that may not fit)
+    warnings: tuple[str, ...] = ()
 
     @property
     def os(self) -> str:
@@ -89,7 +121,7 @@ class BuildPlan:
 
     @property
     def output_stem(self) -> str:
-        """The output name without the provider's extension (``ubuntu-v1.24.8-eks-5-amd64``)."""
+        """The output name without the provider's extension (``ubuntu-v1.24.17-eks-36-amd64``)."""
         ext = self.pair.provider.extension
         return self.output_name.removesuffix(ext) if ext else self.output_name
 
@@ -132,6 +164,8 @@ class BuildPlan:
             "engine": self.engine,
             "engine_reason": self.engine_reason,
             "build_options": self.extras.summary() if self.extras else None,
+            "runtime": self.runtime.to_json(),
+            "warnings": list(self.warnings),
             "steps": list(self.steps),
         }
 
@@ -152,6 +186,7 @@ class BuildPlan:
         lines.append(f"  output              {out['kind']}: {out['path'] or out['name']}  ({out['description']})")
         lines.append(f"  firmware            {'UEFI (efi)' if self.firmware == 'efi' else 'BIOS (bios)'}")
         lines.append(f"  engine              {self.engine} ({self.engine_reason})")
+        lines.append(f"  container runtime   {self.runtime.describe()}")
         lines.append(f"  config file         {self.config_path or '(none)'}")
         for key, value in (data["config"] or {}).items():
             if value is not None:
@@ -166,7 +201,8 @@ class BuildPlan:
             lines.append(f"    not resolved offline: see {self.manifest.source}")
         lines.append("  steps:")
         lines += [f"    {i}. {s}" for i, s in enumerate(self.steps, 1)]
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
-__all__ = ["BuildPlan", "BuildRequest", "ManifestState"]
+__all__ = ["BuildPlan", "BuildRequest", "ManifestState", "RuntimePlan"]

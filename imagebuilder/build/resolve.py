@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuilder.build.plan import BuildPlan, BuildRequest, ManifestState
+from imagebuilder.build.plan import BuildPlan, BuildRequest, ManifestState, RuntimePlan
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean, require_flags
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.paths import workspace_root
@@ -24,9 +24,9 @@ from imagebuilder.providers.config import (
     SourceImageFields,
     load_provider_config,
 )
-from imagebuilder.release.catalog import ReleaseChannel, load_catalog
+from imagebuilder.release.catalog import CONTAINERD_2_FROM_MINOR, ReleaseChannel, load_catalog, runtime_problem
 from imagebuilder.release.manifest import ReleaseManifest, load_manifest
-from imagebuilder.release.product import distro_manifest_for, flag
+from imagebuilder.release.product import Pinned, flag, pinned_for
 from imagebuilder.release.profile import load_profile
 
 #: how long a dry run waits for the upstream manifest before planning without it
@@ -235,6 +235,7 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     engine, engine_reason = choose_engine(request.engine, provider.name, config)
     if before_fetch is not None and engine == "packer":
         before_fetch(registry.get(provider.name).builder_for(config), mirror, request.offline)
+    pinned: Pinned | None = None
     if request.eksa_release:
         if request.release_manifest:
             raise InputError(
@@ -248,8 +249,8 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
                 field=flag(),
                 expected="--mirror DIR|URL, or no --offline",
             )
-        pinned = distro_manifest_for(request.eksa_release, channel, mirror)
-        request = dataclasses.replace(request, release_manifest=pinned)
+        pinned = pinned_for(request.eksa_release, channel, mirror)
+        request = dataclasses.replace(request, release_manifest=pinned.manifest_url)
     manifest, state = _load_manifest_for(request, channel, mirror)
     version = manifest.kubernetes_version if manifest else channel.kubernetes_version
     release = manifest.number if manifest else channel.release
@@ -257,6 +258,14 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     # distro's); the distro part of the image's name follows it
     release_name = manifest.name if manifest else load_profile().release_name(channel.name, release)
     distro = manifest.distro if manifest else None
+    runtime = _runtime(request.runtime, manifest, channel, pinned)
+    artifacts = manifest.artifacts if manifest else ()
+    if pinned is not None and pinned.runtime and runtime.source == "release":  # the bundle's runtime, in their place
+        bundled = {a.name for a in pinned.runtime}
+        artifacts = tuple(a for a in artifacts if not (a.kind == "archive" and a.name in bundled)) + pinned.runtime
+    if runtime.source == "os":  # the release's runtime tarball is not staged
+        artifacts = tuple(a for a in artifacts if not (a.kind == "archive" and a.name == "containerd"))
+    warnings = tuple(w for w in (channel.support_warning, _runtime_warning(runtime, version)) if w)
     name = _artifact_name(os_.name, version, release, provider.extension, request.name, distro)
     local = registry.get(provider.name).local_artifact
     output_path = Path(request.output_dir).resolve() / name if local else None
@@ -269,7 +278,7 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
         release=release,
         release_name=release_name,
         manifest=state,
-        artifacts=manifest.artifacts if manifest else (),
+        artifacts=artifacts,
         mirror=mirror,
         config=config,
         config_path=str(Path(config_path).resolve()) if config_path else None,
@@ -284,8 +293,60 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
         firmware=firmware,
         engine=engine,
         engine_reason=engine_reason,
+        runtime=runtime,
+        warnings=warnings,
     )
     return dataclasses.replace(plan, steps=tuple(_steps(plan)))
+
+
+RUNTIMES = ("release", "os")
+
+
+def _runtime(
+    choice: str | None, manifest: ReleaseManifest | None, channel: ReleaseChannel, pinned: Pinned | None = None
+) -> RuntimePlan:
+    """The runtime the product release's bundle ships for the line (``--<product>-release``), else the release's
+    when its manifest ships one (exit 2 when it cannot run the release's Kubernetes), else the OS's package: asked
+    for with ``--runtime os``, or the only one there is."""
+    value = choice or "release"
+    if value not in RUNTIMES:
+        raise InputError(f"{value[:40]!r} is not a runtime source{did_you_mean(value, RUNTIMES)}", field="--runtime",
+                         expected="release (the release line's containerd) or os (the OS's package)")  # fmt: skip
+    ships = manifest is not None and any(a.kind == "archive" and a.name == "containerd" for a in manifest.artifacts)
+    if value == "os":
+        return RuntimePlan("os", None, None, None, "build --runtime os")
+    if pinned is not None and any(a.name == "containerd" for a in pinned.runtime):
+        containerd = pinned.version_of("containerd")
+        kubernetes = manifest.kubernetes_version if manifest else channel.kubernetes_version
+        problem = runtime_problem(containerd, int(kubernetes.split(".")[1])) if containerd else None
+        if problem:
+            raise InputError(problem, source=pinned.bundle_url, field="eksD.containerd.uri",
+                             expected="a bundle whose containerd can run its Kubernetes")  # fmt: skip
+        crictl = pinned.version_of("cri-tools") or (manifest.version_of("cri-tools") if manifest else None)
+        return RuntimePlan("release", containerd, None, crictl,
+                           f"product release {pinned.version}'s bundle (eksD.containerd)")  # fmt: skip
+    if manifest is None or not ships:
+        why = ("the release names no container runtime; its line's is containerd "
+               f"{channel.runtime.containerd} (a release built by release.build carries it)")  # fmt: skip
+        return RuntimePlan("os", None, None, None, why)
+    containerd = manifest.version_of("containerd")
+    if containerd is not None:
+        problem = runtime_problem(containerd, int(manifest.kubernetes_version.split(".")[1]))
+        if problem:
+            raise InputError(problem, source=manifest.source, field="status.components[containerd].gitTag",
+                             expected="a release whose containerd can run its Kubernetes")  # fmt: skip
+    return RuntimePlan("release", containerd, manifest.version_of("runc"), manifest.version_of("cri-tools"),
+                       f"{manifest.name}'s containerd tarball")  # fmt: skip
+
+
+def _runtime_warning(runtime: RuntimePlan, kubernetes: str) -> str | None:
+    minor = int(kubernetes.split(".")[1])
+    if runtime.source == "os" and minor >= CONTAINERD_2_FROM_MINOR:
+        return (
+            f"the image gets the OS's containerd package ({runtime.why}): Kubernetes {kubernetes} needs "
+            "containerd 2, which Debian 12 and Ubuntu 24.04 do not package; the kubelet will not run on 1.x"
+        )
+    return None
 
 
 __all__ = ["make_plan"]

@@ -28,7 +28,7 @@ from imagebuilder.image.boltdb import containerd_images
 from imagebuilder.image.bootcheck import check_raw
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import BUILD_USER
-from imagebuilder.release.catalog import Firmware
+from imagebuilder.release.catalog import Firmware, config_version_of
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
             f"/usr/bin/{artifact['name']} sha256 {'matches' if ok else 'DIFFERS from'} the manifest",
         )
     add("cni plugins", host.file("/opt/cni/bin/bridge").exists, "/opt/cni/bin/bridge")
-    add("containerd", host.exists("containerd") or host.file("/usr/bin/containerd").exists, "containerd installed")
+    findings.extend(runtime_checks(host, plan))
+    findings.extend(runtime_digests(root, plan))
     for unit in ("containerd", "kubelet"):
         state = host.run(f"systemctl is-enabled {unit}.service").stdout.strip()
         add(f"{unit} enabled", state == "enabled", f"systemctl is-enabled {unit}: {state or 'unknown'}")
@@ -105,6 +106,101 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
     )
     add("no seal script left", not host.file("/usr/local/sbin/image-builder-seal").exists, "seal step ran")
     return findings
+
+
+#: where the containerd role (files/install-runtime.sh) and the kubernetes role put each runtime binary a release's
+#: tarball holds, by the tarball's artifact name and the binary's file name
+RUNTIME_PLACES = {
+    "containerd": {"containerd": "usr/local/bin/containerd", "ctr": "usr/local/bin/ctr",
+                   "containerd-shim-runc-v2": "usr/local/bin/containerd-shim-runc-v2", "runc": "usr/local/sbin/runc"},
+    "crictl": {"crictl": "usr/bin/crictl"},
+}  # fmt: skip
+
+#: where each runtime binary of the release lands, how it states its version, and the plan's field that names the
+#: version it must state
+RUNTIME_BINARIES = (
+    ("containerd", "/" + RUNTIME_PLACES["containerd"]["containerd"], "containerd --version", "containerd"),
+    ("runc", "/" + RUNTIME_PLACES["containerd"]["runc"], "runc --version", "runc"),
+    ("crictl", "/" + RUNTIME_PLACES["crictl"]["crictl"], "crictl --version", "crictl"),
+)
+
+
+def runtime_checks(host: Any, plan: dict[str, Any]) -> list[Finding]:
+    """The container runtime is the one the plan named: the release's containerd, runc and crictl at their
+    versions (each binary asked, as ``kubelet --version`` is), no second containerd or runc from the OS's packages,
+    and containerd's config in the version that containerd writes as current (2 for 1.x, 3 for 2.0-2.2, 4 from
+    2.3 on)."""
+    runtime = plan.get("runtime") or {}
+    out: list[Finding] = []
+    path = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
+    said = host.run(f"env PATH={path} containerd --version")
+    text = (said.stdout or said.stderr).strip()
+    out.append(Finding("containerd", said.rc == 0, f"'containerd --version': {text[:100] or said.rc}"))
+    if runtime.get("source") == "release":
+        for name, where, command, key in RUNTIME_BINARIES:
+            want = runtime.get(key)
+            if not want:
+                continue
+            said = host.run(f"{where} --version" if name != "crictl" else command)
+            got = (said.stdout or said.stderr).strip()
+            ok = said.rc == 0 and re.search(rf"(^|\s)v?{re.escape(want.lstrip('v'))}(\s|$)", got) is not None
+            out.append(Finding(f"{name} version", ok, f"{where}: {got.splitlines()[0][:90] if got else said.rc}"
+                               + ("" if ok else f" (the release's is {want})")))  # fmt: skip
+        doubles = [p for p in ("/usr/bin/containerd", "/usr/sbin/runc", "/usr/bin/runc") if host.file(p).exists]
+        out.append(Finding("one runtime", not doubles, "no OS containerd or runc beside the release's" if not doubles
+                           else f"the OS's runtime is still there: {', '.join(doubles)}"))  # fmt: skip
+    config = host.file("/etc/containerd/config.toml")
+    toml = config.content_string if config.exists else ""
+    version = re.search(r"^version\s*=\s*([0-9]+)\s*$", toml, re.M)
+    stated = re.search(r"\sv?([0-9]+\.[0-9]+\.[0-9]+)", text)
+    want_version = config_version_of(stated.group(1)) if stated else None
+    got_version = int(version.group(1)) if version else None
+    out.append(Finding("containerd config version", want_version is not None and got_version == want_version,
+                       f"{config.path}: version {got_version} for containerd {stated.group(1) if stated else '?'}"
+                       + ("" if got_version == want_version else f" (it reads version {want_version})")))  # fmt: skip
+    return out
+
+
+def runtime_digests(root: Path, plan: dict[str, Any]) -> list[Finding]:
+    """The runtime's binaries in the image are the ones in the release's tarballs, byte for byte: each tarball (its
+    sha256 the manifest's) is read from the build's directory mirror, and each binary it holds is compared with the
+    file the roles installed from it. A tarball that is not on this machine (a build from upstream or an HTTP
+    mirror) is not fetched: the finding says so."""
+    import hashlib
+    import tarfile
+
+    from imagebuilder.core.fetch import Mirror
+    from imagebuilder.core.files import sha256_file
+
+    runtime = plan.get("runtime") or {}
+    if runtime.get("source") != "release":
+        return []
+    archives = [a for a in plan["artifacts"] if a["kind"] == "archive" and a["name"] in RUNTIME_PLACES]
+    mirror = Mirror(plan["mirror"]) if plan.get("mirror") else None
+    out: list[Finding] = []
+    for a in archives:
+        local = Path(mirror.locate(a["uri"])) if mirror and mirror.is_local else None
+        if local is None or not local.is_file() or sha256_file(local) != a["sha256"]:
+            out.append(Finding(f"{a['name']} binaries", True, f"not compared: the release's {a['name']} tarball is "
+                               f"not on this machine ({a['uri']})"))  # fmt: skip
+            continue
+        compared: list[str] = []
+        differ: list[str] = []
+        with tarfile.open(local) as tar:
+            for member in tar.getmembers():
+                place = RUNTIME_PLACES[a["name"]].get(member.name.rsplit("/", 1)[-1])
+                if place is None or not member.isfile():
+                    continue
+                fh = tar.extractfile(member)
+                want = hashlib.sha256(fh.read()).hexdigest() if fh else ""
+                target = root / place
+                got = sha256_file(target) if target.is_file() and not target.is_symlink() else "absent"
+                (compared if got == want else differ).append(f"/{place}")
+        ok = bool(compared) and not differ
+        said = f"{', '.join(compared)} are the tarball's" if ok else \
+            f"differ from the release's {a['name']} tarball: {', '.join(differ) or 'none found'}"  # fmt: skip
+        out.append(Finding(f"{a['name']} binaries", ok, said))
+    return out
 
 
 #: what the kubelet needs of a node, as kubernetes-sigs/image-builder's goss checks it: file -> lines it must hold

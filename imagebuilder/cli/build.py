@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 HELP = {
     "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
     "hypervisor": "provider: vsphere (platform), cloudstack (orchestrator), nutanix (hci), baremetal or ami",
-    "release_channel": "distro release channel: 1-21 .. 1-35 (1.24 works too)",
+    "release_channel": "distro release channel: 1-18 .. 1-36 (1.36 works too)",
     "os_version": "OS version: ubuntu 20.04 (default), 22.04 or 24.04 (bare metal, vSphere); redhat 8 (default) or 9",
     "vsphere_config": "vSphere build config file (JSON, spec 2.3)",
     "platform_config": "alias of --vsphere-config",
@@ -48,6 +48,8 @@ HELP = {
     "firmware": "bios or efi (UEFI: ubuntu on baremetal, where it is the default, and vsphere; redhat on baremetal)",
     "engine": "packer (default: a VM), chroot (a build from a source image, provisioned without a VM) or auto"
     " (chroot for such a build when KVM is unusable here)",
+    "runtime": "the container runtime: release (default: the containerd tarball the release ships for its line,"
+    " with its runc) or os (the OS's containerd package; warned about where it cannot run the line's Kubernetes)",
     "packer": "the packer binary to run (default: packer on PATH); 1.6.6, 1.9.4 and 1.16.0 are tested",
     "packer_plugins": "folder of Packer plugin binaries (packer-plugin-<name>) to install missing plugins from, for"
     " air-gapped sites (default: the mirror's copy, else 'packer init'); Packer 1.7+",
@@ -76,7 +78,6 @@ def _request(
     **fields: Any,
 ) -> BuildRequest:
     """The build request of ``build``'s and ``build.matrix``'s shared flags (config files by provider or alias)."""
-    import os as os_env
 
     from imagebuilder.release.catalog import load_catalog
 
@@ -98,16 +99,13 @@ def _request(
     files = str(flags.existing_file(files_config, "--files-config")) if files_config else None
     verbosity = flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0
     from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.release.product import check_version, env_name
+    from imagebuilder.release.product import requested_release
 
-    env_release = os_env.environ.get(env_name()) or None  # the reference tool's variable; the flag wins
-    if env_release:
-        check_version(env_release, env_name())
     return BuildRequest(
         configs=configs,
         disk_gb=disk,
         files_config=files,
-        eksa_release=check_version(eksa_release) if eksa_release else env_release,
+        eksa_release=requested_release(eksa_release),
         ansible_verbosity=verbosity,
         **fields,
     )
@@ -146,6 +144,7 @@ def build(
     eksa_release: str | None = None,
     firmware: str | None = None,
     engine: str | None = None,
+    runtime: str | None = None,
     packer: str | None = None,
     packer_plugins: str | None = None,
     signing_key: str | None = None,
@@ -179,6 +178,7 @@ def build(
         ansible_verbosity=ansible_verbosity,
         firmware=firmware,
         engine=engine,
+        runtime=flags.choice(runtime, "--runtime", ("release", "os")) if runtime else None,
     )
     # imported once the flags are known good: a mistyped flag is answered without them
     from imagebuilder.build.packer import packer_check
@@ -271,7 +271,7 @@ MATRIX_HELP = {
     "os": "OSes, comma-separated (each with each --hypervisor); or use --pairs",
     "hypervisor": "providers, comma-separated",
     "pairs": "os:provider pairs, comma-separated (ubuntu:baremetal,ubuntu:vsphere), instead of --os/--hypervisor",
-    "release_channel": "release channels, comma-separated (1-21,1-22,...,1-35)",
+    "release_channel": "release channels, comma-separated (1-35,1-36,...)",
     "jobs": "builds at once (default: what this host's cores and memory hold)",
     "force": "rebuild outputs whose build manifest records the same inputs (default: skipped)",
     "layer_cache": "where OS layers are kept (default ~/.cache/image-builder/layers; $IMAGE_BUILDER_LAYER_CACHE)",
@@ -309,6 +309,7 @@ def matrix(
     ansible_verbosity: str | None = None,
     firmware: str | None = None,
     engine: str | None = None,
+    runtime: str | None = None,
     keep_on_error: bool = False,
     jobs: str | None = None,
     force: bool = False,
@@ -370,6 +371,7 @@ def matrix(
         ansible_verbosity=ansible_verbosity,
         firmware=firmware,
         engine=engine,
+        runtime=flags.choice(runtime, "--runtime", ("release", "os")) if runtime else None,
     )
     from imagebuilder.build.matrix import expand, parallelism, run_matrix
     from imagebuilder.customization.model import load_customization

@@ -15,7 +15,7 @@ from imagebuilder.core.errors import ExternalError
     help={
         "dest": "working directory for the base image, mirror and output (default ./demo)",
         "release_channel": "with --standin: the stand-in release's channel (default 1-24)",
-        "kubernetes": "the Kubernetes release built from source (default v1.34.2)",
+        "kubernetes": "the Kubernetes release built from source (default v1.36.3, with containerd v2.3.1)",
         "standin": "the quick flow: a stand-in release (its binaries are scripts), verified to a login prompt",
         "disk_gb": "image disk size in GiB (default 4: a demo image)",
         "no_boot": "skip the boot test and the node check of the built image",

@@ -13,7 +13,9 @@ from imagebuilder.cli._common import cli_task, transfer_bars
 
 @task(
     help={
-        "release_channel": "channel whose release manifest to mirror: 1-21 .. 1-35 (config/release-channels.yaml)",
+        "release_channel": "channel whose release manifest to mirror: 1-18 .. 1-36 (config/release-channels.yaml)",
+        "eksa_release": "mirror what this product release pins for the channel, vX.Y.Z: its release index, bundle, the"
+        " distro manifest and the runtime tarballs the bundle ships (default: $<PRODUCT>_RELEASE_VERSION)",
         "dest": "mirror directory (created; upstream URL paths are kept)",
         "release_manifest": "mirror this manifest (URL) instead of the channel's",
         "source": "read from this mirror (directory or URL) instead of upstream",
@@ -32,16 +34,25 @@ def create(
     source: str = "",
     dry_run: bool = False,
     packer_plugins: str = "",
+    eksa_release: str = "",
 ) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
     from imagebuilder.core.errors import InputError
     from imagebuilder.core.fetch import Mirror
     from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.product import flag, pinned_for, requested_release
 
-    channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-21 to 1-35"))
+    channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-18 to 1-36"))
+    version = requested_release(eksa_release)
     out = flags.dest_dir(dest, "--dest")
+    if version and release_manifest:
+        raise InputError(f"{flag()} and --release-manifest both choose the release manifest", field=flag(),
+                         expected="one of them")  # fmt: skip
     url = flags.url_or_file(release_manifest, "--release-manifest") if release_manifest else channel.manifest_url
     src = Mirror.parse(source, "--source") if source else None
+    pinned = pinned_for(version, channel, src) if version else None
+    if pinned is not None:
+        url = pinned.manifest_url
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
     from imagebuilder.build.packer_plugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
     from imagebuilder.release.manifest import load_manifest
@@ -56,18 +67,21 @@ def create(
             print(f"{'would copy':<15} {out / MIRROR_FOLDER / plugin.path.name}  ({kind} {plugin.version})")
         manifest = load_manifest(url, src)
         target = Mirror(str(out.resolve()))
-        for item_url, sha in mirror_items(manifest):
+        for item_url, hashes in mirror_items(manifest, pinned.runtime if pinned else ()):
             path = Path(target.locate(item_url))
-            state = "present" if file_sha256(path) == sha else "would download"
+            state = "present" if file_sha256(path) == hashes["sha256"] else "would download"
             print(f"{state:<15} {path}")
         return
     with transfer_bars() as transfers:
-        manifest, items = create_mirror(url, out, source=src, transfers=transfers)
+        manifest, items = create_mirror(url, out, source=src, transfers=transfers, pinned=pinned)
     copied = copy_plugins(plugins, out) if plugins else []
     for item in items:
         print(f"{item.status:<10} {item.size:>12} {item.path}")
     for plugin in copied:
         print(f"{'plugin':<10} {plugin.path.stat().st_size:>12} {plugin.path}  ({plugin.type} {plugin.version})")
     fetched = sum(1 for i in items if i.status == "downloaded")
-    print(f"mirror of {manifest.name} in {dest}: {len(items)} artifacts ({fetched} downloaded, all sha256-verified)")
-    print(f"use it: image-builder build ... --mirror {dest}")
+    pins = f" as product release {pinned.version} pins it (with its bundle's runtime)" if pinned else ""
+    print(f"mirror of {manifest.name}{pins} in {dest}: {len(items)} artifacts ({fetched} downloaded, all "
+          "sha256-verified)")  # fmt: skip
+    release = f" {flag()} {pinned.version}" if pinned else ""
+    print(f"use it: image-builder build ...{release} --mirror {dest}")

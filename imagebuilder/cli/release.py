@@ -11,7 +11,9 @@ from imagebuilder.cli._common import cli_task, status_line
 
 @task(
     help={
-        "kubernetes": "the Kubernetes release to build, e.g. v1.34.2 (v1.28.0 or newer)",
+        "kubernetes": "the Kubernetes release to build, e.g. v1.36.3 (v1.28.0 or newer)",
+        "containerd": "the containerd release the node runtime is built from (default: the one the line's bundle "
+        "names, config/release-channels.yaml: v2.3.1 for 1-36); runc is the one it pins",
         "dest": "directory to lay the release out in, at its URLs' paths (default ./release)",
         "base_url": "where the release will be served from (default: a name that never resolves; read it from "
         "the directory or a mirror)",
@@ -21,28 +23,41 @@ from imagebuilder.cli._common import cli_task, status_line
     auto_shortflags=False,
 )
 @cli_task
-def build(c: Context, kubernetes: str = "", dest: str = "release", base_url: str = "", dry_run: bool = False) -> None:
-    """Build a Kubernetes release from upstream source: binaries, etcd, CoreDNS, pause, crictl, CNI plugins and the
-    control-plane images, in the distro's manifest format (cached by version)."""
+def build(
+    c: Context, kubernetes: str = "", dest: str = "release", base_url: str = "", containerd: str = "",
+    dry_run: bool = False,
+) -> None:  # fmt: skip
+    """Build a Kubernetes release from upstream source: binaries, etcd, CoreDNS, pause, the node's container runtime
+    (containerd, runc, crictl), CNI plugins and the control-plane images, in the distro's manifest format (cached by
+    version)."""
     from imagebuilder.release.k8sversion import parse_version
 
     # the flags first: a bad one is answered before the recipe is imported
     version, minor, _ = parse_version(flags.required(kubernetes, "--kubernetes", "v1.<minor>.<patch>"))
     out = flags.dest_dir(dest, "--dest")
     from imagebuilder.core.hostinfo import require_tools
-    from imagebuilder.release.source import DEFAULT_BASE_URL, manifest_url, needed_tools, source_cache
+    from imagebuilder.release.source import DEFAULT_BASE_URL, manifest_url, needed_tools, release_runtime, source_cache
+
+    runtime = release_runtime(minor, containerd or None)
 
     base = flags.url(base_url, "--base-url", ("http", "https")).geturl() if base_url else DEFAULT_BASE_URL
     require_tools(*needed_tools())
+    from imagebuilder.release.source import check_published, containerd_module
+
+    # a version nobody released is bad input, answered before anything is built (the dry run asks too)
+    check_published("k8s.io/kubernetes", version, "--kubernetes", "kubernetes")
+    check_published(containerd_module(runtime.containerd), runtime.containerd, "--containerd", "containerd")
     url = manifest_url(base, f"1-{minor}")
     if dry_run:
         print(f"would build Kubernetes {version} from k8s.io/kubernetes@{version} (cache: {source_cache()})")
+        print(f"would build its runtime: containerd {runtime.containerd} with the runc it pins, crictl "
+              f"{runtime.crictl}")  # fmt: skip
         print(f"would write the release under {out.resolve()}; its manifest: {url}")
         return
     from imagebuilder.release.source import build_release
 
     with status_line("release.build") as status:
-        release = build_release(version, out, base_url=base, say=status)
+        release = build_release(version, out, base_url=base, containerd=runtime.containerd, say=status)
     for comp in release.components:
         print(f"{comp.name:<12} {comp.version:<10} from {comp.source}")
     print(f"manifest:  {release.manifest_path}\nurl:       {release.manifest_url}")

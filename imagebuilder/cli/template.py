@@ -20,7 +20,7 @@ from imagebuilder.core.errors import ExternalError, InputError
         "os": _vsphere.OS_HELP,
         "kubernetes": _vsphere.KUBE_HELP,
         "from_file": "import several templates in one session: a YAML list of {ova, os, kubernetes[, name]}",
-        "name": "template name (default: <os>-kubernetes-<maj>-<min>-<distro>-<n>, e.g. ubuntu-kubernetes-1-24-eks-5)",
+        "name": "template name (default: <os>-kubernetes-<maj>-<min>-<distro>-<n>, e.g. ubuntu-kubernetes-1-24-eks-36)",
         "library": "content library (default from the profile; created, datastore backed, when missing)",
         "folder": "VM folder /<dc>/vm/<path> for the template (default /<dc>/vm/Templates; created when missing)",
         "datastore": "/<dc>/datastore/<name> (default: the datacenter's only datastore)",

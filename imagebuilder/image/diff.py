@@ -46,11 +46,13 @@ class Inventory:
     kubernetes: dict[str, str]
     #: containerd's images (namespace k8s.io): name -> the digest it points at
     images: dict[str, str] = field(default_factory=dict)
+    #: the container runtime's binaries: path -> sha256
+    runtime: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Difference:
-    kind: str  #: package, etc, unit, kubernetes, image (a preloaded one)
+    kind: str  #: package, etc, unit, kubernetes, runtime (a runtime binary), image (a preloaded one)
     name: str
     a: str | None
     b: str | None
@@ -72,11 +74,13 @@ class Report:
         return [d for d in self.differences if d.expected is None]
 
 
-def _packages(root: Path) -> dict[str, str]:
-    """Name -> version from the image's package database, read by the SBOM's collector (one parser for both)."""
+def _packages(root: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Name -> version from the image's package database, and the runtime's binaries (path -> sha256), read by the
+    SBOM's collector (one parser for both)."""
     if not ((root / "var/lib/dpkg/status").is_file() or (root / "var/lib/rpm").is_dir()):
-        return {}
-    return collect(root).versions()
+        return {}, {}
+    found = collect(root)
+    return found.versions(), dict(found.runtime)
 
 
 def _describe(path: Path) -> str:
@@ -120,7 +124,8 @@ def inventory(root: Path) -> Inventory:
     for rel in KUBERNETES_BINARIES:
         path = root / rel
         kube[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
-    return Inventory(_packages(root), _etc(root), _units(root), kube, containerd_images(root))
+    packages, runtime = _packages(root)
+    return Inventory(packages, _etc(root), _units(root), kube, containerd_images(root), runtime)
 
 
 def _expected(name: str) -> str | None:
@@ -145,6 +150,7 @@ def compare(a: Inventory, b: Inventory) -> list[Difference]:
         there = "enabled" if unit in a.enabled_units else None
         out.append(Difference("unit", unit, there, None if there else "enabled"))
     mapping("kubernetes", a.kubernetes, b.kubernetes)
+    mapping("runtime", a.runtime, b.runtime)
     mapping("image", a.images, b.images)
     return out
 

@@ -150,15 +150,24 @@ def _timeouts(minor: int) -> dict[str, Any]:
     ``apiServer.timeoutForControlPlane`` and ``discovery.timeout`` instead, set where those documents are built."""
     if minor < 31:
         return {}
+    # kubernetesAPICall and etcdAPICall bound kubeadm's retries of one call (1 and 2 minutes by default): kubeadm
+    # 1.36 creates the admin's ClusterRoleBinding while the API server under TCG still answers in more than that
     return {"timeouts": {"controlPlaneComponentHealthCheck": SLOW_HOST_WAIT, "kubeletHealthCheck": SLOW_HOST_WAIT,
+                         "kubernetesAPICall": SLOW_HOST_WAIT, "etcdAPICall": SLOW_HOST_WAIT,
                          "tlsBootstrap": SLOW_HOST_WAIT, "discovery": SLOW_HOST_WAIT}}  # fmt: skip
+
+
+def _args(args: dict[str, str], minor: int) -> list[dict[str, str]] | dict[str, str]:
+    """Extra arguments as kubeadm's API of that release takes them: v1beta4 (1.31+) a list of name/value pairs,
+    v1beta3 a map."""
+    return [{"name": k, "value": v} for k, v in args.items()] if minor >= 31 else dict(args)
 
 
 def _node_registration(name: str, ip: str | None, minor: int) -> dict[str, Any]:
     registration: dict[str, Any] = {"name": name, "criSocket": "unix:///run/containerd/containerd.sock"}
     if ip is not None:  # the kubelet's address on the wire, not QEMU's user network (the same 10.0.2.15 on both)
         # v1beta4 takes a list of name/value pairs where v1beta3 took a map
-        registration["kubeletExtraArgs"] = [{"name": "node-ip", "value": ip}] if minor >= 31 else {"node-ip": ip}
+        registration["kubeletExtraArgs"] = _args({"node-ip": ip}, minor)
     return registration
 
 
@@ -191,6 +200,11 @@ def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join |
                 "certSANs": ["127.0.0.1"],
                 **({} if minor >= 31 else {"timeoutForControlPlane": SLOW_HOST_WAIT}),
             },
+            # one control plane: no leader to elect. Under TCG the API server of 1.36 answers the leases' renewals
+            # late, and a controller manager that loses its lease restarts (six times in one check) and holds up
+            # kube-proxy's and CoreDNS's pods
+            "controllerManager": {"extraArgs": _args({"leader-elect": "false"}, minor)},
+            "scheduler": {"extraArgs": _args({"leader-elect": "false"}, minor)},
             "networking": {"podSubnet": POD_SUBNET, "serviceSubnet": "10.96.0.0/12"},
             "etcd": {"local": {"imageRepository": etcd_repo, "imageTag": etcd_tag}},
             "dns": {"imageRepository": dns_repo, "imageTag": dns_tag},
@@ -247,16 +261,28 @@ journal() {{
 cd /root/node-check || exit 1
 """
 
+#: what the first guest says of its runtime (``say runtime ...``, read by :func:`runtime_ok`): the cgroup
+#: hierarchy's file system type, the ``SystemdCgroup`` that ``crictl info`` reports containerd's runc runs with, and
+#: the version containerd's server states
+RUNTIME_REPORT = """cgroup=$(stat -fc %T /sys/fs/cgroup)
+crictl --runtime-endpoint unix:///run/containerd/containerd.sock info > crictl-info.json 2>&1
+systemd=$(grep -o '"SystemdCgroup": *[a-z]*' crictl-info.json | head -n 1 | grep -o '[a-z]*$')
+server=$(ctr version 2>/dev/null | awk '/Version:/ {v = $2} END {print v}')
+say runtime "cgroup=$cgroup" "systemd=${systemd:-unknown}" "containerd=$server"
+"""
+
 #: the first guest's side, run once by cloud-init: preloaded images, kubeadm init, the node Ready
 GUEST_SCRIPT = (
     SCRIPT_HEAD
-    + f"""export KUBECONFIG=/etc/kubernetes/admin.conf
+    + """export KUBECONFIG=/etc/kubernetes/admin.conf
 say started
 i=0
 until ctr version >/dev/null 2>&1; do
-  i=$((i + 1)); [ $i -lt 120 ] || {{ say containerd-down; journal; exit 1; }}; sleep 1
+  i=$((i + 1)); [ $i -lt 120 ] || { say containerd-down; journal; exit 1; }; sleep 1
 done
-wanted=$(kubeadm config images list --config kubeadm.yaml 2>kubeadm-images.log) || {{
+"""
+    + RUNTIME_REPORT
+    + f"""wanted=$(kubeadm config images list --config kubeadm.yaml 2>kubeadm-images.log) || {{
   say images-failed "$(tail -n 3 kubeadm-images.log | tr '\\n' ' ')"; exit 1; }}
 have=$(ctr -n k8s.io images ls -q)
 missing=""
@@ -303,6 +329,14 @@ else
 fi
 """
 )
+
+
+def runtime_ok(event: str, detail: str) -> bool:
+    """Whether the guest's ``runtime`` line says what the kubelet needs from 1.36 on: the unified cgroup hierarchy
+    (``cgroup2fs``) and containerd's runc driving it through systemd (``crictl info``: ``SystemdCgroup`` true),
+    the driver the kubelet's configuration names."""
+    words = dict(w.split("=", 1) for w in detail.split() if "=" in w)
+    return event == "runtime" and words.get("cgroup") == "cgroup2fs" and words.get("systemd") == "true"
 
 
 def _network_config(index: int) -> str:
@@ -429,12 +463,22 @@ class _Console:
             time.sleep(2)
         return "timeout", f"none of {', '.join(wanted)} within {timeout:.0f} s"
 
-    def journal(self) -> str:
-        text = self.guest.console(0)
-        start = text.rfind(f"{MARK} journal-begin")
+    def journal(self, since: str | None = None, wait: float = 0) -> str:
+        """What the guest printed of a failure: from its ``since`` line (the failed command's output follows it),
+        else from ``journal-begin``, to ``journal-end`` (the kubelet's and containerd's journal). ``wait``: how long
+        the guest may take to print it all (it writes the journal after it reports the failure); without any
+        marker, the console's tail."""
+        deadline = time.monotonic() + wait
+        while True:
+            text = self.guest.console(0)
+            start = text.rfind(f"{MARK} {since}" if since else f"{MARK} journal-begin")
+            end = text.find(f"{MARK} journal-end", max(start, 0))
+            if (start >= 0 and end >= 0) or time.monotonic() >= deadline or self.guest.exited():
+                break
+            time.sleep(1)
         if start < 0:
             return self.guest.console(3000)
-        return text[start : text.find(f"{MARK} journal-end", start) + 1 or None]
+        return text[start : end + len(f"{MARK} journal-end") if end >= 0 else None]
 
 
 def _poll(what: str, check: Callable[[], tuple[bool, str]], timeout: float) -> tuple[bool, str]:
@@ -583,16 +627,10 @@ def node_check(
             step("boot and cloud-init", event == "started",
                  f"the seed's script started ({guest.how})" if event == "started" else
                  f"{detail}; console ends: {guest.console(600)}", t)  # fmt: skip
-            # the second guest boots while the first runs kubeadm init; one vCPU is enough for a worker (kubeadm
-            # asks for two on a control plane only), and under TCG the two guests' vCPUs are host threads that
-            # share the host's cores: a third thread instead of a fourth leaves the control plane more of them
-            if joining is not None:
-                (work / "second").mkdir()
-                second_seed = qemu.seed_iso(_seed(files, join_config(version, joining), index=1, joined=True),
-                                            work / "second")  # fmt: skip
-                worker = guests.enter_context(qemu.running(
-                    raw, serial=work / "serial-2.log", snapshot=True, cdrom=second_seed, memory_mb=2048, cpus=1,
-                    firmware=firmware, mac=MACS[1][0], link=qemu.Link(wire, MACS[1][1], listen=False)))  # fmt: skip
+            t = time.monotonic()
+            event, detail = console.wait(("runtime",), ("containerd-down",), 300)
+            step("runtime: systemd cgroups on cgroup v2", runtime_ok(event, detail),
+                 f"crictl info and the guest's /sys/fs/cgroup: {detail}", t)  # fmt: skip
             t = time.monotonic()
             event, detail = console.wait(("images-ok",), ("images-missing", "images-failed", "containerd-down"),
                                          300)  # fmt: skip
@@ -603,7 +641,19 @@ def node_check(
             event, detail = console.wait(("init-ok",), ("init-failed",), left())
             step("kubeadm init", event == "init-ok",
                  "control plane, offline, from the preloaded images" if event == "init-ok"
-                 else f"{event}: {detail}\n{console.journal()}", t)  # fmt: skip
+                 else f"{event}: {detail}\n{console.journal(since=event, wait=90)}", t)  # fmt: skip
+            # the second guest boots once the first's control plane is up (beside kubeadm init, its vCPU slowed
+            # 1.36's init past 11 minutes under TCG) and joins while kube-proxy and CoreDNS come up; one vCPU is
+            # enough for a worker (kubeadm asks for two on a control plane only), and under TCG the two guests' vCPUs
+            # are host threads that share the host's cores: a third thread instead of a fourth leaves the control
+            # plane more of them
+            if joining is not None:
+                (work / "second").mkdir()
+                second_seed = qemu.seed_iso(_seed(files, join_config(version, joining), index=1, joined=True),
+                                            work / "second")  # fmt: skip
+                worker = guests.enter_context(qemu.running(
+                    raw, serial=work / "serial-2.log", snapshot=True, cdrom=second_seed, memory_mb=2048, cpus=1,
+                    firmware=firmware, mac=MACS[1][0], link=qemu.Link(wire, MACS[1][1], listen=False)))  # fmt: skip
             t = time.monotonic()
             ok, detail = _poll("node Ready", lambda: _node_ready(kubectl), 600)
             step("node Ready", ok, detail if ok else f"{detail}\n{console.journal()}", t)
@@ -615,15 +665,18 @@ def node_check(
                 second = _Console(worker)
                 t = time.monotonic()
                 event, detail = second.wait(("join-ok",), ("join-failed", "api-unreachable"), left())
-                step("second node joined", event == "join-ok",
-                     f"kubeadm join over the wire ({WIRE_IPS[1]} -> {WIRE_IPS[0]}:6443), token and pinned CA"
-                     if event == "join-ok" else f"{event}: {detail}\n{second.journal()}", t)  # fmt: skip
+                joined = event == "join-ok"
+                step("second node joined", joined,
+                     f"kubeadm join over the wire ({WIRE_IPS[1]} -> {WIRE_IPS[0]}:6443), token and pinned CA" if joined
+                     else f"{event}: {detail}\n{second.journal(since=event, wait=90)}", t)  # fmt: skip
                 t = time.monotonic()
                 ok, detail = _poll("second node Ready", lambda: _node_ready(kubectl, WORKER_NAME), 900)
                 step("second node Ready", ok, detail if ok else f"{detail}\n{second.journal()}", t)
                 pod_node = WORKER_NAME
             t = time.monotonic()
-            ok, detail = _poll("kube-proxy and CoreDNS", lambda: _pods_running(kubectl, ADDONS), 600)
+            # under TCG a 1.36 kube-proxy takes minutes from its start to its first rules, and CoreDNS is not
+            # ready until it reaches the API through them (557 s of this wait, measured alone)
+            ok, detail = _poll("kube-proxy and CoreDNS", lambda: _pods_running(kubectl, ADDONS), min(1200.0, left()))
             step("kube-proxy and CoreDNS Running", ok, detail, t)
             t = time.monotonic()
             pod = json.dumps(_test_pod(images["pause"], pod_node))
@@ -632,9 +685,11 @@ def node_check(
                 proc = kubectl.run("apply", "-f", "-", stdin=pod)
                 return proc.returncode == 0, proc.stderr.strip()[-200:]
 
-            ok, detail = _poll("test pod created", create, 300)
+            # (both waits as long as the check has left, up to 10 and 20 minutes: under TCG a 1.36 control plane's
+            # controllers and a kubelet's sandbox take minutes)
+            ok, detail = _poll("test pod created", create, min(600.0, left()))
             if ok:
-                ok, detail = _poll("test pod Running", lambda: _pod_state(kubectl), 600)
+                ok, detail = _poll("test pod Running", lambda: _pod_state(kubectl), min(1200.0, left()))
                 if not ok:
                     detail += f"\n{_pod_events(kubectl, 'node-check')}\n{_node_ready(kubectl, pod_node)[1]}"
             step("test pod Running", ok, f"{images['pause']} on {pod_node} (preloaded, never pulled): {detail}", t)
@@ -649,4 +704,4 @@ def node_check(
     return steps
 
 
-__all__ = ["Join", "Step", "join_config", "kubeadm_config", "node_check"]
+__all__ = ["Join", "Step", "join_config", "kubeadm_config", "node_check", "runtime_ok"]

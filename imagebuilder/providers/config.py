@@ -57,7 +57,7 @@ def _to_int(lo: int, hi: int) -> Callable[[Any], int]:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise ValueError(f"must be a whole number from {lo} to {hi}, got {value!r}")
         text = str(value).strip()
-        if not re.fullmatch(r"\d+", text):
+        if not re.fullmatch(r"[0-9]+", text):
             raise ValueError(f"must be a whole number from {lo} to {hi}, got {value!r}")
         number = int(text)
         if not lo <= number <= hi:
@@ -108,12 +108,12 @@ HttpUrl = Annotated[str, BeforeValidator(_http_url), WithJsonSchema({"type": "st
 Port = Annotated[
     int,
     BeforeValidator(_to_int(1, 65535)),
-    WithJsonSchema({"anyOf": [{"type": "string", "pattern": r"^\d+$"}, {"type": "integer"}]}),
+    WithJsonSchema({"anyOf": [{"type": "string", "pattern": r"^[0-9]+$"}, {"type": "integer"}]}),
 ]
 Size = Annotated[
     int,
     BeforeValidator(_to_int(1, 65536)),
-    WithJsonSchema({"anyOf": [{"type": "string", "pattern": r"^\d+$"}, {"type": "integer"}]}),
+    WithJsonSchema({"anyOf": [{"type": "string", "pattern": r"^[0-9]+$"}, {"type": "integer"}]}),
 ]
 
 
@@ -423,7 +423,7 @@ class BuildExtras(ProviderConfig):
     @field_validator("rhsm_server_release_version")
     @classmethod
     def _release(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"\d{1,2}\.\d{1,2}", value.strip()):
+        if value is not None and not re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,2}", value.strip()):
             raise ValueError(f"must be a Red Hat release as MAJOR.MINOR, e.g. 8.10 or 9.4, got {value!r}")
         return None if value is None else value.strip()
 
@@ -451,7 +451,7 @@ class BuildExtras(ProviderConfig):
             missing = "rhsm_org_id" if "rhsm_activation_key" in data else "rhsm_activation_key"
             problems.append(Problem(missing, "rhsm_activation_key and rhsm_org_id go together", "both, or neither"))
         release = data.get("rhsm_server_release_version")
-        well_formed = isinstance(release, str) and re.fullmatch(r"\d{1,2}\.\d{1,2}", release.strip())
+        well_formed = isinstance(release, str) and re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,2}", release.strip())
         if well_formed and ctx.os == "redhat" and str(release).split(".")[0] != ctx.os_version.version:
             problems.append(
                 Problem(

@@ -8,6 +8,7 @@ of operating systems, providers or channels. Real names are canonical; the spec'
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -18,6 +19,10 @@ from imagebuilder.core.files import load_yaml_mapping
 from imagebuilder.core.paths import config_dir
 
 ConfigNeed = Literal["required", "optional"]
+Support = Literal["supported", "extended", "end-of-life"]
+#: Kubernetes 1.35 is the last minor that runs on containerd 1.x: from 1.36 on the kubelet needs containerd 2
+CONTAINERD_2_FROM_MINOR = 36
+RUNTIME_VERSION = re.compile(r"v(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})")
 Firmware = Literal["bios", "efi"]
 FIRMWARES: tuple[Firmware, ...] = ("bios", "efi")
 
@@ -140,15 +145,68 @@ class Provider:
         return f"--{self.name}-config"
 
 
+def config_version_of(containerd: str) -> int | None:
+    """The config.toml ``version`` containerd ``containerd`` writes and reads as current (its ``ConfigVersion``): 2
+    for 1.x, 3 for 2.0 to 2.2, 4 from 2.3 on; None for a version this tool cannot read."""
+    m = re.match(r"v?([0-9]{1,6})\.([0-9]{1,6})\.", containerd)
+    if m is None:
+        return None
+    major, minor = int(m.group(1)), int(m.group(2))
+    return 2 if major < 2 else 3 if (major, minor) < (2, 3) else 4
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The container runtime a line's images carry: containerd (with the runc its release pins) and crictl."""
+
+    containerd: str
+    crictl: str
+
+    @property
+    def config_version(self) -> int | None:
+        """The config.toml ``version`` this containerd writes: 2 for 1.x, 3 for 2.0 to 2.2, 4 from 2.3 on."""
+        return config_version_of(self.containerd)
+
+
+def runtime_problem(containerd: str, minor: int) -> str | None:
+    """Why containerd ``containerd`` (``v1.7.28``, ``1.6.20``) cannot run Kubernetes 1.``minor``, or None."""
+    m = re.match(r"v?([0-9]{1,6})\.", containerd)
+    if m is None:
+        return f"containerd {containerd[:40]!r} has no version this tool can read"
+    if minor >= CONTAINERD_2_FROM_MINOR and int(m.group(1)) < 2:
+        return (f"Kubernetes 1.{minor} needs containerd 2 (1.{CONTAINERD_2_FROM_MINOR - 1} is the last minor that "
+                f"supports containerd 1.x), not {containerd}")  # fmt: skip
+    return None
+
+
 @dataclass(frozen=True)
 class ReleaseChannel:
-    """A supported channel: ``1-24`` -> Kubernetes v1.24.8, distro release 5."""
+    """A release line: ``1-24`` -> its current distro release (36, Kubernetes v1.24.17); ``1-24-eks-5`` names one
+    of its other releases explicitly (the spec's 5, v1.24.8)."""
 
     name: str
     kubernetes_version: str
     release: int
     #: OS name -> the versions this channel's images are built on; an OS not named here: every version it has
     os_versions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    support: Support = "supported"
+    runtime: Runtime = Runtime("v1.7.28", "v1.36.0")
+    #: other releases of the line a build may name explicitly (``--release-channel 1-24-eks-5``): number ->
+    #: Kubernetes version; the spec's historic numbers of 1-21 .. 1-24 among them
+    releases: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def minor_number(self) -> int:
+        return int(self.name.split("-")[1])
+
+    @property
+    def support_warning(self) -> str | None:
+        """What a build on this line is told (never refused): None while the line is supported."""
+        if self.support == "end-of-life":
+            return (f"release channel {self.name} is end of life: the distro publishes no more releases of it and "
+                    "upstream no longer patches Kubernetes " + self.minor + "; build a supported line "
+                    "(see docs/release-lines.md)")  # fmt: skip
+        return None
 
     def check_os_version(self, os: str, version: str, flag: str = "--os-version") -> None:
         """Exit 2 when ``os`` ``version`` is not built for this channel (kubeadm refuses RHEL 8 from 1.32 on...)."""
@@ -184,9 +242,12 @@ class ReleaseChannel:
 
     @property
     def release_name(self) -> str:
+        return self.release_name_of(self.release)
+
+    def release_name_of(self, number: int) -> str:
         from imagebuilder.release.profile import load_profile
 
-        return load_profile().release_name(self.name, self.release)
+        return load_profile().release_name(self.name, number)
 
 
 @dataclass(frozen=True)
@@ -216,12 +277,39 @@ class Catalog:
         return _resolve(value, self.providers, flag, "provider")
 
     def channel(self, value: str, flag: str = "--release-channel") -> ReleaseChannel:
+        """The line ``1-24`` (or ``1.24``) at its current release, or one release of it named explicitly:
+        ``1-24-eks-5`` or ``kubernetes-1-24-eks-5`` (a number the catalog lists for the line)."""
         if value in self.channels:
             return self.channels[value]
-        if re.fullmatch(r"\d+\.\d+", value) and value.replace(".", "-") in self.channels:
+        if re.fullmatch(r"[0-9]+\.[0-9]+", value) and value.replace(".", "-") in self.channels:
             return self.channels[value.replace(".", "-")]  # the reference tool's current docs write 1.24
+        named = re.fullmatch(r"(?:kubernetes-)?([0-9]{1,2}-[0-9]{1,3})-[a-z]{1,16}-([0-9]{1,5})", value, re.ASCII)
+        if named and named.group(1) in self.channels:
+            line = self.channels[named.group(1)]
+            number = int(named.group(2))
+            known = {line.release: line.kubernetes_version, **dict(line.releases)}
+            if number in known and value.removeprefix("kubernetes-") == line.release_name_of(number).removeprefix(
+                "kubernetes-"
+            ):
+                return dataclasses.replace(line, release=number, kubernetes_version=known[number])
+            names = ", ".join(line.release_name_of(n).removeprefix("kubernetes-") for n in sorted(known))
+            raise InputError(f"'{value[:60]}' is not a release of line {line.name} this tool knows", field=flag,
+                             expected=f"one of {names}, or --release-manifest URL for another")  # fmt: skip
         valid = ", ".join(self.channels)
-        raise InputError(f"'{value}' is not a supported release channel", field=flag, expected=f"one of {valid}")
+        raise InputError(f"'{value[:60]}' is not a supported release channel", field=flag,
+                         expected=f"one of {valid}, or one release of a line (1-24-eks-5)")  # fmt: skip
+
+    def newest_channel(self) -> ReleaseChannel:
+        return max(self.channels.values(), key=lambda c: c.minor_number)
+
+    def runtime_for_minor(self, minor: int) -> Runtime:
+        """The runtime of the line of Kubernetes 1.``minor``; a minor newer than every line takes the newest line's,
+        an older one the oldest line's."""
+        channel = self.channels.get(f"1-{minor}")
+        if channel is None:
+            ordered = sorted(self.channels.values(), key=lambda c: c.minor_number)
+            channel = ordered[-1] if minor > ordered[-1].minor_number else ordered[0]
+        return channel.runtime
 
     def channel_for_kubernetes(self, value: str, flag: str = "--kubernetes") -> ReleaseChannel:
         """Accept ``1.24`` (or ``1-24``, ``v1.24``) and return its channel."""
@@ -252,6 +340,15 @@ class Catalog:
         )
 
 
+def _support(name: str, newest: tuple[int, ...], distro_supported: set[str]) -> Support:
+    """The rule of config/release-channels.yaml: supported while upstream patches the minor (its three newest) and
+    the distro lists the line, extended while only the distro does, end of life after."""
+    minor = int(name.split("-")[1])
+    if name not in distro_supported:
+        return "end-of-life"
+    return "supported" if minor > newest[1] - 3 else "extended"
+
+
 _Named = TypeVar("_Named", bound=OperatingSystem | Provider)
 
 
@@ -276,7 +373,8 @@ def load_catalog() -> Catalog:
     path = config_dir() / "matrix.yaml"
     raw = load_yaml_mapping(path, "support matrix")
     chan_path = config_dir() / "release-channels.yaml"
-    raw_channels = load_yaml_mapping(chan_path, "release channels")["channels"]
+    chan_doc = load_yaml_mapping(chan_path, "release channels")
+    raw_channels = chan_doc["channels"]
     try:
         oses = {
             name: OperatingSystem(
@@ -322,20 +420,37 @@ def load_catalog() -> Catalog:
         }
         builds = tuple(BuildPair(oses[b["os"]], providers[b["provider"]], b["config"]) for b in raw["builds"])
         downloads = tuple((d["os"], d["provider"]) for d in raw.get("downloads", ()))
+        defaults = dict(chan_doc["runtime_defaults"])
+        newest = tuple(int(x) for x in str(chan_doc["upstream_newest"]).split("."))
+        distro_supported = {str(n) for n in chan_doc["distro_supported"]}
         channels = {
             str(name): ReleaseChannel(
                 str(name),
                 c["kubernetes_version"],
                 int(c["release"]),
                 tuple((str(o), tuple(str(v) for v in vs)) for o, vs in (c.get("os_versions") or {}).items()),
+                _support(str(name), newest, distro_supported),
+                Runtime(**{**defaults, **(c.get("runtime") or {})}),
+                tuple(sorted((int(n), str(v)) for n, v in (c.get("releases") or {}).items())),
             )
             for name, c in raw_channels.items()
         }
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed entry: {exc!r}", source=path) from None
     for ch in channels.values():
-        if not re.fullmatch(r"\d+-\d+", ch.name) or not ch.kubernetes_version.startswith(f"v{ch.minor}."):
+        if not re.fullmatch(r"[0-9]+-[0-9]+", ch.name) or not ch.kubernetes_version.startswith(f"v{ch.minor}."):
             raise InputError(f"channel {ch.name} does not match {ch.kubernetes_version}", source=chan_path)
+        for what, version in (("containerd", ch.runtime.containerd), ("crictl", ch.runtime.crictl)):
+            if not RUNTIME_VERSION.fullmatch(version):
+                raise InputError(f"channel {ch.name}: {version!r}", source=chan_path, field=f"runtime.{what}",
+                                 expected="a version like v2.3.1")  # fmt: skip
+        for number, version in ch.releases:
+            if number == ch.release or not version.startswith(f"v{ch.minor}."):
+                raise InputError(f"channel {ch.name}: release {number} ({version})", source=chan_path,
+                                 field="releases", expected=f"other releases of {ch.minor}, by number")  # fmt: skip
+        problem = runtime_problem(ch.runtime.containerd, ch.minor_number)
+        if problem:
+            raise InputError(f"channel {ch.name}: {problem}", source=chan_path, field="runtime.containerd")
         for os_name, versions in ch.os_versions:
             known = {v.version for v in oses[os_name].versions} if os_name in oses else set()
             if not versions or not set(versions) <= known:

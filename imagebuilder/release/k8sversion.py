@@ -10,7 +10,7 @@ from imagebuilder.core.errors import InputError
 #: the oldest line this recipe knows (the staging modules are published at v0.<minor>.<patch> since long before)
 OLDEST_MINOR = 28
 
-_VERSION = re.compile(r"v1\.(\d+)\.(\d+)")
+_VERSION = re.compile(r"v1\.([0-9]{1,4})\.([0-9]{1,6})")  # ASCII digits, bounded
 
 
 def parse_version(value: str, flag: str = "--kubernetes") -> tuple[str, int, int]:

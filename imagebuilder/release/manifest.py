@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from imagebuilder.core import fetch
+from imagebuilder.core import fetch, grammar
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.fetch import Mirror, is_url
 from imagebuilder.core.files import parse_yaml_documents
@@ -27,8 +27,12 @@ ArtifactKind = Literal["binary", "archive", "image"]
 
 BINARIES = ("kubelet", "kubeadm", "kubectl")
 ARCHIVES = {"cni-plugins": "cni-plugins", "etcd": "etcd"}  # artifact -> component
-#: shipped by some releases only (the distro's ship no crictl; a release built from source does): installed when there
-OPTIONAL_ARCHIVES = {"crictl": "cri-tools"}
+#: shipped by some releases only (the distro's ship no crictl and no runtime; a release built from source ships both,
+#: as the reference's bundle does per line): installed when there. The containerd tarball is extracted at / and holds
+#: containerd, ctr, containerd-shim-runc-v2, runc and containerd's systemd unit
+OPTIONAL_ARCHIVES = {"crictl": "cri-tools", "containerd": "containerd"}
+#: the components whose version (gitTag) an image is checked against when the release names it
+RUNTIME_COMPONENTS = ("containerd", "runc", "cri-tools")
 #: an image reference as registries and containerd take it: host[:port]/path[:tag][@sha256:digest], lowercase path
 IMAGE_REF = re.compile(
     r"[a-z0-9]+(?:[.-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+"
@@ -50,11 +54,15 @@ class NodeArtifact:
     sha256: str | None
     #: for images: the OCI image tarball of the same image, when the manifest ships one
     archive_uri: str | None = None
+    #: the SHA-512 the source states beside the SHA-256 (a bundle's runtime tarballs): checked too where it is known
+    sha512: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind, "uri": self.uri, "sha256": self.sha256}
         if self.archive_uri:
             out["archive_uri"] = self.archive_uri
+        if self.sha512:
+            out["sha512"] = self.sha512
         return out
 
 
@@ -68,10 +76,15 @@ class ReleaseManifest:
     artifacts: tuple[NodeArtifact, ...]
     #: the SHA-256 of the manifest document as read (the provenance names the manifest by it)
     sha256: str | None = None
+    #: component name -> its gitTag, for the runtime's components the release names (containerd, runc, cri-tools)
+    versions: tuple[tuple[str, str], ...] = ()
+
+    def version_of(self, component: str) -> str | None:
+        return dict(self.versions).get(component)
 
     @property
     def distro(self) -> str | None:
-        """The distro part of the release's name (``eks`` in kubernetes-1-24-eks-5, ``source`` for a release built
+        """The distro part of the release's name (``eks`` in kubernetes-1-24-eks-36, ``source`` for a release built
         from source), or None when the name has another shape."""
         m = re.fullmatch(rf"kubernetes-{re.escape(self.channel)}-([a-z][a-z0-9]*)-{self.number}", self.name)
         return m.group(1) if m else None
@@ -147,10 +160,14 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
     doc = docs[0]
     spec = _map(doc.get("spec"))
     channel, number = spec.get("channel"), spec.get("number")
-    if not isinstance(channel, str) or not re.fullmatch(r"\d+-\d+", channel):
+    if not isinstance(channel, str) or not re.fullmatch(r"[0-9]{1,4}-[0-9]{1,4}", channel):
         raise InputError("missing or malformed", source=source, field="spec.channel", expected="<major>-<minor>")
-    if isinstance(number, bool) or not isinstance(number, int | str) or not str(number).isdigit():
-        raise InputError("missing or malformed", source=source, field="spec.number", expected="a release number")
+    try:
+        number = grammar.integer(number, 0, 10**9)  # ASCII digits, bounded: int() would take "٣" and 10,000 digits
+    except ValueError:
+        raise InputError(
+            "missing or malformed", source=source, field="spec.number", expected="a release number"
+        ) from None
     name = str(_map(doc.get("metadata")).get("name") or f"kubernetes-{channel}-{number}")
     assets = _assets(doc, source)
 
@@ -222,7 +239,7 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
         if isinstance(c, dict) and c.get("name") == "kubernetes"
     ]
     version = str(k8s[0].get("gitTag", "")) if k8s else ""
-    if not re.fullmatch(r"v\d+\.\d+\.\d+", version):
+    if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+", version):
         raise InputError(
             "the kubernetes component has no version gitTag",
             source=source,
@@ -232,7 +249,13 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
         raise InputError(
             f"kubernetes {version} does not belong to channel {channel}", source=source, field="spec.channel"
         )
-    return ReleaseManifest(name, channel, int(number), version, source, tuple(artifacts))
+    versions = tuple(
+        (str(c["name"]), str(c["gitTag"]))
+        for c in _list(_map(doc.get("status")).get("components"))
+        if isinstance(c, dict) and c.get("name") in RUNTIME_COMPONENTS and isinstance(c.get("gitTag"), str)
+        and re.fullmatch(r"v[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", c["gitTag"])
+    )  # fmt: skip
+    return ReleaseManifest(name, channel, int(number), version, source, tuple(artifacts), versions=versions)
 
 
 def archive_asset(name: str, url: str, data: bytes, description: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ used in place, answers for every upstream URL (see :class:`imagebuilder.core.fet
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from imagebuilder.core import disk, fetch, progress
 from imagebuilder.core.fetch import Expected, Mirror
 from imagebuilder.core.files import atomic_write, sha256_file
 from imagebuilder.core.progress import Transfers
-from imagebuilder.release.manifest import ReleaseManifest, parse_manifest
+from imagebuilder.release.manifest import NodeArtifact, ReleaseManifest, parse_manifest
+from imagebuilder.release.product import Pinned
 
 # --- creating a mirror -----------------------------------------------------------------------------------------
 
@@ -33,15 +35,15 @@ def file_sha256(path: Path) -> str | None:
     return sha256_file(path) if path.is_file() else None
 
 
-def mirror_items(manifest: ReleaseManifest) -> list[tuple[str, str]]:
-    """(url, sha256) of every node artifact file the manifest names (images: their OCI tarballs)."""
-    items: list[tuple[str, str]] = []
-    for a in manifest.artifacts:
-        if a.kind != "image" and a.sha256:
-            items.append((a.uri, a.sha256))
-        elif a.archive_uri and a.sha256:
-            items.append((a.archive_uri, a.sha256))
-    return list(dict.fromkeys(items))
+def mirror_items(manifest: ReleaseManifest, extra: Sequence[NodeArtifact] = ()) -> list[tuple[str, dict[str, str]]]:
+    """(url, hashes) of every node artifact file the manifest names (images: their OCI tarballs), and of ``extra``
+    (a product release's runtime tarballs): sha256, and sha512 where the source states it."""
+    items: dict[str, dict[str, str]] = {}
+    for a in (*manifest.artifacts, *extra):
+        url = a.archive_uri if a.kind == "image" else a.uri
+        if url and a.sha256:
+            items.setdefault(url, {"sha256": a.sha256, **({"sha512": a.sha512} if a.sha512 else {})})
+    return list(items.items())
 
 
 def create_mirror(
@@ -50,10 +52,14 @@ def create_mirror(
     *,
     source: Mirror | None = None,
     transfers: Transfers | None = None,
+    pinned: Pinned | None = None,
 ) -> tuple[ReleaseManifest, list[MirrorItem]]:
-    """Copy a release manifest and every node artifact it names into ``dest``, keeping the URL paths.
+    """Copy a release manifest and every node artifact it names into ``dest``, keeping the URL paths; with
+    ``pinned`` (``--<product>-release``) also the product's release index and bundle manifest, as read, and the
+    runtime tarballs the bundle ships for the line.
 
-    Each file is checksum-verified; a file already in ``dest`` with the right sha256 is kept (reruns converge).
+    Each file is checksum-verified (sha256, and sha512 where stated); a file already in ``dest`` with the right sha256
+    is kept (reruns converge).
     """
     dest.mkdir(parents=True, exist_ok=True)
     # the downloads a killed run left half-written anywhere in the tree (a live run's are kept)
@@ -62,19 +68,26 @@ def create_mirror(
     location = source.locate(manifest_url) if source else manifest_url
     raw = fetch.read(location, what="release manifest")
     manifest = parse_manifest(raw.decode("utf-8"), location)
+    documents = [(manifest_url, raw)]
+    if pinned is not None:
+        for url, what in ((pinned.index_url, "release index"), (pinned.bundle_url, "bundle manifest")):
+            documents.append((url, fetch.read(source.locate(url) if source else url, what=what)))
     results = []
     # every location is resolved (and an escaping one refused) before anything is written
-    plan = [(url, sha, Path(target_mirror.locate(url)), source.locate(url) if source else url)
-            for url, sha in mirror_items(manifest)]  # fmt: skip
-    for url, sha, target, origin in plan:
+    plan = [(url, hashes, Path(target_mirror.locate(url)), source.locate(url) if source else url)
+            for url, hashes in mirror_items(manifest, pinned.runtime if pinned else ())]  # fmt: skip
+    targets = [(Path(target_mirror.locate(url)), data) for url, data in documents]
+    for url, hashes, target, origin in plan:
+        sha = hashes["sha256"]
         if file_sha256(target) == sha:
             results.append(MirrorItem(url, sha, target, "verified", target.stat().st_size))
             continue
         fetch.download(
-            origin, target, Expected(None, {"sha256": sha}), progress=progress.start(transfers, url.rsplit("/", 1)[-1])
+            origin, target, Expected(None, hashes), progress=progress.start(transfers, url.rsplit("/", 1)[-1])
         )
         results.append(MirrorItem(url, sha, target, "downloaded", target.stat().st_size))
-    manifest_target = Path(target_mirror.locate(manifest_url))
-    with atomic_write(manifest_target, "wb") as fh:
-        fh.write(raw)
+    # the documents last: a mirror that names an artifact holds it
+    for target, data in targets:
+        with atomic_write(target, "wb") as fh:
+            fh.write(data)
     return manifest, results

@@ -113,7 +113,7 @@ class Profile(_Section):
         return self.distro.manifest_url.format(distro_host=self.hosts.distro, channel=channel, number=number)
 
     def release_name(self, channel: str, number: int) -> str:
-        """``kubernetes-1-24-eks-5``: the distro release name used in tags and manifests."""
+        """``kubernetes-1-24-eks-36``: the distro release name used in tags and manifests."""
         return f"kubernetes-{channel}-{self.distro.name}-{number}"
 
 

@@ -11,9 +11,12 @@ What is built, all through the Go module proxy (no git, no other host):
   staging module required at its published ``v0.<minor>.<patch>``, since the proxy's copy has no git tree to
   stamp versions from; the version is set with the same ``-X`` flags ``hack/lib/version.sh`` passes.
 - the pause binary from the tree's own C source (``build/pause/linux/pause.c``), compiled static as upstream does;
-- etcd, CoreDNS (the versions this kubeadm asks for: ``kubeadm config images list``), crictl (cri-tools of the
-  same minor) and the CNI plugins, each through a small wrapper module (``go install`` refuses modules with
-  replace directives);
+- etcd, CoreDNS (the versions this kubeadm asks for: ``kubeadm config images list``), and the CNI plugins, each
+  through a small wrapper module (``go install`` refuses modules with replace directives);
+- the node's container runtime, the versions the line's bundle names (``config/release-channels.yaml``, or
+  ``--containerd``): containerd (``containerd``, ``ctr``, ``containerd-shim-runc-v2``, static, with its own systemd
+  unit), the runc that containerd release pins (``script/setup/runc-version``; cgo, static, with seccomp) and crictl,
+  each stamped with its version as its own Makefile does (``crictl --version`` says 1.36.0, not "unknown");
 - the control-plane, kube-proxy, pause, etcd and CoreDNS images as docker-archive tarballs
   (:mod:`imagebuilder.release.imagearchive`), named exactly as this kubeadm asks for them, so a node needs no registry.
 
@@ -27,6 +30,7 @@ it on a distroless image with iptables.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import gzip
 import hashlib
@@ -34,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -45,23 +50,30 @@ from urllib.parse import urlsplit
 import yaml
 
 from imagebuilder.core import progress
-from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.errors import ExternalError, InputError, did_you_mean
 from imagebuilder.core.files import atomic_write, partial_prefix, run_checked, sha256_file
 from imagebuilder.core.hostinfo import require_tools
 from imagebuilder.core.paths import cache_root
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.core.safepath import safe_join
+from imagebuilder.release.catalog import RUNTIME_VERSION, Runtime, load_catalog, runtime_problem
 from imagebuilder.release.imagearchive import Entry, ImageSpec, docker_archive, layer_tar, tree_entries
 from imagebuilder.release.k8sversion import parse_version
 from imagebuilder.release.manifest import archive_asset, image_asset
 from imagebuilder.release.profile import load_profile
 
 #: the release number of what this tool lays out: bump it when a release's content changes (2: kube-proxy's image
-#: holds iptables)
-RECIPE = 2
+#: holds iptables; 3: the release carries its container runtime)
+RECIPE = 3
 #: how the components are built, part of every component's cache key: bump it when a component is built otherwise
 #: (other flags), so nothing built the old way is reused
 BUILD_RECIPE = 1
+#: containerd as its Makefile builds a static release (``make STATIC=1``), btrfs left out (it needs cgo)
+CONTAINERD_TAGS = "urfave_cli_no_docs osusergo netgo static_build no_btrfs"
+CONTAINERD_BINARIES = {"containerd": "cmd/containerd", "ctr": "cmd/ctr",
+                       "containerd-shim-runc-v2": "cmd/containerd-shim-runc-v2"}  # fmt: skip
+#: runc as ``make static`` builds it: cgo (its nsenter is C), seccomp through libseccomp, linked statically
+RUNC_TAGS = "seccomp urfave_cli_no_docs netgo osusergo"
 #: the distro part of the release name: ``kubernetes-1-34-source-1``
 DISTRO = "source"
 #: where the release's URIs point (a reserved name that never resolves: the release is read from a directory or
@@ -128,7 +140,7 @@ class _Go:
         self.say = say
         self.version = run_checked(self.go, "version", env=self.env).strip()
 
-    def run(self, *args: str, cwd: Path, what: str, log: Path) -> int:
+    def run(self, *args: str, cwd: Path, what: str, log: Path, env: Mapping[str, str] | None = None) -> int:
         """Run ``go args`` in ``cwd``; its output goes to ``log``, each package it compiles (``-v``) is progress."""
         seen = {"packages": 0, "said": 0.0}
 
@@ -140,8 +152,8 @@ class _Go:
             return f"{what}: {int(seen['packages'])} packages so far ({line[:60]})"
 
         with log.open("a") as fh:
-            status = progress.follow([self.go, *args], env=self.env, log=fh, redact=lambda s: s, cwd=cwd,
-                                     say=self.say, pick=pick)  # fmt: skip
+            status = progress.follow([self.go, *args], env={**self.env, **(env or {})}, log=fh, redact=lambda s: s,
+                                     cwd=cwd, say=self.say, pick=pick)  # fmt: skip
         if status != 0:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-8:])
             raise ExternalError(f"go {' '.join(args[:2])} failed for {what} (exit {status}): {tail}",
@@ -189,7 +201,23 @@ def _cached(folder: Path, key: dict[str, Any], outputs: tuple[str, ...], build: 
     return bin_dir
 
 
-def _wrapper_build(go: _Go, folder: Path, module: str, version: str, packages: Mapping[str, str]) -> None:
+@dataclass(frozen=True)
+class Recipe:
+    """How a wrapper build compiles: build tags, extra ``-ldflags`` (version stamps), extra environment (cgo)."""
+
+    tags: str = ""
+    ldflags: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+
+    def key(self) -> dict[str, Any]:
+        """The part of a component's cache key this recipe adds (nothing for the plain recipe, so the components
+        built before recipes existed stay cached)."""
+        return {"recipe_flags": [self.tags, self.ldflags, list(self.env)]} if self != Recipe() else {}
+
+
+def _wrapper_build(
+    go: _Go, folder: Path, module: str, version: str, packages: Mapping[str, str], recipe: Recipe = Recipe()
+) -> None:
     """Build ``packages`` (output name -> package path) of ``module@version`` through a wrapper module, into
     ``folder/bin``: the module's own replace directives do not apply there, as ``go install`` would insist."""
     work = folder / "wrapper"
@@ -197,9 +225,11 @@ def _wrapper_build(go: _Go, folder: Path, module: str, version: str, packages: M
     log = folder / "build.log"
     (work / "go.mod").write_text("module image-builder.invalid/wrapper\n\ngo 1.21\n")
     go.run("get", f"{module}@{version}", cwd=work, what=f"{module}@{version}", log=log)
+    tags = ["-tags", recipe.tags] if recipe.tags else []
     for out, package in packages.items():
-        go.run("build", "-v", "-trimpath", "-ldflags=-s -w", "-o", str(folder / "bin" / out), package,
-               cwd=work, what=f"{out} {version}", log=log)  # fmt: skip
+        go.run("build", "-v", "-trimpath", *tags, f"-ldflags=-s -w {recipe.ldflags}".strip(), "-o",
+               str(folder / "bin" / out), package, cwd=work, what=f"{out} {version}", log=log,
+               env=dict(recipe.env))  # fmt: skip
     shutil.rmtree(work)
 
 
@@ -229,6 +259,9 @@ def _kubernetes(go: _Go, version: str, minor: int, patch: int) -> Path:
                 path.unlink()
         mod = json.loads(go.output("mod", "edit", "-json", cwd=src))
         staging = [r["Old"]["Path"] for r in mod.get("Replace") or [] if r["New"]["Path"].startswith("./staging/")]
+        # a staging module the proxy does not serve at this version (k8s.io/sample-cli-plugin v0.36.3) stays on the
+        # tree's own copy: none of the binaries built here imports it, only tests do
+        staging = [m for m in staging if m not in _unserved(go, fetch, [f"{m}@v0.{minor}.{patch}" for m in staging])]
         edits = [a for m in staging for a in (f"-dropreplace={m}", f"-require={m}@v0.{minor}.{patch}")]
         if edits:
             go.output("mod", "edit", *edits, cwd=src)
@@ -249,6 +282,25 @@ def _kubernetes(go: _Go, version: str, minor: int, patch: int) -> Path:
         shutil.rmtree(fetch)
 
     return _cached(folder, key, (*KUBE_BINARIES, "pause"), build)
+
+
+def _unserved(go: _Go, cwd: Path, modules: list[str]) -> set[str]:
+    """The module paths of ``modules`` (``path@version``) the Go module proxy does not serve."""
+    proc = subprocess.run([go.go, "mod", "download", "-json", *modules], cwd=cwd, env=go.env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    decoder, text, at, missing = json.JSONDecoder(), proc.stdout, 0, set()
+    while at < len(text):
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at >= len(text):
+            break
+        info, at = decoder.raw_decode(text, at)
+        if isinstance(info, dict) and info.get("Error"):
+            missing.add(str(info.get("Path")))
+    if proc.returncode != 0 and not missing:
+        raise ExternalError(f"go mod download failed: {proc.stderr.strip()[-400:]}",
+                            hint="check the Go module proxy is reachable (GOPROXY)")  # fmt: skip
+    return missing
 
 
 def _pause_version(src: Path) -> str:
@@ -274,43 +326,118 @@ def _tag(ref: str) -> str:
     return ref.rsplit(":", 1)[1]
 
 
-def _go_component(go: _Go, name: str, module: str, version: str, packages: Mapping[str, str]) -> Path:
+def _go_component(
+    go: _Go, name: str, module: str, version: str, packages: Mapping[str, str], recipe: Recipe = Recipe()
+) -> Path:
     folder = source_cache() / f"{name}-{version}"
-    key = {"recipe": BUILD_RECIPE, "module": module, "version": version, "go": go.version, "packages": dict(packages)}
+    key = {"recipe": BUILD_RECIPE, "module": module, "version": version, "go": go.version, "packages": dict(packages),
+           **recipe.key()}  # fmt: skip
 
     def build(_: Path) -> None:
         go.say(f"{name} {version}: building {module}@{version}")
-        _wrapper_build(go, folder, module, version, packages)
+        _wrapper_build(go, folder, module, version, packages, recipe)
 
     return _cached(folder, key, tuple(packages), build)
 
 
-def _crictl_version(go: _Go, minor: int) -> str:
-    """cri-tools is released per Kubernetes minor: the newest v1.<minor>.x the proxy has (else the newest), asked
-    once and remembered, so a rerun needs no proxy."""
-    remembered = source_cache() / f"crictl-for-1.{minor}.txt"
-    if remembered.is_file():
-        return remembered.read_text().strip()
-    scratch = Path(tempfile.mkdtemp(prefix="crictl-"))
+def _module_file(go: _Go, module: str, version: str, path: str) -> str:
+    """One file of ``module@version`` as the Go module proxy serves it (its module cache keeps it)."""
+    scratch = Path(tempfile.mkdtemp(prefix="module-"))
     try:
-        (scratch / "go.mod").write_text("module image-builder.invalid/versions\n\ngo 1.21\n")
-        out = go.output("list", "-m", "-versions", "sigs.k8s.io/cri-tools", cwd=scratch).split()[1:]
+        (scratch / "go.mod").write_text("module image-builder.invalid/files\n\ngo 1.21\n")
+        info = json.loads(go.output("mod", "download", "-json", f"{module}@{version}", cwd=scratch))
     finally:
         shutil.rmtree(scratch)
-    same = [v for v in out if v.startswith(f"v1.{minor}.")]
-    if not same and not out:
-        raise ExternalError("the Go module proxy lists no sigs.k8s.io/cri-tools version")
-    version = (same or out)[-1]
+    if not isinstance(info, dict) or "Dir" not in info:
+        raise ExternalError(f"the Go module proxy has no {module}@{version}: {str(info.get('Error', ''))[:200]}",
+                            hint="check the version exists (go list -m -versions " + module + ")")  # fmt: skip
+    target = Path(info["Dir"]) / path
+    if not target.is_file():
+        raise ExternalError(f"{module}@{version} has no {path}: its source layout changed")
+    return target.read_text()
+
+
+def _runc_version(go: _Go, containerd: str) -> str:
+    """The runc this containerd release pins (its ``script/setup/runc-version``), read once and remembered."""
+    remembered = source_cache() / f"runc-for-containerd-{containerd}.txt"
+    if remembered.is_file():
+        return remembered.read_text().strip()
+    pinned = _module_file(go, containerd_module(containerd), containerd,
+                          "script/setup/runc-version").strip()  # fmt: skip
+    if not re.fullmatch(r"v?[0-9]+\.[0-9]+\.[0-9]+(-rc\.[0-9]+)?", pinned):
+        raise ExternalError(f"containerd {containerd} pins runc {pinned[:40]!r}: not a version this tool knows")
+    version = pinned if pinned.startswith("v") else f"v{pinned}"
     with atomic_write(remembered) as fh:
         fh.write(version + "\n")
     return version
 
 
+#: containerd's module path by major version (2.x moved to /v2)
+CONTAINERD_MODULE = {1: "github.com/containerd/containerd", 2: "github.com/containerd/containerd/v2"}
+
+
+def containerd_module(version: str) -> str:
+    """The module path of containerd ``version`` (v2.3.1 -> github.com/containerd/containerd/v2)."""
+    module = CONTAINERD_MODULE.get(int(version.lstrip("v").split(".")[0]))
+    if module is None:
+        raise ExternalError(f"containerd {version}: this tool builds containerd 1.x and 2.x only")
+    return module
+
+
+@dataclass(frozen=True)
+class RuntimeBuild:
+    """The container runtime built from source: containerd (with its unit), the runc it pins, crictl."""
+
+    containerd: str
+    runc: str
+    crictl: str
+    containerd_bin: Path
+    runc_bin: Path
+    crictl_bin: Path
+    unit: str
+
+
+def _runtime(go: _Go, containerd: str, crictl: str) -> RuntimeBuild:
+    module = containerd_module(containerd)
+    values = (("Version", containerd), ("Revision", f"{DISTRO}-{containerd}"), ("Package", module))
+    stamp = " ".join(f"-X {module}/version.{k}={v}" for k, v in values)
+    containerd_bin = _go_component(go, "containerd", module, containerd,
+                                   {o: f"{module}/{p}" for o, p in CONTAINERD_BINARIES.items()},
+                                   Recipe(CONTAINERD_TAGS, stamp))  # fmt: skip
+    runc = _runc_version(go, containerd)
+    runc_bin = _go_component(go, "runc", "github.com/opencontainers/runc", runc,
+                             {"runc": "github.com/opencontainers/runc"},
+                             Recipe(RUNC_TAGS, f"-X main.gitCommit={DISTRO}-{runc} -extldflags -static",
+                                    (("CGO_ENABLED", "1"),)))  # fmt: skip
+    crictl_bin = _go_component(
+        go,
+        "crictl",
+        "sigs.k8s.io/cri-tools",
+        crictl,
+        {"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"},
+        Recipe(ldflags=f"-X sigs.k8s.io/cri-tools/pkg/version.Version={crictl.lstrip('v')}"),
+    )
+    unit = _module_file(go, module, containerd, "containerd.service")
+    if "ExecStart=/usr/local/bin/containerd" not in unit:
+        raise ExternalError(f"containerd {containerd}'s containerd.service does not start /usr/local/bin/containerd")
+    return RuntimeBuild(containerd, runc, crictl, containerd_bin, runc_bin, crictl_bin, unit)
+
+
+#: where the runtime tarball puts each file (extracted at /, as the reference's and cri-containerd's tarballs are)
+def runtime_tarball(runtime: RuntimeBuild) -> bytes:
+    files = {f"usr/local/bin/{name}": Entry((runtime.containerd_bin / name).read_bytes(), 0o755)
+             for name in CONTAINERD_BINARIES}  # fmt: skip
+    files["usr/local/sbin/runc"] = Entry((runtime.runc_bin / "runc").read_bytes(), 0o755)
+    files["etc/systemd/system/containerd.service"] = Entry(runtime.unit.encode(), 0o644)
+    return gzip.compress(layer_tar(files), mtime=0)
+
+
 def needed_tools() -> tuple[str, ...]:
-    """The host tools a build needs: Go and gcc always (Go checks every cache hit's inputs), apt-get and dpkg-deb
-    while kube-proxy's iptables is not cached yet. The dry run asks for the same."""
+    """The host tools a build needs: Go and gcc always (Go checks every cache hit's inputs; runc links with gcc),
+    pkg-config for runc's libseccomp, apt-get and dpkg-deb while kube-proxy's iptables is not cached yet. The dry
+    run asks for the same."""
     cached = (source_cache() / "iptables-debian" / "bin" / "usr/sbin/xtables-nft-multi").is_file()
-    return ("go", "gcc") if cached else ("go", "gcc", "apt-get", "dpkg-deb")
+    return ("go", "gcc", "pkg-config") if cached else ("go", "gcc", "pkg-config", "apt-get", "dpkg-deb")
 
 
 def _iptables(say: Say) -> Path:
@@ -407,9 +534,79 @@ def manifest_url(base_url: str, channel: str) -> str:
     return f"{base_url.rstrip('/')}/kubernetes-{channel}/kubernetes-{channel}-{DISTRO}-{RECIPE}.yaml"
 
 
-def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_URL, say: Say = silent) -> SourceRelease:
+def release_runtime(minor: int, containerd: str | None = None) -> Runtime:
+    """The runtime a release of Kubernetes 1.``minor`` carries: its line's (config/release-channels.yaml), with
+    ``containerd`` instead of the line's when given. Exit 2 when that containerd cannot run this Kubernetes."""
+    runtime = load_catalog().runtime_for_minor(minor)
+    if containerd is not None:
+        if not RUNTIME_VERSION.fullmatch(containerd):
+            raise InputError(f"{containerd[:40]!r} is not a containerd version", field="--containerd",
+                             expected="a release tag like v2.3.1")  # fmt: skip
+        runtime = dataclasses.replace(runtime, containerd=containerd)
+    problem = runtime_problem(runtime.containerd, minor)
+    if problem:
+        raise InputError(problem, field="--containerd", expected=f"containerd v2.x for Kubernetes 1.{minor}")
+    return runtime
+
+
+#: what ``go list -m`` says of a version the proxy does not serve (as opposed to a proxy it cannot reach)
+_NOT_SERVED = re.compile(
+    r"404 Not Found|410 Gone|403 Forbidden|not available|unknown revision|invalid version|no matching versions"
+)
+
+
+def check_published(module: str, version: str, field: str, cached_as: str) -> None:
+    """Exit 2 before anything is built when the Go module proxy does not serve ``module@version`` (a version that
+    was never released, or a typo): ``go list -m module@version`` asks for that version's ``.info``, one request
+    answered in well under a second. The proxy's version list is not asked first: it is not exhaustive (this
+    machine's proxy lists containerd v2.3.4 .. v2.3.7 and serves v2.3.1 too); it only names the close ones when the
+    version is not served. A version built before (the cache's ``<cached_as>-<version>``) needs no proxy."""
+    if (source_cache() / f"{cached_as}-{version}" / "inputs.json").is_file():
+        return
+    go = require_tools("go")["go"]
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN") or "auto"}
+
+    def ask(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([go, "list", "-m", *args], capture_output=True, text=True, env=env,
+                              cwd=tempfile.gettempdir(), timeout=120, check=False)  # fmt: skip
+
+    proc = ask(f"{module}@{version}")
+    if proc.returncode == 0:
+        return
+    if not _NOT_SERVED.search(proc.stderr):
+        raise ExternalError(f"asking the Go module proxy for {module} {version} failed: "
+                            f"{proc.stderr.strip()[-300:]}", hint="check the proxy is reachable (GOPROXY)")  # fmt: skip
+    listed = ask("-versions", module)
+    versions = listed.stdout.split()[1:] if listed.returncode == 0 else []
+    close = [v for v in versions if v.rsplit(".", 1)[0] == version.rsplit(".", 1)[0]] or versions[-5:]
+    raise InputError(
+        f"{module} {version} is not a published release (the Go module proxy does not serve it)"
+        f"{did_you_mean(version, versions)}",
+        field=field,
+        expected="one of " + ", ".join(close[-6:]) if close else "a published release tag",
+    )
+
+
+def build_runtime(containerd: str, crictl: str, *, say: Say = silent) -> RuntimeBuild:
+    """The container runtime alone, built (or taken from the cache) as :func:`build_release` builds a line's:
+    containerd ``containerd`` with the runc it pins, and crictl ``crictl``."""
+    for what, value in (("--containerd", containerd), ("--crictl", crictl)):
+        if not RUNTIME_VERSION.fullmatch(value):
+            raise InputError(f"{value[:40]!r} is not a version", field=what, expected="a release tag like v2.3.1")
+    return _runtime(_Go(say), containerd, crictl)
+
+
+def build_release(
+    kubernetes: str,
+    dest: Path,
+    *,
+    base_url: str = DEFAULT_BASE_URL,
+    containerd: str | None = None,
+    say: Say = silent,
+) -> SourceRelease:
     """Build (or take from the cache) every component of ``kubernetes`` and lay the release out under ``dest``."""
     version, minor, patch = parse_version(kubernetes)
+    runtime_versions = release_runtime(minor, containerd)
     go = _Go(say)
     kube = _kubernetes(go, version, minor, patch)
     images = kubeadm_images(kube / "kubeadm", version)
@@ -421,9 +618,8 @@ def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_U
                             {"etcdctl": "go.etcd.io/etcd/etcdctl/v3"})  # fmt: skip
     coredns = _go_component(go, "coredns", "github.com/coredns/coredns", coredns_version,
                             {"coredns": "github.com/coredns/coredns"})  # fmt: skip
-    crictl_version = _crictl_version(go, minor)
-    crictl = _go_component(go, "crictl", "sigs.k8s.io/cri-tools", crictl_version,
-                           {"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"})  # fmt: skip
+    runtime = _runtime(go, runtime_versions.containerd, runtime_versions.crictl)
+    crictl_version, crictl = runtime.crictl, runtime.crictl_bin
     cni_module = "github.com/containernetworking/plugins"
     cni = _go_component(go, "cni-plugins", cni_module, CNI_PLUGINS_VERSION,
                         {p.rsplit("/", 1)[1]: f"{cni_module}/plugins/{p}" for p in CNI_PLUGINS})  # fmt: skip
@@ -440,7 +636,7 @@ def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_U
         base = f"{base_url.rstrip('/')}/kubernetes-{channel}/releases/{RECIPE}/artifacts"
         kube_base = f"{base}/kubernetes/{version}/bin/linux/amd64"
         components: dict[str, list[dict[str, Any]]] = {"kubernetes": [], "etcd": [], "coredns": [], "cni-plugins": [],
-                                                       "cri-tools": []}  # fmt: skip
+                                                       "cri-tools": [], "containerd": [], "runc": []}  # fmt: skip
         for binary in KUBE_BINARIES:
             url = f"{kube_base}/{binary}"
             data = (kube / binary).read_bytes()
@@ -501,8 +697,25 @@ def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_U
             _asset(crictl_name, url, crictl_tgz, f"crictl tarball for linux/amd64 from {crictl_source}")
         )
 
+        containerd_source = f"{containerd_module(runtime.containerd)}@{runtime.containerd}"
+        runc_source = f"github.com/opencontainers/runc@{runtime.runc}"
+        containerd_name = f"containerd-{runtime.containerd}-linux-amd64.tar.gz"
+        containerd_tgz = runtime_tarball(runtime)
+        url = f"{base}/containerd/{runtime.containerd}/{containerd_name}"
+        _write(out, url, containerd_tgz)
+        components["containerd"].append(_asset(
+            containerd_name, url, containerd_tgz,
+            f"containerd tarball for linux/amd64 from {containerd_source} with runc from {runc_source} and "
+            "containerd's systemd unit (extracted at /)"))  # fmt: skip
+        runc_url = f"{base}/runc/{runtime.runc}/bin/linux/amd64/runc"
+        runc_data = (runtime.runc_bin / "runc").read_bytes()
+        _write(out, runc_url, runc_data)
+        components["runc"].append(_asset("bin/linux/amd64/runc", runc_url, runc_data,
+                                         f"runc binary for linux/amd64 from {runc_source}"))  # fmt: skip
+
         tags = {"kubernetes": version, "etcd": etcd_version, "coredns": coredns_version,
-                "cni-plugins": CNI_PLUGINS_VERSION, "cri-tools": crictl_version}  # fmt: skip
+                "cni-plugins": CNI_PLUGINS_VERSION, "cri-tools": crictl_version, "containerd": runtime.containerd,
+                "runc": runtime.runc}  # fmt: skip
         name = f"kubernetes-{channel}-{DISTRO}-{RECIPE}"
         manifest = {
             "apiVersion": load_profile().distro.manifest_api_version,
@@ -528,7 +741,7 @@ def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_U
     # the laid-out release is cached too, by every component's inputs: a rerun only copies what the folder lacks
     url = manifest_url(base_url, channel)
     rel = urlsplit(url).path.lstrip("/")
-    folders = (kube, etcd, etcdctl, coredns, crictl, cni, iptables_root)
+    folders = (kube, etcd, etcdctl, coredns, crictl, cni, iptables_root, runtime.containerd_bin, runtime.runc_bin)
     key = {"recipe": RECIPE, "base_url": base_url, "inputs": [(f.parent / "inputs.json").read_text() for f in folders]}
     say(f"laying out release kubernetes-{channel}-{DISTRO}-{RECIPE} under {dest}")
     _publish(_cached(source_cache() / f"release-{version}", key, (rel,), lay_out), dest)
@@ -538,9 +751,24 @@ def build_release(kubernetes: str, dest: Path, *, base_url: str = DEFAULT_BASE_U
         Component("coredns", coredns_version, coredns_source, coredns),
         Component("cri-tools", crictl_version, crictl_source, crictl),
         Component("cni-plugins", CNI_PLUGINS_VERSION, f"{cni_module}@{CNI_PLUGINS_VERSION}", cni),
+        Component(
+            "containerd",
+            runtime.containerd,
+            f"{containerd_module(runtime.containerd)}@{runtime.containerd}",
+            runtime.containerd_bin,
+        ),
+        Component("runc", runtime.runc, f"github.com/opencontainers/runc@{runtime.runc}", runtime.runc_bin),
     )
     path = safe_join(dest, urlsplit(url).path.lstrip("/"))
     return SourceRelease(channel, RECIPE, version, url, path, dest, images, built)
 
 
-__all__ = ["DEFAULT_BASE_URL", "SourceRelease", "build_release", "kubeadm_images", "parse_version"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "RuntimeBuild",
+    "SourceRelease",
+    "build_release",
+    "build_runtime",
+    "kubeadm_images",
+    "parse_version",
+]

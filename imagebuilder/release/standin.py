@@ -68,8 +68,21 @@ def _asset(name: str, url: str, data: bytes) -> dict[str, object]:
     return archive_asset(name, url, data, f"{name} ({STANDIN_NOTE})")
 
 
-def make_standin_release(dest: Path, channel: ReleaseChannel) -> StandinRelease:
-    """Write a stand-in release for ``channel`` under ``dest`` at the upstream URL paths."""
+@dataclass(frozen=True)
+class ReleaseRuntime:
+    """A real container runtime a stand-in release may carry, as tarballs: containerd's (with runc) and crictl's, in
+    whatever layout the caller packed them, with the versions they are of."""
+
+    containerd_tarball: bytes
+    crictl_tarball: bytes
+    containerd: str
+    runc: str
+    crictl: str
+
+
+def make_standin_release(dest: Path, channel: ReleaseChannel, runtime: ReleaseRuntime | None = None) -> StandinRelease:
+    """Write a stand-in release for ``channel`` under ``dest`` at the upstream URL paths; with ``runtime``, it ships
+    that runtime as release.build's releases do (components ``containerd``, ``runc`` and ``cri-tools``)."""
     profile = load_profile()
     version, number, ch = channel.kubernetes_version, channel.release, channel.name
     base = f"https://{profile.hosts.distro}/kubernetes-{ch}/releases/{number}/artifacts"
@@ -101,6 +114,16 @@ def make_standin_release(dest: Path, channel: ReleaseChannel) -> StandinRelease:
         description = f"{image} container image ({STANDIN_NOTE})"
         components[component].append(image_asset(image, ref, description, ("amd64", "arm64")))
     git_tags = {"kubernetes": version, "cni-plugins": cni_version, "etcd": etcd_version, "coredns": "v1.8.7"}
+    if runtime is not None:
+        for component, name, data, tag in (
+            ("containerd", "containerd-linux-amd64.tar.gz", runtime.containerd_tarball, runtime.containerd),
+            ("cri-tools", "cri-tools-linux-amd64.tar.gz", runtime.crictl_tarball, runtime.crictl),
+        ):
+            url = f"{base}/{component}/{tag}/{name}"
+            files[url] = data
+            components[component] = [archive_asset(name, url, data, f"{component} {tag}")]
+            git_tags[component] = tag
+        components["runc"], git_tags["runc"] = [], runtime.runc  # inside containerd's tarball
     manifest = {
         "apiVersion": profile.distro.manifest_api_version,
         "kind": "Release",

@@ -49,6 +49,23 @@ def slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
+def root_metadata(data: bytes, source: str, flag: str = "--root") -> bytes:
+    """``data`` if it is TUF root metadata (signed by its own keys is the updater's check): the trust anchor a user
+    gave is checked as the user's input, so a file that is not one is blamed on the flag, not on the repository."""
+    from tuf.api.metadata import Metadata, Root
+
+    try:
+        md = Metadata[Root].from_bytes(data)
+    except Exception as exc:  # python-tuf raises DeserializationError, ValueError, TypeError for what is not root
+        reason = grammar.printable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 200)
+        raise InputError(f"{source} is not TUF root metadata: {reason}", field=flag,
+                         expected="the root.json of the repository (repo.init wrote it)") from None  # fmt: skip
+    if md.signed.type != "root":
+        raise InputError(f"{source} is {md.signed.type} metadata, not root", field=flag,
+                         expected="the root.json of the repository (repo.init wrote it)")  # fmt: skip
+    return data
+
+
 def pinned(data: bytes, want: str, source: str, flag: str = "--root-sha512") -> bytes:
     """``data`` (a root.json) if its SHA-512 is ``want``: the trust anchor is checked before anything is believed."""
     want = want.strip().lower()

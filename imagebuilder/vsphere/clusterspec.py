@@ -80,14 +80,6 @@ class ClusterSpec:
     machines: list[Machine] = field(default_factory=list)
 
 
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
-
-
 def _is_host_address(value: str) -> bool:
     """An address a host can have: not unspecified (0.0.0.0), loopback, multicast or broadcast."""
     ip = ipaddress.ip_address(value)
@@ -133,10 +125,11 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
             continue
         dwhere = f"{kinds.datacenter_kind}/{dc_name}"
         endpoint = str(_get(cluster, "spec", "controlPlaneConfiguration", "endpoint", "host") or "")
-        if not _is_ip(endpoint) or not _is_host_address(endpoint):
+        if not grammar.is_ip(endpoint) or not _is_host_address(endpoint):
             problem(
                 f"{where} spec.controlPlaneConfiguration.endpoint.host",
-                f"{endpoint!r} is not " + ("an IP address" if not _is_ip(endpoint) else "a unicast host address"),
+                f"{endpoint!r} is not "
+                + ("an IP address" if not grammar.is_ip(endpoint) else "a unicast host address"),
                 "the cluster's static control-plane IP, excluded from DHCP (spec 2.5, 8)",
             )
         kubernetes = str(_get(cluster, "spec", "kubernetesVersion") or "")
@@ -162,7 +155,7 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
             thumbprint = str(thumbprint).strip().upper()
             if not THUMBPRINT_RE.match(thumbprint):
                 problem(f"{dwhere} spec.thumbprint", f"{thumbprint!r} is not a SHA1 thumbprint", THUMBPRINT_EXPECTED)
-        if host and _is_ip(host) and not thumbprint and not insecure:
+        if host and grammar.is_ip(host) and not thumbprint and not insecure:
             problem(
                 f"{dwhere} spec.thumbprint",
                 f"server {server} is an IP, so its certificate cannot be checked by name",

@@ -35,7 +35,7 @@ TEMPLATE_NAME = re.compile(r"[^/\\%\x00-\x1f\x7f]{1,80}")
 
 
 def default_name(os: OperatingSystem, channel: ReleaseChannel) -> str:
-    """The template (and library item) name when ``--name`` is not given: ``ubuntu-kubernetes-1-24-eks-5``."""
+    """The template (and library item) name when ``--name`` is not given: ``ubuntu-kubernetes-1-24-eks-36``."""
     p = load_profile()
     return p.vsphere_templates.name.format(
         os=os.name, channel=channel.name, distro=p.distro.name, number=channel.release

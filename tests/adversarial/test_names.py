@@ -47,7 +47,7 @@ def test_hook_entry_names_stay_inside_dest(tmp_path: Path, served: tuple[Path, s
 @pytest.mark.parametrize("uri_path", ["../../escaped.tar.gz", "a/../../../escaped.tar.gz", "%2e%2e/%2e%2e/e.tar.gz"])
 def test_mirror_artifact_uris_stay_inside_dest(tmp_path: Path, served: tuple[Path, str], uri_path: str) -> None:
     _root, _base = served
-    text = make_manifest("1-24", 5, "v1.24.8")
+    text = make_manifest("1-24", 36, "v1.24.17")
     doc = yaml.safe_load(text)
     assets = [a for c in doc["status"]["components"] for a in c["assets"]]
     asset = next(a for a in assets if a.get("archive") and a.get("os") == "linux" and "amd64" in a.get("arch", []))
@@ -55,7 +55,7 @@ def test_mirror_artifact_uris_stay_inside_dest(tmp_path: Path, served: tuple[Pat
     asset["archive"]["uri"] = f"https://distro.eks.amazonaws.com/{uri_path}"
     asset["archive"]["sha256"] = hashlib.sha256(data).hexdigest()
     src = tmp_path / "source"  # a directory mirror holding the hostile manifest at the channel's upstream path
-    manifest = src / "kubernetes-1-24" / "kubernetes-1-24-eks-5.yaml"
+    manifest = src / "kubernetes-1-24" / "kubernetes-1-24-eks-36.yaml"
     manifest.parent.mkdir(parents=True)
     manifest.write_text(yaml.safe_dump(doc))
     (src / "escaped.tar.gz").write_bytes(data)

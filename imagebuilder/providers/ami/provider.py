@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from imagebuilder.build.plan import BuildPlan  # annotations only: the build sits above the providers
 
 _OWNER_ALIASES = ("amazon", "aws-marketplace", "self", "aws-backup-vault")
-_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]+")
 
 
 class AmiConfig(BuildExtras):
@@ -88,7 +88,7 @@ class AmiConfig(BuildExtras):
     @classmethod
     def _owners(cls, value: str) -> str:
         owners = [o for o in re.split(r"[,\s]+", value) if o]
-        bad = [o for o in owners if not (re.fullmatch(r"\d{12}", o) or o in _OWNER_ALIASES)]
+        bad = [o for o in owners if not (re.fullmatch(r"[0-9]{12}", o) or o in _OWNER_ALIASES)]
         if not owners or bad:
             raise ValueError(f"must be 12-digit account IDs or one of {', '.join(_OWNER_ALIASES)}, got {value!r}")
         return ",".join(owners)

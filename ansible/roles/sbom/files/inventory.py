@@ -9,11 +9,27 @@ Python 3.6 compatible: it runs on every target OS's own interpreter.
 """
 
 import glob
+import hashlib
 import json
 import os
 import subprocess
 import sys
 
+#: the container runtime's binaries, where a release's tarball puts them (/usr/local) or an OS package does (/usr):
+#: their digests go into the SBOM and image.diff compares them
+RUNTIME = (
+    "usr/local/bin/containerd",
+    "usr/local/bin/ctr",
+    "usr/local/bin/containerd-shim-runc-v2",
+    "usr/local/sbin/runc",
+    "usr/bin/containerd",
+    "usr/bin/ctr",
+    "usr/bin/containerd-shim-runc-v2",
+    "usr/sbin/runc",
+    "usr/bin/runc",
+    "usr/bin/crictl",
+    "usr/local/bin/crictl",
+)
 RPM_QUERY = "%{NAME}\\t%{EPOCHNUM}\\t%{VERSION}\\t%{RELEASE}\\t%{ARCH}\\t%{LICENSE}\\t%{SOURCERPM}\\n"
 
 
@@ -47,9 +63,28 @@ def declared_license(path):
     return "\n".join(lines)
 
 
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def runtime(root):
+    """Path (from /) -> sha256 of each runtime binary the image holds (a link is read through only inside it)."""
+    found = {}
+    for rel in RUNTIME:
+        path = os.path.join(root, rel)
+        if os.path.isfile(path) and not os.path.islink(path):
+            found["/" + rel] = sha256(path)
+    return found
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "/"
     out = {"format": 1, "os_release": read(root, "etc/os-release") or read(root, "usr/lib/os-release") or ""}
+    out["runtime"] = runtime(root)
     status = read(root, "var/lib/dpkg/status")
     if status is not None:
         out["dpkg_status"] = status
