@@ -13,7 +13,10 @@ engines: the chroot engine against Packer, and build.matrix against single build
 
 startup: CPU time of ``--list``, every task's ``--help`` and the first error of every bad flag (see bench/startup.py).
 
-``--only e2e|vsphere|os1|engines|startup`` runs one and keeps the others' last results.
+dhcp: ``dhcp.render`` of 100,000 fixed leases spread over one range, each server, and the pool split against the
+per-address split it replaced (see bench/dhcp.py).
+
+``--only e2e|vsphere|os1|engines|startup|dhcp`` runs one and keeps the others' last results.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.dhcp import bench_dhcp  # noqa: E402
 from bench.engines import bench_engines  # noqa: E402
 from bench.os1 import bench_os1  # noqa: E402
 from bench.startup import TARGET_S, bench_startup  # noqa: E402
@@ -136,6 +140,16 @@ def _startup_rows(s: dict[str, object]) -> list[str]:
     ]
 
 
+def _dhcp_rows(d: dict[str, object]) -> list[str]:
+    return [
+        f"| `dhcp.render` of {d['machines']:,} fixed leases spread over one range (hardware.csv, the whole command): "
+        f"ISC / Kea | {d['render_isc_s']} s / {d['render_kea_s']} s (target {d['target_s']} s: "
+        f"{'met' if d['met'] else 'NOT met'}) |",
+        f"| the pool split of {d['peer_rows']:,} of them: per address (before) / one sweep | {d['old_split_s']} s / "
+        f"{d['split_s']} s: **{d['split_speedup']}x faster** |",
+    ]
+
+
 def write_readme(results: dict[str, object]) -> None:
     e2e = results["e2e"]
     assert isinstance(e2e, dict)
@@ -143,6 +157,7 @@ def write_readme(results: dict[str, object]) -> None:
     os1 = results.get("os1")
     engines = results.get("engines")
     startup = results.get("startup")
+    dhcp = results.get("dhcp")
     table = "\n".join(
         [
             START,
@@ -170,6 +185,7 @@ def write_readme(results: dict[str, object]) -> None:
             *(_os1_rows(os1) if isinstance(os1, dict) else []),
             *(_engine_rows(engines) if isinstance(engines, dict) else []),
             *(_startup_rows(startup) if isinstance(startup, dict) else []),
+            *(_dhcp_rows(dhcp) if isinstance(dhcp, dict) else []),
             "",
             END,
         ]
@@ -184,7 +200,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
     parser.add_argument("--readme-only", action="store_true", help="rewrite docs/benchmarks.md's table")
-    only = ("e2e", "vsphere", "os1", "engines", "startup")
+    only = ("e2e", "vsphere", "os1", "engines", "startup", "dhcp")
     parser.add_argument("--only", choices=only, help="run one benchmark, keep the others' results")
     args = parser.parse_args()
     saved = ROOT / "bench" / "results.json"
@@ -205,6 +221,8 @@ def main() -> None:
         results["engines"] = bench_engines(Path(args.work))
     if args.only in (None, "startup"):
         results["startup"] = bench_startup()
+    if args.only in (None, "dhcp"):
+        results["dhcp"] = bench_dhcp(Path(args.work))
     saved.write_text(json.dumps(results, indent=2) + "\n")
     write_readme(results)
     print(json.dumps(results, indent=2))

@@ -166,6 +166,24 @@ def test_both_servers_accept_every_method(server: str, method: str, tmp_path: Pa
     assert proc.returncode == 0, text + proc.stderr + proc.stdout
 
 
+@pytest.mark.parametrize("server", ["isc", "kea"])
+def test_a_refused_config_leaves_nothing_on_a_fresh_host(server: str, tmp_path: Path) -> None:
+    """The server's own check runs in the run's private folder: on a host that has no config folder yet, a refused
+    file leaves no empty /etc/kea or /etc/dhcp, and Kea's -t puts its pid and lock files nowhere near the config."""
+    good = load_dhcp_config(write(tmp_path, base(interface="lo")))
+    outside = dataclasses.replace(good.subnets[0], ranges=[(IP("10.77.5.1"), IP("10.77.5.9"))])
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with pytest.raises(ExternalError, match="refused the new configuration") as refused:
+        install(dataclasses.replace(good, subnets=[outside]), DhcpHost(fresh), SERVERS[server])
+    assert not list(fresh.rglob("*")), list(fresh.rglob("*"))
+    # the server's own words about the range, not its lock files' noise first
+    assert "lockfile" not in str(refused.value) and "10.77.5" in str(refused.value), str(refused.value)
+    before = set(Path(os.environ.get("TMPDIR", "/tmp")).iterdir())
+    SERVERS[server].check(SERVERS[server].files(good, DhcpHost(fresh))[SERVERS[server].main])
+    assert not list(fresh.rglob("*")) and set(Path(os.environ.get("TMPDIR", "/tmp")).iterdir()) <= before
+
+
 def racks(tmp_path: Path, iface0: str = "lo", iface1: str = "lo", **over: Any) -> Path:
     """Three subnets, two on one link (a shared network), fixed leases inline and from a hardware.csv."""
     (tmp_path / "hardware.csv").write_text(
@@ -208,7 +226,7 @@ def test_several_subnets_resolve_with_every_exclusion_and_fixed_lease_out_of_the
         assert proc.returncode == 0, text + proc.stderr + proc.stdout
         assert "BMC-Pa55" not in text, "the inventory's passwords are never read"
     conf = isc_files(pool)["/etc/dhcp/dhcpd.conf"]
-    assert "shared-network lo {" in conf and 'option host-name "node-b";' in conf
+    assert 'shared-network "lo" {' in conf and 'option host-name "node-b";' in conf
     assert 'option domain-name "rack2.example.com";' in conf
     kea = json.loads(SERVERS["kea"].files(pool, DhcpHost(tmp_path))[SERVERS["kea"].main].split("\n", 1)[1])["Dhcp4"]
     assert kea["authoritative"] is True and kea["dhcp-ddns"] == {"enable-updates": False}
@@ -264,6 +282,23 @@ def test_a_hardware_csv_row_is_refused_without_echoing_the_inventory(tmp_path: P
     (tmp_path / "hardware.csv").write_text("name,mac\nx,02:42:0a:00:01:01\n")
     res = run("dhcp.render", "--config", str(path), "--dry-run")
     assert res.code == 2 and "has no column" in res.err and "ip_address" in res.err
+    # an unquoted comma in a password shifts the row: refused by its field count, no piece of the row quoted (a
+    # piece that looks like a MAC would otherwise have been served to the machine of the next row's address)
+    header = "hostname,bmc_ip,bmc_username,bmc_password,mac,ip_address,netmask\n"
+    for row, fields in (("node-a,10.0.9.1,admin,Pa55,02:42:0a:00:01:09,02:42:0a:00:01:01,10.77.0.12,255.255.255.0", 8),
+                        ("node-a,10.0.9.1,admin,Pa55-short", 4)):  # fmt: skip
+        (tmp_path / "hardware.csv").write_text(header + row + "\n")
+        res = run("dhcp.render", "--config", str(path), "--dry-run")
+        assert res.code == 2 and f"row 2: has {fields} fields, the header 7" in res.err, res.err
+        assert "Pa55" not in res.out + res.err and "02:42:0a:00:01:09" not in res.out + res.err
+    # a field past the CSV reader's limit (200,000 characters): exit 2 naming the file, nothing quoted
+    for bad in ("x" * 200_000,):
+        (tmp_path / "hardware.csv").write_text(
+            header + f"node-a,10.0.9.1,admin,{bad},02:42:0a:00:01:01,10.77.0.12,/24\n"
+        )
+        res = run("dhcp.render", "--config", str(path), "--dry-run")
+        assert res.code == 2 and "hardware.csv" in res.err and "is not CSV" in res.err, res.err
+        assert "xxxxxxxx" not in res.err and "Pa55" not in res.err and "Traceback" not in res.err
 
 
 # --- real servers, real clients ------------------------------------------------------------------------------------

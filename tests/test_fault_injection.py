@@ -88,8 +88,8 @@ def test_a_chroot_build_killed_at_each_step_is_rebuilt_and_leaves_nothing(
     # the killed runs' traces are what the last run must deal with (the kernel keeps their loop devices attached)
     rerun = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=1500)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    gz = out / "ubuntu-v1.24.8-eks-5-amd64.gz"
-    manifest = json.loads((out / "ubuntu-v1.24.8-eks-5-amd64.build-manifest.json").read_text())
+    gz = out / "ubuntu-v1.24.17-eks-36-amd64.gz"
+    manifest = json.loads((out / "ubuntu-v1.24.17-eks-36-amd64.build-manifest.json").read_text())
     assert manifest["artifact"]["sha256"] == (out / f"{gz.name}.sha256").read_text().split()[0]
     for pid in killed:
         assert_nothing_left(pid, tmp_path, work, out)
@@ -261,11 +261,22 @@ def test_verify_killed_by_the_oom_killer_leaves_its_guest_and_mount_to_host_clea
         return [p for p in tagged(run) if "qemu-system" in p]
 
     try:
-        # 1: the root filesystem mounted for the offline checks (a mount in the host's namespace)
-        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for("the image mounted", lambda: mounts_under(tmp / f"image-builder-{proc.pid}-"))
-        proc.kill()
-        proc.wait()
+        # 1: the root filesystem mounted for the offline checks (a mount in the host's namespace). The checks take
+        # a second or two: the run is stopped as soon as its mount is seen and killed only if it was still mounted
+        # when it stopped (else it was already unmounting: let it end, and try again)
+        for _ in range(5):
+            proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            mount_prefix = tmp / f"image-builder-{proc.pid}-"
+            wait_for("the image mounted", functools.partial(mounts_under, mount_prefix))
+            proc.send_signal(signal.SIGSTOP)
+            if mounts_under(mount_prefix):
+                proc.kill()
+                proc.wait()
+                break
+            proc.send_signal(signal.SIGCONT)
+            proc.wait()
+        else:
+            raise AssertionError("image.verify unmounted before it could be stopped, five times")
         first = proc.pid
         listed = clean("--dry-run")
         assert f"would release: mount {tmp}/image-builder-{first}-" in listed and f"left by run {first}" in listed
@@ -305,14 +316,14 @@ def test_template_import_killed_at_each_step_converges_to_one_template(
     item holding the OVA, no update session left open, one VM, a template with its snapshot and both tags, and
     nothing else."""
     args = ["template.import", "--ova", str(small_ovas["ubuntu"]), "--os", "ubuntu", "--kubernetes", "1.24"]
-    path = "/DC0/vm/Templates/ubuntu-kubernetes-1-24-eks-5"
+    path = "/DC0/vm/Templates/ubuntu-kubernetes-1-24-eks-36"
     for point in IMPORT_POINTS:
         killed_at(point, *args, env=vcsim.env)
     done = run(*args, env=vcsim.env)
     assert done.code == 0, done.out + done.err
     assert vcsim.govc("library.ls").split() == ["/eksa-templates"]
-    assert vcsim.govc("library.ls", "/eksa-templates/*").split() == ["/eksa-templates/ubuntu-kubernetes-1-24-eks-5"]
-    files = vcsim.govc("library.info", "-l", "/eksa-templates/ubuntu-kubernetes-1-24-eks-5/*")
+    assert vcsim.govc("library.ls", "/eksa-templates/*").split() == ["/eksa-templates/ubuntu-kubernetes-1-24-eks-36"]
+    files = vcsim.govc("library.info", "-l", "/eksa-templates/ubuntu-kubernetes-1-24-eks-36/*")
     assert ".ovf" in files and ".vmdk" in files, files
     sessions = vcsim.govc("library.session.ls")
     assert "ACTIVE" not in sessions, sessions
@@ -323,4 +334,4 @@ def test_template_import_killed_at_each_step_converges_to_one_template(
     assert (vm.get("config") or vm.get("Config"))["template"] is True
     assert "root" in vcsim.govc("snapshot.tree", "-vm", path)
     tags = sorted(vcsim.govc("tags.attached.ls", "-r", path).split())
-    assert tags == ["eksdRelease:kubernetes-1-24-eks-5", "os:ubuntu"], tags
+    assert tags == ["eksdRelease:kubernetes-1-24-eks-36", "os:ubuntu"], tags

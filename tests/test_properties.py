@@ -277,7 +277,7 @@ def _text(kind: str) -> str:
     from tests.support.common import make_manifest, reference
 
     if kind == "release":
-        return make_manifest("1-24", 5, "v1.24.8")
+        return make_manifest("1-24", 36, "v1.24.17")
     return reference("eksa", "bundles-testdata.yaml").read_text()
 
 
@@ -422,6 +422,37 @@ def test_pools_are_the_ranges_less_every_held_address_and_nothing_else(data: dic
     assert len({f.ip for f in config.fixed_leases}) == len(config.fixed_leases)
 
 
+#: names a config may give for an interface or a fixed lease's host: printable ASCII, the characters dhcpd's lexer
+#: and a shell treat specially among them
+name_text = st.text(st.sampled_from("abcxyz019-_.@:/+#=%,;{}\"'$!*&?[(|^<> "), min_size=1, max_size=16)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interface=name_text, hostname=name_text)
+@example(interface="x@y", hostname="node-a")  # found by outside review: dhcpd -t refused shared-network x@y
+def test_every_accepted_interface_and_host_name_passes_both_servers_checks(interface: str, hostname: str) -> None:
+    """A name the config's grammar accepts is one both servers accept in the file rendered from it (two subnets on
+    the interface, so that ISC declares it a shared network; a fixed lease with the host name), checked by the real
+    ``dhcpd -t`` and ``kea-dhcp4 -t``; a name either would refuse is refused by the grammar first. (Kea's check
+    also wants the interface to exist here: it checks the host name on lo, whose file holds the same strings.)"""
+    rack = {"interface": interface, "range": {"start": "10.20.0.50", "end": "10.20.0.99"}, "routers": ["10.20.0.1"]}
+    data = {"dns_servers": ["10.20.0.2"],
+            "subnets": [{**rack, "subnet": "10.20.0.0/24"},
+                        {**rack, "subnet": "10.21.0.0/24", "range": {"start": "10.21.0.50", "end": "10.21.0.99"},
+                         "routers": ["10.21.0.1"]}],
+            "fixed_leases": [{"mac": "02:00:00:00:00:01", "ip": "10.20.0.5", "hostname": hostname}]}  # fmt: skip
+    try:
+        pool = resolve(DhcpConfig.model_validate(data))
+    except (InputError, ValueError):
+        event("refused")
+        return
+    event("accepted")
+    isc, kea = SERVERS["isc"], SERVERS["kea"]
+    isc.check(isc.files(pool, DhcpHost())[isc.main])  # raises with the server's words if refused
+    on_lo = resolve(DhcpConfig.model_validate({**data, "subnets": [{**s, "interface": "lo"} for s in data["subnets"]]}))
+    kea.check(kea.files(on_lo, DhcpHost())[kea.main])
+
+
 # --- issue 31: the SBOM and the TUF target names --------------------------------------------------------------
 
 package_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=30).filter(
@@ -447,12 +478,18 @@ def test_an_sbom_of_any_package_database_is_valid_spdx_and_its_purls_decode_to_t
                          for n, v, a in packages)  # fmt: skip
     parsed = parse_dpkg_status(status)
     assert {p.name for p in parsed} == {n for n, _, _ in packages}
-    doc = document(name="x.gz", sha256="0" * 64, inventory=Inventory("deb", "ubuntu", "22.04", tuple(parsed)))
+    runtime = {"/usr/local/bin/containerd": "a" * 64, "/usr/local/sbin/runc": "b" * 64, "/usr/bin/crictl": "c" * 64}
+    inventory = Inventory("deb", "ubuntu", "22.04", tuple(parsed), runtime)
+    doc = document(name="x.gz", sha256="0" * 64, inventory=inventory, runtime_versions={"containerd": "v2.3.1"})
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "x.spdx.json"
         path.write_text(json.dumps(doc))
         assert spdx_problems(path) == []
-    for pkg in doc["packages"][1:]:
+    listed = {p["name"]: p for p in doc["packages"] if p["SPDXID"].startswith("SPDXRef-Runtime-")}
+    assert {n: p["checksums"][0]["checksumValue"] for n, p in listed.items()} == {
+        "containerd": "a" * 64, "runc": "b" * 64, "crictl": "c" * 64}  # fmt: skip
+    assert listed["containerd"]["versionInfo"] == "v2.3.1" and "versionInfo" not in listed["runc"]
+    for pkg in doc["packages"][1 : 1 + len(parsed)]:
         locator = pkg["externalRefs"][0]["referenceLocator"]
         name = unquote(locator.split("/", 2)[2].split("@", 1)[0])
         assert name == pkg["name"], locator

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.core import disk, runs
-from tests.support.common import leaked_scratch
+from tests.support.common import BIN, leaked_scratch
 
 GiB = 1024**3
 
@@ -210,6 +210,35 @@ def test_half_written_outputs_of_killed_runs_are_found_by_the_pid_in_their_name(
         [".notes.tmp", f".other.{os.getpid()}-live.tmp", "image.gz", "mirror"]
     )
     assert [p.name for p in deep.iterdir()] == [".etcd-v3.6.5.part"]
+
+
+def test_host_clean_names_the_folders_it_could_not_read(tmp_path: Path) -> None:
+    """A folder host.clean cannot read is not one that holds nothing: it names it and exits 1, and still lists (and
+    releases) what it found elsewhere. Run for real without the capabilities that let root read any folder, over a
+    folder of another user's that only its owner may read (outside review: ``--output-dir /`` said "nothing left
+    behind" after an OSError)."""
+    import shutil
+
+    out = tmp_path / "out"
+    locked = out / "locked"
+    locked.mkdir(parents=True)
+    dead = dead_pid()
+    (out / f".image.gz.{dead}-abc.tmp").write_bytes(b"half")
+    os.chown(locked, 65534, 65534)
+    locked.chmod(0o700)
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is missing"
+    argv = [setpriv, "--bounding-set=-dac_override,-dac_read_search", str(BIN / "image-builder"), "host.clean",
+            "--output-dir", str(out)]  # fmt: skip
+    for dry in (["--dry-run"], []):
+        res = subprocess.run([*argv, *dry], capture_output=True, text=True, cwd=tmp_path, check=False)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "could not read 1 folder(s)" in res.stderr and f"{locked}: Permission denied" in res.stderr, res.stderr
+        assert "partial output" in res.stdout and "nothing left behind" not in res.stdout
+    assert not (out / f".image.gz.{dead}-abc.tmp").exists(), "released all the same"
+    locked.chmod(0o755)
+    again = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert again.returncode == 0 and "nothing left behind" in again.stdout, again.stdout + again.stderr
 
 
 def test_processes_a_run_that_is_gone_started_are_killed_and_a_live_runs_kept() -> None:

@@ -7,7 +7,8 @@ single entry, so each job is the same command a user runs by hand and the layer 
 the chroot engine does not make (a VM is needed) get a job of their own without a layer.
 
 Every value comes from the user's flags and lands in a shell command (quoted with :func:`shlex.quote`) inside YAML
-(written by the YAML emitter, which escapes it); job names are made of the OS, provider and channel, whose grammar
+(written by the YAML emitter, which escapes it), and in a GitHub workflow with ``${{`` made literal (GitHub
+evaluates its expressions before the shell runs); job names are made of the OS, provider and channel, whose grammar
 the catalog enforces. No secret is ever written: config files are referred to by path, credentials stay in the
 runner's environment. The output is checked against the official schemas in the tests (check-jsonschema).
 """
@@ -104,7 +105,7 @@ def emit_ci(
             if key:
                 job["needs"] = [key]
             jobs[_job_id("build", plan.os, plan.provider, plan.channel.name)] = job
-        doc = {"name": "node images", "on": {"workflow_dispatch": {}}, "jobs": jobs}
+        doc = _github_literal({"name": "node images", "on": {"workflow_dispatch": {}}, "jobs": jobs})
     else:
         doc = {"stages": ["os-layer", "build"]}
         for key, plan in layers.items():
@@ -126,6 +127,19 @@ def emit_ci(
             doc[_job_id("build", plan.os, plan.provider, plan.channel.name)] = job
     header = f"# written by image-builder build.matrix --emit {kind}; each job runs the command a user would\n"
     return header + yaml.dump(doc, Dumper=_Plain, sort_keys=False, width=100_000)
+
+
+def _github_literal(value: Any) -> Any:
+    """Every string of a workflow with GitHub's expression opener ``${{`` written as an expression that yields it
+    (``${{ '${{' }}``): GitHub evaluates expressions in ``run:`` and most other values before a shell sees them, so a
+    flag's ``${{ secrets.X }}`` would otherwise be evaluated, whatever the shell quoting around it."""
+    if isinstance(value, str):
+        return value.replace("${{", "${{ '${{' }}")
+    if isinstance(value, dict):
+        return {k: _github_literal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_github_literal(v) for v in value]
+    return value
 
 
 class _Plain(yaml.SafeDumper):

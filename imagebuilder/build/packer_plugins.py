@@ -35,12 +35,12 @@ from imagebuilder.core import fetch
 from imagebuilder.core.disk import run_tempdir
 from imagebuilder.core.errors import ExternalError, InputError, InputErrors
 from imagebuilder.core.fetch import Expected, Mirror
-from imagebuilder.core.files import atomic_write, parse_json, sha256_file
+from imagebuilder.core.files import atomic_write, parse_json, read_text, sha256_file
 
 # --- versions and constraints (the grammar of Packer's required_plugins: hashicorp/go-version) -------------------
 
 _VERSION_RE = re.compile(
-    r"v?(\d{1,6})(?:\.(\d{1,6}))?(?:\.(\d{1,6}))?(?:-([0-9A-Za-z.]{1,40}))?(?:\+[0-9A-Za-z.]{1,40})?"
+    r"v?([0-9]{1,6})(?:\.([0-9]{1,6}))?(?:\.([0-9]{1,6}))?(?:-([0-9A-Za-z.]{1,40}))?(?:\+[0-9A-Za-z.]{1,40})?"
 )
 _OPS = ("~>", ">=", "<=", "!=", ">", "<", "=")
 
@@ -189,6 +189,11 @@ def _packer_process_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**(os.environ if env is None else env), "CHECKPOINT_DISABLE": "1", "PACKER_NO_COLOR": "1"}
 
 
+#: the oldest Packer every pair is built and validated on (Debian's; docs/packer.md): an older one is refused when
+#: it is found, before anything is planned on it
+PACKER_FLOOR = (1, 6, 6)
+
+
 @dataclass(frozen=True)
 class PackerInfo:
     path: str
@@ -237,8 +242,8 @@ class PackerInfo:
                                   env=_packer_process_env())  # fmt: skip
         except OSError as exc:
             raise InputError(f"{path} cannot run: {exc.strerror}", field=flag, expected="a Packer binary") from exc
-        match = re.search(r"Packer v?(\d+)\.(\d+)\.(\d+)", proc.stdout) or re.search(
-            r"^v?(\d+)\.(\d+)\.(\d+)", proc.stdout
+        match = re.search(r"Packer v?([0-9]{1,6})\.([0-9]{1,6})\.([0-9]{1,6})", proc.stdout) or re.search(
+            r"^v?([0-9]{1,6})\.([0-9]{1,6})\.([0-9]{1,6})", proc.stdout
         )
         if proc.returncode != 0 or not match:
             raise InputError(
@@ -247,7 +252,15 @@ class PackerInfo:
                 expected="a Packer binary",
             )
         major, minor, patch = (int(g) for g in match.groups())
-        return cls(path, (major, minor, patch))
+        found = (major, minor, patch)
+        if found < PACKER_FLOOR:
+            floor = ".".join(map(str, PACKER_FLOOR))
+            what = f"{path} is Packer {major}.{minor}.{patch}, older than {floor} (the oldest the templates build on)"
+            if packer:
+                raise InputError(what, field=flag, expected=f"Packer {floor} or newer (docs/packer.md)")
+            raise ExternalError(what, hint=f"install Packer {floor} or newer (./scripts/setup.sh installs Debian's"
+                                " 1.6.6), or pass --packer PATH")  # fmt: skip
+        return cls(path, found)
 
 
 # --- where Packer keeps plugins, and what it has ----------------------------------------------------------------
@@ -282,7 +295,7 @@ def plugin_folder(packer: PackerInfo, env: Mapping[str, str] | None = None) -> P
 
 #: the name Packer gives an installed plugin binary
 _INSTALLED_RE = re.compile(
-    r"packer-plugin-(?P<type>[a-z0-9][a-z0-9-]*)_(?P<version>v[0-9][0-9A-Za-z.+-]*)_(?P<api>x\d+\.\d+)_"
+    r"packer-plugin-(?P<type>[a-z0-9][a-z0-9-]*)_(?P<version>v[0-9][0-9A-Za-z.+-]*)_(?P<api>x[0-9]+\.[0-9]+)_"
     r"(?P<os>[a-z0-9]+)_(?P<arch>[a-z0-9]+)(?:\.exe)?"
 )
 
@@ -380,6 +393,25 @@ def describe(binary: Path) -> dict[str, Any]:
     return data
 
 
+#: a plugin's source address as Packer spells it: host/namespace/name (github.com/hashicorp/qemu)
+_SOURCE_ADDRESS = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[A-Za-z0-9_-]{1,64}/[A-Za-z0-9_-]{1,64}")
+
+
+def _source_address(path: Path, kind: str) -> str:
+    """The source address a ``<type>.source`` file names: one line, in Packer's grammar, naming a plugin of that
+    type. It becomes folders under Packer's plugin folder, so nothing else is taken (a '..' would lead out of it);
+    the file is read as the other files a user gives (UTF-8, bounded, never a link), and never quoted."""
+    if path.is_symlink():
+        raise InputError("is a symbolic link", source=path, field="--packer-plugins", expected="a plain file")
+    text = read_text(path, "plugin source file").strip()
+    if not text:
+        return ""
+    if not _SOURCE_ADDRESS.fullmatch(text) or text.rsplit("/", 1)[1] != kind:
+        raise InputError("is not the source address of this plugin", source=path, field="--packer-plugins",
+                         expected=f"one line such as github.com/hashicorp/{kind}")  # fmt: skip
+    return text
+
+
 def plugin_binaries(folder: Path) -> dict[str, LocalPlugin]:
     """The plugin binaries in ``folder`` by type: files named ``packer-plugin-<type>`` (as built from source) or
     ``packer-plugin-<type>_v<version>_x<api>_<os>_<arch>`` (as HashiCorp's release archives hold them). A binary's
@@ -392,8 +424,8 @@ def plugin_binaries(folder: Path) -> dict[str, LocalPlugin]:
         kind = match["type"]
         source_file = folder / f"{kind}.source"
         known = known_plugin(kind)
-        if source_file.is_file():
-            source = source_file.read_text(errors="replace").split()[0] if source_file.read_text().strip() else ""
+        if source_file.is_file() or source_file.is_symlink():
+            source = _source_address(source_file, kind)
         else:
             source = known.source if known else ""
         if not source:

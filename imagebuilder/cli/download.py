@@ -46,6 +46,8 @@ def bottlerocket(
             flags.url(value, flag, ("http", "https"))
     if root:
         flags.url_or_file(root, "--root")
+    if root_sha512:  # a malformed pin is the user's input: exit 2 before root.json is fetched
+        root_sha512 = flags.hex_digest(root_sha512, "--root-sha512", "sha512")
     from imagebuilder.release.os1 import download, os1_target, pinned_root  # python-tuf: once the flags are known good
 
     target = os1_target(variant, kube, metadata_url or None, targets_url or None)
@@ -120,14 +122,15 @@ def image(c: Context, repo: str = "", root: str = "", root_sha512: str = "", tar
     name = flags.required(target, "--target", "a target name")
     root_source = flags.url_or_file(flags.required(root, "--root", "the repository's root.json"), "--root")
     out = flags.dest_dir(dest, "--dest")
+    pin = flags.hex_digest(root_sha512, "--root-sha512", "sha512") if root_sha512 else ""
     from imagebuilder.core.fetch import read
     from imagebuilder.core.safepath import safe_join
     from imagebuilder.release import tufclient
 
     repository = tufclient.published(location)
-    trusted = read(root_source, timeout=30, what="root.json")
-    if root_sha512:
-        trusted = tufclient.pinned(trusted, root_sha512, root_source)
+    trusted = tufclient.root_metadata(read(root_source, timeout=30, what="root.json"), root_source)
+    if pin:
+        trusted = tufclient.pinned(trusted, pin, root_source)
     destination = safe_join(out, name, what="the target's name")
     if dry_run:
         expected, url = tufclient.target_info(repository, name, trusted)

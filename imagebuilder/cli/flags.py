@@ -117,6 +117,15 @@ def dest_file(value: str, flag: str) -> Path:
     return path
 
 
+def hex_digest(value: str, flag: str, kind: str) -> str:
+    """A ``kind`` digest (sha256, sha512) written in hex, lowercased: checked before anything is fetched."""
+    if not grammar.is_hex_digest(value.strip(), kind):
+        n = grammar.DIGEST_HEX_LENGTH[kind]
+        raise InputError(f"{grammar.printable(value[:40])!r} is not a {kind.upper()}", field=flag,
+                         expected=f"{n} hex digits")  # fmt: skip
+    return value.strip().lower()
+
+
 def grammar_of(parse: Callable[[str], str], value: str, flag: str) -> str:
     """``value`` held to one of :mod:`imagebuilder.core.grammar`'s rules, named by ``flag`` when it breaks it."""
     return _typed(flag, value, parse)

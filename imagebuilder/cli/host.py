@@ -84,16 +84,28 @@ def clean(c: Context, dry_run: bool = False, output_dir: list[str] | None = None
     from imagebuilder.core.errors import ExternalError
     from imagebuilder.core.paths import workspace_root
 
-    found = leftovers(workspaces=workspace_root(), outputs=tuple(folders), recursive=True)
+    unreadable: list[str] = []
+    found = leftovers(workspaces=workspace_root(), outputs=tuple(folders), recursive=True, unreadable=unreadable)
+    not_read = ExternalError(
+        f"could not read {len(unreadable)} folder(s), so what they hold was not looked at: "
+        + "; ".join(unreadable[:5]) + (f" (and {len(unreadable) - 5} more)" if len(unreadable) > 5 else ""),
+        hint="run host.clean as root, or name folders it can read with --output-dir",
+    )  # fmt: skip
     if not found:
+        if unreadable:
+            raise not_read
         print("nothing left behind by runs that are gone")
         return
     for item in found:
         print(f"{'would release' if dry_run else 'release'}: {item}")
     if dry_run:
+        if unreadable:
+            raise not_read
         return
     kept = release(found)
     print(f"released {len(found) - len(kept)} of {len(found)}")
+    if unreadable and not kept:
+        raise not_read
     if kept:
         hint = "stop what uses them (see 'losetup -l', 'findmnt' and 'ps'), then run host.clean again"
         raise ExternalError("still in use, so kept: " + "; ".join(map(str, kept)), hint=hint)

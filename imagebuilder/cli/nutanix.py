@@ -36,16 +36,16 @@ def image_upload(
     dry_run: bool = False,
 ) -> None:
     """Create the build's source image in Prism Central from a URL or a file, idempotent by name (spec 4.3)."""
-    from imagebuilder.core.grammar import is_hex_digest
-
     path = flags.existing_file(flags.required(config, "--config", "the nutanix build config"), "--config")
     if bool(url) == bool(file):
         raise InputError("give exactly one source", field="--url/--file", expected="--url URL or --file PATH")
     source = flags.existing_file(file, "--file") if file else None
     if url:
         flags.url(url, "--url", ("http", "https"))
-    if sha256 and (source or not is_hex_digest(sha256.lower(), "sha256")):
-        raise InputError("a SHA-256 in hex, with --url only", field="--sha256", expected="64 hex digits, with --url")
+    if sha256 and source:
+        raise InputError("a SHA-256 is given with --url only", field="--sha256", expected="64 hex digits, with --url")
+    if sha256:
+        sha256 = flags.hex_digest(sha256, "--sha256", "sha256")
     from imagebuilder.providers.nutanix.image_upload import UploadRequest, prism_from_config, upload_image
     from imagebuilder.providers.nutanix.provider import load_nutanix_config
 

@@ -33,15 +33,10 @@ def print_change(change: Change) -> None:
 
 
 def _counts(text: str, flag: str, defaults: dict[str, int], lo: int = 1, hi: int = 16) -> dict[str, int]:
-    from imagebuilder.publish.repository import ROLES
+    from imagebuilder.publish.repository import ROLES, role_numbers
 
-    out = dict(defaults)
-    for item in flags.comma_list(text, flag) if text else []:
-        role, sep, value = item.partition("=")
-        if not sep or role not in ROLES or not value.isdigit() or not lo <= int(value) <= hi:
-            raise InputError(f"'{item}' is not role=N", field=flag, expected=f"roles {', '.join(ROLES)}; N {lo}-{hi}")
-        out[role] = int(value)
-    return out
+    return role_numbers(flags.comma_list(text, flag) if text else [], flag, defaults, lo, hi, unit="N",
+                        expected=f"roles {', '.join(ROLES)}; N {lo}-{hi}")  # fmt: skip
 
 
 @task(
@@ -95,7 +90,8 @@ def init(c: Context, repo: str = "", keys: str = "", threshold: str = "", expire
     thresholds = _counts(threshold, "--threshold", dict.fromkeys(r.ROLES, 1))
     days = r.expiry(expires)
     store = open_store(location)
-    root, change = r.init(store, r.load_keys(key_dir, r.ROLES), thresholds, days, dry_run=dry_run)
+    asked = _counts(threshold, "--threshold", {}) if threshold else {}  # the roles whose threshold was given
+    root, change = r.init(store, r.load_keys(key_dir, r.ROLES), thresholds, days, dry_run=dry_run, asked=list(asked))
     print_change(change)
     print(f"root:     {store.location}/metadata/1.root.json")
     print(f"root SHA-512: {r.root_sha512(root)}")
@@ -132,7 +128,8 @@ def refresh(c: Context, repo: str = "", keys: str = "", expires: str = "", targe
         "repo": REPO_HELP,
         "keys": KEYS_HELP + "; the current root keys sign the new root",
         "role": "the role whose keys change: root, targets, snapshot or timestamp",
-        "new_key": "a new private key of the role (repeatable); every old key of the role is revoked",
+        "new_key": "a new private key of the role (repeatable, each key counted once); every old key of the role"
+        " that is not among them is revoked",
         "threshold": "signatures the role needs from now on (default 1)",
         "expires": EXPIRES_HELP,
         "dry_run": "check the keys and the repository; write nothing",
@@ -160,6 +157,8 @@ def rotate(c: Context, repo: str = "", keys: str = "", role: str = "", new_key: 
     current = r.load_keys(key_dir, tuple(dict.fromkeys(x for x in needed if x != role or role == "root")))
     change = r.rotate(open_store(location), current, role, new, count, days, dry_run=dry_run)
     print_change(change)
+    revoked = ", ".join(k[:12] for k in change.revoked) or "none (every old key is among the new ones)"
+    print(f"{'would revoke' if dry_run else 'revoked'} {role} key(s): {revoked}")
     if not dry_run:
         print(f"the {role} keys are now {', '.join(str(Path(k)) for k in new_key)}: put them in {key_dir} in place of"
               f" the old ones")  # fmt: skip

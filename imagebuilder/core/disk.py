@@ -169,6 +169,7 @@ def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
                     tar.extract(vmdk, work, filter="data")
             except tarfile.TarError as exc:
                 raise InputError(f"not a readable OVA (tar): {exc}", source=image) from None
+            _qemu_info(work / vmdk.name)  # its disk must not name files outside it (a descriptor's extents)
             run_checked("qemu-img", "convert", "-t", "unsafe", "-O", "raw", str(work / vmdk.name), str(out),
                         timeout=3600)  # fmt: skip
             yield out
@@ -186,11 +187,26 @@ def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
 
 
 def _qemu_info(image: Path) -> dict[str, object]:
+    """What ``qemu-img info`` says of ``image`` (which opens no backing file), refused when reading the image would
+    read other files: a backing file, a qcow2 external data file, a VMDK descriptor's extents elsewhere. A disk given
+    to the tool must be whole: converting it would copy whatever host file it names into the working copy."""
     try:
         info = json.loads(run_checked("qemu-img", "info", "--output=json", str(image)))
     except ExternalError as exc:
         raise InputError(f"not a disk image qemu-img can read: {exc}", source=image) from None
-    return info if isinstance(info, dict) else {}
+    if not isinstance(info, dict):
+        return {}
+    specific = info.get("format-specific")
+    data = specific.get("data") if isinstance(specific, dict) else None
+    data = data if isinstance(data, dict) else {}
+    listed = data.get("extents")
+    extents = listed if isinstance(listed, list) else []
+    elsewhere = [e.get("filename") for e in extents if isinstance(e, dict) and e.get("filename") != str(image)]
+    if info.get("backing-filename") or info.get("full-backing-filename") or data.get("data-file") or elsewhere:
+        raise InputError("reads other files (a backing file, an external data file or extents elsewhere); "
+                         "they are not read", source=image,
+                         expected="a whole image: flatten it first (qemu-img convert -O qcow2 IN OUT)")  # fmt: skip
+    return info
 
 
 def image_format(image: Path) -> str:
@@ -678,18 +694,45 @@ def stale_workspaces(root: Path) -> list[Leftover]:
     return found
 
 
-def stale_partials(folder: Path, *, recursive: bool = False) -> list[Leftover]:
+#: kernel views no run writes an output into: a search from / does not walk them
+_NOT_OUTPUTS = (Path("/proc"), Path("/sys"))
+
+
+def _partial_names(folder: Path, recursive: bool, unreadable: list[str]) -> list[Path]:
+    """The entries of ``folder`` (and below, with ``recursive``) named as partial files are, in name order; every
+    folder that could not be read is added to ``unreadable`` and the search goes on past it."""
+    found: list[Path] = []
+
+    def partial(name: str) -> bool:  # the glob .*<suffix> of each suffix
+        return name.startswith(".") and name.endswith(PARTIAL_SUFFIXES)
+
+    def failed(exc: OSError) -> None:
+        unreadable.append(f"{exc.filename or folder}: {exc.strerror or exc}")
+
+    if not recursive:
+        try:
+            names = os.listdir(folder)
+        except OSError as exc:
+            failed(exc)
+            return []
+        return sorted(folder / n for n in names if partial(n))
+    for top, dirs, files in os.walk(folder, onerror=failed):
+        here = Path(top)
+        dirs[:] = [d for d in dirs if here / d not in _NOT_OUTPUTS]
+        found += [here / n for n in (*dirs, *files) if partial(n)]
+    return sorted(found)
+
+
+def stale_partials(folder: Path, *, recursive: bool = False, unreadable: list[str] | None = None) -> list[Leftover]:
     """Half-written files in ``folder`` (and its subfolders with ``recursive``: a mirror's tree) that runs killed
     before their rename left: the temporary files and folders named by :func:`imagebuilder.core.files.partial_prefix`
     (an output being written, an OVA being assembled, a download) whose writer no longer runs. Nothing else in the
-    folder is looked at."""
+    folder is looked at. A folder that cannot be read is named in ``unreadable`` (when given), never taken for one
+    that holds nothing."""
     found: list[Leftover] = []
-    search = folder.rglob if recursive else folder.glob
-    try:
-        entries = sorted(e for suffix in PARTIAL_SUFFIXES for e in search(f".*{suffix}")) if folder.is_dir() else []
-    except OSError:
+    if not folder.is_dir():
         return []
-    for entry in entries:
+    for entry in _partial_names(folder, recursive, unreadable if unreadable is not None else []):
         pid = partial_owner(entry.name)
         if pid is not None and not entry.is_symlink() and gone(pid, None):
             found.append(Leftover("partial output", str(entry), pid))
@@ -697,15 +740,21 @@ def stale_partials(folder: Path, *, recursive: bool = False) -> list[Leftover]:
 
 
 def leftovers(
-    *, workspaces: Path | None = None, outputs: tuple[Path, ...] = (), recursive: bool = False
+    *,
+    workspaces: Path | None = None,
+    outputs: tuple[Path, ...] = (),
+    recursive: bool = False,
+    unreadable: list[str] | None = None,
 ) -> list[Leftover]:
     """Everything runs that are gone left (see docs/reliability.md): the processes they started, their
     scratch space in memory with its loop devices, their workspaces under ``workspaces`` and their half-written files
-    in ``outputs`` (searched through subfolders with ``recursive``), in the order :func:`release` frees them."""
+    in ``outputs`` (searched through subfolders with ``recursive``; folders it could not read named in
+    ``unreadable``), in the order :func:`release` frees them."""
     found = stale_processes() + stale_scratch()
     if workspaces is not None:
         found += stale_workspaces(workspaces)
-    return found + [item for folder in outputs for item in stale_partials(folder, recursive=recursive)]
+    return found + [item for folder in outputs for item in stale_partials(folder, recursive=recursive,
+                                                                           unreadable=unreadable)]  # fmt: skip
 
 
 def _loop_backings() -> list[tuple[str, str, str]]:

@@ -217,9 +217,15 @@ def atomic_write(
     an artifact of gigabytes that this run does not read again would otherwise push out what the next build needs
     or leave its memory to be reclaimed page by page."""
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    # the pid in the name: a run killed before the rename left this file, and the next run can tell (disk.py)
-    fd, tmp = tempfile.mkstemp(prefix=partial_prefix(final), suffix=".tmp", dir=final.parent)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        # the pid in the name: a run killed before the rename left this file, and the next run can tell (disk.py)
+        fd, tmp = tempfile.mkstemp(prefix=partial_prefix(final), suffix=".tmp", dir=final.parent)
+    except OSError as exc:  # a destination no file can be made in (/proc, a read-only mount, a file's name)
+        if is_full(exc):
+            raise full_error(final.parent, final.name) from None
+        raise InputError(f"cannot write {final.name} there: {exc.strerror or exc}", source=final.parent,
+                         expected="a folder this user can create files in") from None  # fmt: skip
     try:
         os.fchmod(fd, perm)
         with os.fdopen(fd, mode) as fh:

@@ -53,6 +53,15 @@ def duration(value: object, lo: int, hi: int) -> int:
     return seconds
 
 
+def is_ip(text: str, version: int | None = None) -> bool:
+    """``text`` is an IP address (of ``version`` 4 or 6, when given)."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return version is None or address.version == version
+
+
 def ip_address(text: str) -> str:
     """An IPv4 or IPv6 address in its canonical form."""
     try:
@@ -61,14 +70,19 @@ def ip_address(text: str) -> str:
         raise ValueError(f"expected an IPv4 or IPv6 address, got {text[:60]!r}") from None
 
 
+#: the characters of an IPv4 or IPv6 address (an IPv6 one in brackets too, or with a zone after '%')
+_ADDRESS_LIKE = re.compile(r"\[?[0-9A-Fa-f.:]+(%[^\]]*)?\]?")
+
+
 def hostname(text: str) -> str:
     """A DNS name (RFC 1123 labels, at most 253 characters) or an IP address; lower-cased."""
     if not isinstance(text, str) or not text:
         raise ValueError("expected a host name or IP address, got nothing")
-    try:
-        return str(ipaddress.ip_address(text.strip("[]") if text.startswith("[") else text))
-    except ValueError:
-        pass
+    if _ADDRESS_LIKE.fullmatch(text):  # only what could be an address is parsed as one (a failed parse is slow)
+        try:
+            return str(ipaddress.ip_address(text.strip("[]") if text.startswith("[") else text))
+        except ValueError:
+            pass
     name = text.rstrip(".")
     labels = name.split(".")
     if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels) or labels[-1].isdigit():
@@ -120,14 +134,16 @@ def url(text: str, schemes: tuple[str, ...] = ("https",), *, credentials: bool =
     return parts
 
 
-_INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+#: what the kernel takes (dev_valid_name: no '/', ':' or white space; ':' names an old-style alias label, which
+#: neither DHCP server can listen on) and a shell or a dhcpd.conf string holds without escaping
+_INTERFACE = re.compile(r"[A-Za-z0-9_.@-]{1,15}")
 _LINUX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _NO_PROXY_ENTRY = re.compile(r"[A-Za-z0-9.*:/_\[\]-]+")
 
 
 def interface_name(text: str) -> str:
-    """A Linux network interface name (IFNAMSIZ: at most 15 characters)."""
-    if not isinstance(text, str) or not _INTERFACE.fullmatch(text):
+    """A Linux network interface name (IFNAMSIZ: at most 15 characters), not '.' or '..'."""
+    if not isinstance(text, str) or not _INTERFACE.fullmatch(text) or text in (".", ".."):
         raise ValueError(f"{str(text)[:40]!r} is not a network interface name")
     return text
 
@@ -173,27 +189,61 @@ def domain_name(text: object) -> str:
 #: ``scheme://user:password@``, also as a path spells it once normalised (``scheme:/user:password@``: pathlib and
 #: os.path fold the double slash of a URL given where a file was expected, and a message then quotes the path)
 _URL_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*)?:/{1,2})([^/\s:@]*):([^\s]*)@")
+#: ``scheme://TOKEN@``: a user part without a password is a token as often as a name (``s3://KEY@bucket``)
+_URL_TOKEN = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:/{1,2})([^/\s:@*][^/\s:@]*)@")
+#: a URL's query: its values are signatures, tokens and keys as often as anything else
+_URL_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s?#]*\?)([^\s#]*)")
+MASK = "********"
+
+
+def _mask_query(query: str) -> str:
+    """Every value of a query hidden, its names kept (``X-Amz-Signature=********``); a part without a name goes
+    whole."""
+    return "&".join(
+        f"{part.split('=', 1)[0]}={MASK}" if "=" in part else (MASK if part else part) for part in query.split("&")
+    )
+
+
+#: C0 and C1 control characters, DEL, and the bidirectional and zero-width formatting characters
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def printable(text: str, limit: int = 253) -> str:
+    """Text another machine sent (a DHCP client's host name, a server's reply), made safe to print on a terminal:
+    every control character (an escape sequence's ESC included) and every character that reorders or hides text
+    becomes ``?``, and it is cut to ``limit`` characters."""
+    out = _UNPRINTABLE.sub("?", text)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def redact_urls_in(text: str) -> str:
-    """Every ``scheme://user:password@`` in a free text with its password replaced (for messages of any kind), in
-    the folded form a path gives it too."""
-    return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:********@", text)
+    """Every URL in a free text with its secrets replaced (for messages of any kind): the password of a
+    ``user:password@`` part, a user part that stands alone (a token), every query value; in the folded form a path
+    gives a URL too."""
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
+    text = _URL_TOKEN.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    return _URL_QUERY.sub(lambda m: f"{m.group(1)}{_mask_query(m.group(2))}", text)
 
 
 def redact_url(text: str) -> str:
-    """``text`` with the password of a URL's ``user:password@`` part replaced: safe to print.
+    """``text`` with a URL's secrets replaced: safe to print. The password of a ``user:password@`` part, a user
+    part without a password (a token: ``s3://TOKEN@bucket``), every query value.
 
     Errs on the side of hiding: everything between the first ':' of the user part and the last '@' goes."""
-    if "@" not in text:
-        return text
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "", text
-    userinfo, _, host = rest.rpartition("@")
-    if ":" not in userinfo:
-        return text
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:********@{host}"
+    if "@" in rest:
+        userinfo, _, host = rest.rpartition("@")
+        if ":" in userinfo:
+            rest = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
+        elif sep:  # a scheme's URL: the lone user part is a token as often as a name
+            rest = f"{MASK}@{host}"
+    if sep and "?" in rest:
+        head, _, query = rest.partition("?")
+        query, hash_, fragment = query.partition("#")
+        rest = f"{head}?{_mask_query(query)}{hash_}{fragment}"
+    return f"{scheme}{sep}{rest}"
 
 
 #: hex digits of each digest kind a config file, manifest or flag may give

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -28,8 +28,8 @@ class StrictModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _empty_is_unset(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
+        if not isinstance(data, dict) or not any(isinstance(v, str) and not v.strip() for v in data.values()):
+            return data  # nothing blank: the common case, without a look at the fields (rows by the 100,000)
         fields = cls.model_fields
         return {
             k: v
@@ -63,19 +63,42 @@ _MESSAGES = {
 }
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field's type holds: itself, or the items of a list, dict, tuple or union of them."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _model_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model of the mapping at ``loc`` (a list's index or a dict's key passes to its items), or None where no
+    one model is known: what names a key there may have, and what each field of it expects."""
+    for part in loc:
+        if model is None:
+            return None
+        info = model.model_fields.get(part) if isinstance(part, str) else None
+        if info is not None:
+            models = _models_in(info.annotation)
+            model = models[0] if len(models) == 1 else None
+        # else an index, or a dict's key: the items' model is the one already found
+    return model
+
+
 def pydantic_problems(exc: ValidationError, model: type[BaseModel] | None = None) -> list[Problem]:
-    """A pydantic error as our problems: the field path as the user writes it, a plain message, and (for a
-    missing field of ``model``) what is expected."""
+    """A pydantic error as our problems: the field path as the user writes it, a plain message, for a missing
+    field what it expects (its description) and for an unknown key "did you mean", at any depth of ``model``."""
     problems = []
     for err in exc.errors():
         field = _loc(err["loc"])
         kind = err["type"]
         msg = _MESSAGES.get(kind) or str(err["msg"]).removeprefix("Value error, ")
         expected = None
-        top = err["loc"][0] if err["loc"] else None
-        info = model.model_fields.get(str(top)) if model is not None and top is not None else None
+        parent = _model_at(model, err["loc"][:-1]) if err["loc"] else None
+        info = parent.model_fields.get(str(err["loc"][-1])) if parent is not None else None
         if kind == "missing" and info is not None:
             expected = info.description
+        elif kind == "extra_forbidden" and parent is not None:
+            msg += did_you_mean(str(err["loc"][-1]), list(parent.model_fields))
         elif kind == "literal_error":
             msg = f"got {err['input']!r}"
             expected = str(err["msg"]).removeprefix("Input should be ")

@@ -17,6 +17,7 @@ from typing import Literal
 from imagebuilder.build.disk_need import GIB, DiskNeed
 from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, check_plugins, requirements_for
 from imagebuilder.core.errors import ExternalError, ImageBuilderError
+from imagebuilder.core.grammar import redact_url
 from imagebuilder.core.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
 from imagebuilder.core.paths import existing_parent, workspace_root
 from imagebuilder.core.progress import Say, silent
@@ -122,12 +123,7 @@ def _mem_total() -> int:
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
-
-
-def mask_url(value: str) -> str:
-    """Hide credentials in a proxy URL (``http://user:pw@host`` -> ``http://***@host``)."""
-    return re.sub(r"//[^/@]+@", "//***@", value)
+    return tuple(int(p) for p in re.findall(r"[0-9]{1,9}", text)[:3])
 
 
 def check_host_os(pair: BuildPair, facts: HostFacts) -> Check:
@@ -224,7 +220,7 @@ def run_checks(
         )
     )
 
-    proxies = ", ".join(f"{k}={mask_url(v)}" for k, v in facts.env.items())
+    proxies = ", ".join(f"{k}={redact_url(v)}" for k, v in facts.env.items())
     checks.append(Check("proxy", "ok", proxies or "no proxy variables set (direct connections)"))
 
     return [Check(c.name, "skipped", c.detail) if c.name in skip else c for c in checks]

@@ -264,7 +264,7 @@ def repository_values(base_url: str, root: Path) -> list[tuple[str, str]]:
     from imagebuilder.publish.repository import load
     from imagebuilder.publish.storage import FolderStore
 
-    state = load(FolderStore(root))
+    state = load(FolderStore(root), purpose="serve")
     values = [("metadata URL", f"{base_url}/metadata/"), ("targets URL", f"{base_url}/targets/")]
     for name, info in sorted(state.targets.signed.targets.items()):
         if name.endswith((".gz", ".img")):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuilder.attest import provenance
+from imagebuilder.core import grammar
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import read_text, sha256_file
 from imagebuilder.core.progress import Transfers
@@ -51,14 +52,19 @@ def companions(image: Path) -> tuple[Path, Path]:
 def check_checksum(image: Path) -> str:
     """The image's SHA-256, which must be the one its ``.sha256`` file says."""
     sums = image.with_name(image.name + ".sha256")
-    if not sums.is_file():
-        raise InputError(f"has no {sums.name} beside it", source=image, field="--image",
+    if sums.is_symlink() or not sums.is_file():  # a build writes a file; a link may lead to any file's secrets
+        raise InputError(f"has no {sums.name} file beside it" + (" (a symbolic link)" if sums.is_symlink() else ""),
+                         source=image, field="--image",
                          expected="the image's checksum file, as a build writes it")  # fmt: skip
     want = read_text(sums, "checksum file").split()[:1]
     got = sha256_file(image)
     if want != [got]:
+        # quoted only when it is a digest: the file's content is never echoed otherwise
+        said = "no SHA-256" if not want else "something that is not a SHA-256"
+        if want and grammar.is_hex_digest(want[0], "sha256"):
+            said = want[0]
         raise InputError(
-            f"{sums.name} says {want[0] if want else 'nothing'}, the image's SHA-256 is {got}",
+            f"{sums.name} says {said}, the image's SHA-256 is {got}",
             source=image,
             field="--image",
             expected="an image whose .sha256 matches (a partial copy or another build's checksum?)",

@@ -17,12 +17,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuilder.attest.keys import load_signer
+from imagebuilder.core import grammar
 from imagebuilder.core import progress as _progress
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.progress import Transfers
@@ -53,19 +54,25 @@ def target_name(name: str, flag: str = "--target-name") -> str:
 
 def expiry(text: str | None, flag: str = "--expires") -> dict[str, int]:
     """``role=days,...`` over the defaults (:data:`EXPIRY_DAYS`)."""
-    days = dict(EXPIRY_DAYS)
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        role, sep, value = item.strip().partition("=")
-        if not sep or role not in ROLES or not value.isdigit() or not 1 <= int(value) <= 3650:
-            raise InputError(
-                f"'{item}' is not role=days",
-                field=flag,
-                expected=f"e.g. timestamp=1,snapshot=7 (roles: {', '.join(ROLES)}; 1-3650 days)",
-            )
-        days[role] = int(value)
-    return days
+    items = [item.strip() for item in (text or "").split(",") if item.strip()]
+    return role_numbers(items, flag, EXPIRY_DAYS, 1, 3650, unit="days",
+                        expected=f"e.g. timestamp=1,snapshot=7 (roles: {', '.join(ROLES)}; 1-3650 days)")  # fmt: skip
+
+
+def role_numbers(items: Iterable[str], flag: str, defaults: dict[str, int], lo: int, hi: int, *, unit: str,
+                 expected: str) -> dict[str, int]:  # fmt: skip
+    """``role=<number>`` items (expiries, key counts, thresholds) over ``defaults``: a known role, and a number of
+    the one grammar (ASCII digits, ``lo`` to ``hi``: ``int()`` would take "٣" and "1_0")."""
+    out = dict(defaults)
+    for item in items:
+        role, sep, value = item.partition("=")
+        try:
+            if not sep or role not in ROLES:
+                raise ValueError(role)
+            out[role] = grammar.integer(value, lo, hi)
+        except ValueError:
+            raise InputError(f"'{item[:80]}' is not role={unit}", field=flag, expected=expected) from None
+    return out
 
 
 @dataclass
@@ -77,6 +84,12 @@ class Keys:
 
     def of(self, role: str) -> list[CryptoSigner]:
         return self.signers.get(role, [])
+
+
+def distinct(signers: Iterable[CryptoSigner]) -> list[CryptoSigner]:
+    """``signers`` with each key ID once, in their order: two files of one key are one key to a client, so they
+    count once toward a threshold (counted twice, they would make a repository that no client accepts)."""
+    return list({s.public_key.keyid: s for s in signers}.values())
 
 
 def load_keys(folder: Path, roles: Iterable[str], flag: str = "--keys") -> Keys:
@@ -91,7 +104,7 @@ def load_keys(folder: Path, roles: Iterable[str], flag: str = "--keys") -> Keys:
                 field=flag,
                 expected=f"{role}.pem or {role}-<n>.pem (make keys with 'image-builder repo.keygen')",
             )
-        keys.signers[role] = [load_signer(f, flag) for f in files]
+        keys.signers[role] = distinct(load_signer(f, flag) for f in files)
     return keys
 
 
@@ -115,14 +128,21 @@ class State:
     timestamp: Metadata[Timestamp]
 
 
-def _parse(data: bytes, name: str, store: Store) -> Metadata[Any]:
+#: what to do about a damaged repository, by what was about to be done with it
+_DAMAGED_HINT = {
+    "publish": "do not publish on top of it; restore the repository from a copy",
+    "serve": "do not serve it (clients refuse it); restore the repository from a copy and serve that",
+}
+
+
+def _parse(data: bytes, name: str, store: Store, purpose: str = "publish") -> Metadata[Any]:
     from tuf.api.metadata import Metadata
 
     try:
         return Metadata.from_bytes(data)
     except Exception as exc:  # python-tuf raises DeserializationError and friends
         raise ExternalError(f"{store.location}/{name} is not TUF metadata: {exc}",
-                            hint="the repository is damaged; restore it from a copy") from None  # fmt: skip
+                            hint=_DAMAGED_HINT[purpose]) from None  # fmt: skip
 
 
 def _need(store: Store, name: str) -> bytes:
@@ -133,31 +153,37 @@ def _need(store: Store, name: str) -> bytes:
     return data
 
 
-def load(store: Store) -> State:
-    """The newest metadata of ``store``, verified: each root by the one before it, the rest by the newest root."""
+def load(store: Store, *, purpose: str = "publish") -> State:
+    """The newest metadata of ``store``, verified: each root by the one before it, the rest by the newest root.
+    Each file's signatures are checked before any field of it is read (the snapshot a timestamp names, the targets
+    version a snapshot names): an unsigned edit is reported as such, never followed. ``purpose`` (publish or serve)
+    says what the hint of a damaged repository tells the user to do."""
     from tuf.api.exceptions import UnsignedMetadataError
 
-    root = _parse(_need(store, "metadata/1.root.json"), "metadata/1.root.json", store)
-    while (data := store.read(f"metadata/{root.signed.version + 1}.root.json")) is not None:
-        new = _parse(data, f"metadata/{root.signed.version + 1}.root.json", store)
+    hint = _DAMAGED_HINT[purpose]
+
+    def verified(role: str, name: str, by: Metadata[Any]) -> Metadata[Any]:
+        md = _parse(_need(store, name), name, store, purpose)
         try:
-            root.verify_delegate("root", new)
-            new.verify_delegate("root", new)
+            by.verify_delegate(role, md)
+            if role == "root":
+                md.verify_delegate("root", md)
         except UnsignedMetadataError as exc:
-            raise ExternalError(f"{store.location}: root version {new.signed.version} is not properly signed: {exc}",
-                                hint="do not publish on top of it; restore the repository") from None  # fmt: skip
-        root = new
-    timestamp = _parse(_need(store, "metadata/timestamp.json"), "metadata/timestamp.json", store)
-    snap_name = f"metadata/{timestamp.signed.snapshot_meta.version}.snapshot.json"
-    snapshot = _parse(_need(store, snap_name), snap_name, store)
-    targets_name = f"metadata/{snapshot.signed.meta['targets.json'].version}.targets.json"
-    targets = _parse(_need(store, targets_name), targets_name, store)
-    for role, md in (("timestamp", timestamp), ("snapshot", snapshot), ("targets", targets)):
-        try:
-            root.verify_delegate(role, md)
-        except UnsignedMetadataError as exc:
-            raise ExternalError(f"{store.location}: the {role} metadata is not signed by its keys: {exc}",
-                                hint="do not publish on top of it; restore the repository") from None  # fmt: skip
+            raise ExternalError(f"{store.location}: {name} is not signed by the {role} keys: {exc}",
+                                hint=hint) from None  # fmt: skip
+        if md.signed.type != role:
+            raise ExternalError(f"{store.location}: {name} holds {md.signed.type} metadata, not {role}", hint=hint)
+        return md
+
+    root = _parse(_need(store, "metadata/1.root.json"), "metadata/1.root.json", store, purpose)
+    while store.read(f"metadata/{root.signed.version + 1}.root.json") is not None:
+        root = verified("root", f"metadata/{root.signed.version + 1}.root.json", root)
+    timestamp = verified("timestamp", "metadata/timestamp.json", root)
+    snapshot = verified("snapshot", f"metadata/{timestamp.signed.snapshot_meta.version}.snapshot.json", root)
+    listed = snapshot.signed.meta.get("targets.json")
+    if listed is None:
+        raise ExternalError(f"{store.location}: its snapshot lists no targets metadata", hint=hint)
+    targets = verified("targets", f"metadata/{listed.version}.targets.json", root)
     return State(root, targets, snapshot, timestamp)
 
 
@@ -186,6 +212,8 @@ class Change:
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     versions: dict[str, int] = field(default_factory=dict)
+    #: the key IDs a rotation took from the role (a key kept is not revoked)
+    revoked: list[str] = field(default_factory=list)
 
 
 def _write_snapshot_and_timestamp(store: Store, state: State, keys: Keys, days: dict[str, int], change: Change,
@@ -226,11 +254,11 @@ def _write_targets(store: Store, state: State, keys: Keys, days: dict[str, int],
     change.versions["targets"] = t.signed.version
 
 
-def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False
-         ) -> tuple[bytes, Change]:  # fmt: skip
+def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False,
+         asked: Collection[str] = ROLES) -> tuple[bytes, Change]:  # fmt: skip
     """A new repository (root, empty targets, snapshot, timestamp, all version 1). Returns root.json's bytes. A
     folder or prefix that holds a repository already is left alone: the same keys make this a no-op (a rerun), other
-    keys exit 2."""
+    keys exit 2, and so does another threshold for a role in ``asked`` (the roles whose threshold the user gave)."""
     from tuf.api.metadata import Metadata, MetaFile, Root, Snapshot, Targets, Timestamp
 
     for role in ROLES:
@@ -249,6 +277,15 @@ def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, i
                 field="--repo",
                 expected="an empty folder or prefix (or the keys it was made with: a rerun changes nothing)",
             )
+        # the same keys with other thresholds is not a rerun of the same command: say so rather than keep the old
+        # ones silently (repo.rotate changes a role's threshold)
+        for role in asked:
+            had, wanted = root_md.signed.roles[role].threshold, thresholds.get(role, 1)
+            if had != wanted:
+                raise InputError(f"holds a repository whose {role} threshold is {had}, not {wanted}",
+                                 source=store.location, field="--threshold",
+                                 expected=f"{role}={had} as it was made (a rerun changes nothing); "
+                                 f"repo.rotate --role {role} --threshold {wanted} changes it")  # fmt: skip
         return existing, Change(unchanged=["metadata/1.root.json"], versions={"root": root_md.signed.version})
     root = Root(expires=_expires(days["root"]), consistent_snapshot=True)
     for role in ROLES:
@@ -337,17 +374,24 @@ def rotate(store: Store, keys: Keys, role: str, new: list[CryptoSigner], thresho
     is then signed again by its new keys, with snapshot and timestamp."""
     if role not in ROLES:
         raise InputError(f"'{role}' is not a role", field="--role", expected=", ".join(ROLES))
+    new = distinct(new)  # one key given twice is one key
     if not 1 <= threshold <= len(new):
-        raise InputError(f"the threshold is {threshold} with {len(new)} new key(s)", field="--threshold",
+        raise InputError(f"the threshold is {threshold} with {len(new)} distinct new key(s)", field="--threshold",
                          expected=f"1 to {len(new)}")  # fmt: skip
     state = load(store)
     root = state.root
     _check_signers(root.signed, "root", keys.of("root"))
     old_ids = list(root.signed.roles[role].keyids)
+    new_ids = [s.public_key.keyid for s in new]
+    if sorted(old_ids) == sorted(new_ids) and root.signed.roles[role].threshold == threshold:
+        raise InputError(f"the {role} role has these keys and this threshold already: nothing would change",
+                         field="--new-key", expected=f"a key that is not one of the {role} role's now")  # fmt: skip
     for keyid in old_ids:
-        root.signed.revoke_key(keyid, role)
+        if keyid not in new_ids:
+            root.signed.revoke_key(keyid, role)
     for signer in new:
-        root.signed.add_key(signer.public_key, role)
+        if signer.public_key.keyid not in old_ids:
+            root.signed.add_key(signer.public_key, role)
     root.signed.roles[role].threshold = threshold
     root.signed.version += 1
     root.signed.expires = _expires(days["root"])
@@ -363,6 +407,7 @@ def rotate(store: Store, keys: Keys, role: str, new: list[CryptoSigner], thresho
         store.write(name, _bytes(root))  # first: a client reads the root before anything it signs for
     change.written.append(name)
     change.versions["root"] = root.signed.version
+    change.revoked = [k for k in old_ids if k not in new_ids]
     rotated = Keys(keys.folder, {**keys.signers, role: list(new)})
     if role == "targets":
         _write_targets(store, state, rotated, days, change, dry_run=dry_run)

@@ -126,6 +126,11 @@ RACK_CASES: dict[str, dict[str, object]] = {
     "mac with a statement": {"fixed_leases": [{"mac": "02:00:00:00:00:01; }", "ip": "10.20.0.5", "hostname": "a"}]},
     "fixed lease ip as a number": {"fixed_leases": [{"mac": "02:00:00:00:00:01", "ip": 169083909, "hostname": "a"}]},
     "interface with a quote": {"subnets": [{**RACK, "interface": 'eth1"]'}]},
+    # an alias label: the kernel takes no ':' in a name, and dhcpd -t refused it as a shared network's name
+    "interface alias label": {
+        "subnets": [{**RACK, "interface": "eth1:0"}, {**RACK, "interface": "eth1:0", "subnet": "10.21.0.0/24"}]
+    },
+    "interface dot-dot": {"subnets": [{**RACK, "interface": ".."}]},
     "csv that is not there": {"fixed_leases_csv": "no-such-hardware.csv"},
     "both forms": {"interface": "eth0"},
     "overlapping racks": {"subnets": [RACK, {**RACK, "subnet": "10.20.0.0/23"}]},
@@ -326,3 +331,58 @@ def test_server_addresses_in_provider_configs(
               f"--{provider}-config", str(path), "--dry-run", "--offline")  # fmt: skip
     assert res.code == 2, (field, value, res.text)
     assert f"{path}: {field}" in res.err and "S3CRET-PROV" not in res.text
+
+
+#: a key misspelled below the top of a file: (file name, text, the field path, the key it meant)
+NESTED_TYPOS = [
+    ("dhcp.yaml", "dns_servers: [10.77.0.1]\nsubnets:\n  - interface: lo\n    subnet: 10.77.0.0/24\n"
+     "    rnage: {start: 10.77.0.10, end: 10.77.0.15}\n    routers: [10.77.0.1]\n", "subnets[0].rnage", "range"),
+    ("dhcp.yaml", "dns_servers: [10.77.0.1]\nsubnets:\n  - interface: lo\n    subnet: 10.77.0.0/24\n"
+     "    range: {strat: 10.77.0.10, end: 10.77.0.15}\n    routers: [10.77.0.1]\n", "subnets[0].range.strat", "start"),
+    ("site.yaml", "registries: {'h:5000': {usrname: u, password: p}}\n", "registries.h:5000.usrname", "username"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "text", "field", "meant"), NESTED_TYPOS)
+def test_a_nested_misspelling_is_named_with_what_it_meant(
+    tmp_path: Path, name: str, text: str, field: str, meant: str
+) -> None:
+    """ "did you mean" at every depth of a file, not only among its top-level keys; a missing nested field says
+    what that field expects, not what its top-level ancestor does."""
+    path = tmp_path / name
+    path.write_text(text)
+    image = tmp_path / "x.gz"
+    image.write_bytes(b"")
+    args = ("dhcp.render", "--config", str(path)) if name == "dhcp.yaml" else (
+        "image.customize", "--image", str(image), "-f", str(path), "--dest", str(tmp_path / "o.gz"))  # fmt: skip
+    res = cli(*args, cwd=tmp_path)
+    assert res.code == 2, res.text
+    assert f"{field}: unknown field; did you mean '{meant}'?" in res.err, res.err
+    assert "instead of the single-subnet keys" not in res.err, "a nested field's own description, not its parent's"
+
+
+@pytest.mark.parametrize("kind", ["backing", "data-file", "vmdk-extent"])
+def test_an_image_that_names_host_files_is_refused_before_they_are_read(tmp_path: Path, kind: str) -> None:
+    """A qcow2 with a backing file (or an external data file), or a VMDK descriptor whose extent is a host file,
+    would have that file read into the working copy: refused by what ``qemu-img info`` says, which opens none of
+    them (outside review: image.diff read a qcow2's host backing file before refusing it)."""
+    import subprocess
+
+    secret = tmp_path / "host-secret"
+    secret.write_bytes(b"S3CRET-HOST-FILE".ljust(1024 * 1024, b"\0"))
+    image = tmp_path / ("disk.vmdk" if kind == "vmdk-extent" else "disk.qcow2")
+    if kind == "backing":
+        argv = ["qemu-img", "create", "-f", "qcow2", "-b", str(secret), "-F", "raw", str(image)]
+    elif kind == "data-file":
+        argv = ["qemu-img", "create", "-f", "qcow2", "-o", f"data_file={secret},data_file_raw=on", str(image), "1M"]
+    else:
+        head = '# Disk DescriptorFile\nversion=1\nCID=fffffffe\nparentCID=ffffffff\ncreateType="monolithicFlat"\n'
+        image.write_text(head + f'RW 2048 FLAT "{secret}" 0\n')
+        argv = []
+    if argv:
+        subprocess.run(argv, check=True, capture_output=True)
+    before = secret.stat().st_atime_ns
+    res = cli("image.diff", "--image", str(image), "--against", str(image), cwd=tmp_path)
+    assert res.code == 2 and "reads other files" in res.err and str(image) in res.err, res.text
+    assert "S3CRET" not in res.text
+    assert secret.stat().st_atime_ns == before or secret.stat().st_atime_ns <= before, "the host file was not read"

@@ -110,6 +110,10 @@ def test_destinations_that_are_files_or_cannot_be_created(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "file"] and not list(a_dir.iterdir())
 
 
+#: a dry-run build on the newest line, to which a hostile flag is added
+ON_1_36 = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-36", "--dry-run"]
+
+
 @pytest.mark.parametrize(
     ("args", "flag"),
     [
@@ -155,6 +159,51 @@ def test_destinations_that_are_files_or_cannot_be_created(tmp_path: Path) -> Non
         (["host.prepare", "--dry-run", "--root", ".", "--https-proxy", "http://u:S3CR3T@p:99999"], "--https-proxy"),
         (["host.prepare", "--dry-run", "--root", ".", "--no-proxy", "a;b"], "--no-proxy"),
         (["host.prepare", "--dry-run", "--root", ".", "--no-proxy", "x\nexport EVIL=1"], "--no-proxy"),
+        *[([*ON_1_36, "--runtime", bad], "--runtime") for bad in ("distro", "x" * 10000, "os\n")],
+        (["build.matrix", *ON_1_36[1:], "--runtime", "/proc/self/environ"], "--runtime"),
+        *[
+            (["mirror.create", "--release-channel", "1-36", "--dest", "m", "--eksa-release", bad], "--eksa-release")
+            for bad in ("v0.21.3\n", "v" + "9" * 10000, "v０.21.3", "https://u:S3CR3T@h/v0.21.3", "/proc/self/environ")
+        ],
+        (["release.build", "--kubernetes", "v1.36.3", "--containerd", "v2.3.1\n", "--dest", "r"], "--containerd"),
+        (
+            ["release.build", "--kubernetes", "v1.36.3", "--containerd", "v" + "9" * 10000, "--dest", "r"],
+            "--containerd",
+        ),
+        (["release.build", "--kubernetes", "v1.36.3", "--containerd", "../../v2.3.1", "--dest", "r"], "--containerd"),
+        # a malformed pin is refused before root.json is fetched (the root URL below refuses connections: a fetch
+        # would exit 1, not 2)
+        *[
+            (
+                [
+                    "download.bottlerocket",
+                    "--variant",
+                    "baremetal",
+                    "--kubernetes",
+                    "1.33",
+                    "--root",
+                    "http://127.0.0.1:9/root.json",
+                    "--root-sha512",
+                    bad,
+                ],
+                "--root-sha512",
+            )
+            for bad in ("zz", "0" * 127, "0" * 129, "g" * 128, "０" * 128, "0" * 64 + "\n" + "0" * 63)
+        ],
+        (
+            [
+                "download.image",
+                "--repo",
+                "http://127.0.0.1:9/",
+                "--root",
+                "http://127.0.0.1:9/root.json",
+                "--target",
+                "a.gz",
+                "--root-sha512",
+                "0" * 64,
+            ],
+            "--root-sha512",
+        ),
     ],
 )
 def test_other_values_and_missing_flags(tmp_path: Path, args: list[str], flag: str) -> None:
@@ -171,3 +220,77 @@ def test_console_script_agrees(tmp_path: Path) -> None:
         for args in (["serve", "--dir", ".", "--port", "abc"], ["dhcp.verify", "--interface", "lo", "--timeout", "x"]):
             res = run(*args, program=program)
             assert res.code == 2 and args[-2] in res.err, (program, res.err)
+
+
+@pytest.mark.parametrize(
+    ("says", "why"),
+    [
+        ("Packer v0.1.0", "older than 1.6.6"),
+        ("Packer v1.6.5", "older than 1.6.6"),
+        ("Packer v1." + "9" * 5000 + ".0", "did not print a Packer version"),
+        ("Packer v1.\u0669.4", "did not print a Packer version"),  # an Arabic-Indic digit
+    ],
+)
+def test_a_packer_below_the_floor_or_unreadable_is_refused_at_plan_time(tmp_path: Path, says: str, why: str) -> None:
+    """--packer names a binary: what it says of its version is held to the floor the templates are built on (Debian's
+    1.6.6, docs/packer.md) before anything is planned on it (outside review: a Packer saying v0.1.0 was planned)."""
+    fake = tmp_path / "bin" / "packer"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{says}'\n")
+    fake.chmod(0o755)
+    res = cli("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--packer",
+              str(fake), "--engine", "packer", "--dry-run", cwd=tmp_path)  # fmt: skip
+    assert res.code == 2 and "--packer" in res.err and why in res.err, res.text
+    assert len(res.err) < 2000, "a long version is not echoed whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"github.com/hashicorp/\xff\xfeqemu\n",
+        b"../../../../etc/qemu\n",
+        b"github.com/hashicorp/../../qemu\n",
+        b"github.com/hashicorp/ansible\n",
+        b"x" * 300_000,
+        b"github.com/hashicorp/qemu\ngithub.com/evil/qemu\n",
+        "link",
+    ],
+)
+def test_a_plugin_source_file_is_one_address_of_its_plugin(tmp_path: Path, source: bytes | str) -> None:
+    """A ``<type>.source`` beside a plugin binary names where Packer keeps it (folders under its plugin folder): one
+    source address in Packer's grammar, of that plugin, read as any user file is (UTF-8, bounded, not a link), or
+    exit 2 naming the file without quoting it (outside review: non-UTF-8 bytes were an internal error)."""
+    from imagebuilder.build.packer_plugins import plugin_binaries
+    from imagebuilder.core.errors import InputError
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "packer-plugin-qemu").write_bytes(b"#!/bin/sh\nexit 1\n")
+    if source == "link":
+        (tmp_path / "secret").write_text("github.com/hashicorp/qemu\n")
+        (folder / "qemu.source").symlink_to(tmp_path / "secret")
+    else:
+        assert isinstance(source, bytes)
+        (folder / "qemu.source").write_bytes(source)
+    with pytest.raises(InputError) as refused:
+        plugin_binaries(folder)
+    assert "qemu.source" in str(refused.value) and "evil" not in str(refused.value) and "xxxx" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "root", [b"hello\n", b"\xff\xfe", b'{"signed": {"_type": "targets"}, "signatures": []}', b"[]"]
+)
+def test_a_root_that_is_not_root_metadata_is_the_flags_fault(tmp_path: Path, root: bytes) -> None:
+    """download.image's --root is the user's trust anchor: a file that is not TUF root metadata exits 2 naming
+    --root (outside review: it was blamed on the repository, exit 1)."""
+    given = tmp_path / "given" / "root.json"
+    given.parent.mkdir()
+    given.write_bytes(root)
+    (tmp_path / "repo" / "metadata").mkdir(parents=True)
+    res = cli("download.image", "--repo", str(tmp_path / "repo"), "--root", str(given), "--target", "a.gz",
+              "--dest", str(tmp_path / "dl"), cwd=tmp_path)  # fmt: skip
+    assert res.code == 2 and "--root" in res.err and ("not TUF root metadata" in res.err or "not root" in res.err), (
+        res.err
+    )
+    assert not (tmp_path / "dl").exists()

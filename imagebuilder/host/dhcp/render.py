@@ -82,7 +82,26 @@ def kea_config(pool: Pool, *, leases: str) -> dict[str, Any]:
     return {"Dhcp4": dhcp4}
 
 
+#: one encoder for every one-line mapping (json.dumps with arguments builds an encoder per call)
+_ONE_LINE = json.JSONEncoder(separators=(", ", ": "))
+
+
+def _json(value: Any, indent: str = "") -> str:
+    """JSON indented as ``json.dumps(indent=2)`` writes it, except that a mapping of plain values (a reservation, a
+    pool, an option) is one line: as readable, and serialized by the C encoder (100,000 reservations in a fraction
+    of the pure-Python indenting encoder's time)."""
+    inner = indent + "  "
+    if isinstance(value, dict) and value:
+        if not any(isinstance(v, dict | list) for v in value.values()):
+            return _ONE_LINE.encode(value)
+        items = (f"{inner}{json.dumps(k)}: {_json(v, inner)}" for k, v in value.items())
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list) and value:
+        return "[\n" + ",\n".join(f"{inner}{_json(v, inner)}" for v in value) + f"\n{indent}]"
+    return json.dumps(value)
+
+
 def kea_text(pool: Pool, *, leases: str) -> str:
     return "// Written by image-builder dhcp.install (spec 4.9). Edit the DHCP config file and rerun instead.\n" + (
-        json.dumps(kea_config(pool, leases=leases), indent=2) + "\n"
+        _json(kea_config(pool, leases=leases)) + "\n"
     )

@@ -18,12 +18,12 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from imagebuilder.core import grammar
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.runs import daemon_env
@@ -33,11 +33,18 @@ from imagebuilder.host.dhcp.render import isc_files, kea_text
 
 @dataclass(frozen=True)
 class Lease:
+    """One lease as a lease file states it. Its host name and MAC are what a client sent: made printable here
+    (:func:`grammar.printable`), so no task prints a client's escape sequences."""
+
     ip: str
     mac: str
     hostname: str
     expires: dt.datetime | None  #: None: does not expire
     state: str  #: active, expired, declined...
+
+    def __post_init__(self) -> None:
+        for name in ("ip", "mac", "hostname", "state"):
+            object.__setattr__(self, name, grammar.printable(getattr(self, name)))
 
 
 @dataclass
@@ -83,6 +90,10 @@ class Server:
     def env(self, host: DhcpHost) -> dict[str, str]:
         return daemon_env()
 
+    def check_dirs(self, host: DhcpHost) -> list[Path]:
+        """Folders the server's ``-t`` writes into (under ``host``, the check's private folder)."""
+        return []
+
     def leases(self, host: DhcpHost) -> list[Lease]:
         raise NotImplementedError
 
@@ -101,23 +112,23 @@ class Server:
             return None
         return pid
 
-    def check(self, text: str, directory: Path) -> None:
-        """The server's own check of a candidate main file; raises with its words when it is refused."""
+    def check(self, text: str) -> None:
+        """The server's own check of a candidate main file; raises with its words when it is refused. Made in a
+        private folder of the run, removed after: a refused file leaves nothing behind (not even an empty
+        ``/etc/kea`` on a fresh host), and Kea's pid and lock files of ``-t`` go there too, not beside the config."""
+        from imagebuilder.core.disk import run_tempdir
+
         if shutil.which(self.binary) is None:
             raise ExternalError(f"{self.binary} is not installed", hint=f"install {self.package} (dhcp.install does)")
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{Path(self.main).name}.", suffix=".check",
-                                         delete=False) as fh:  # fmt: skip
-            fh.write(text)
-        try:
-            proc = subprocess.run(self.check_args(Path(fh.name)), capture_output=True, text=True, timeout=60,
-                                  check=False, env=self.env(DhcpHost(directory)))  # fmt: skip
-        finally:
-            os.unlink(fh.name)
+        with run_tempdir(f"{self.name}-check") as tmp:
+            for folder in self.check_dirs(DhcpHost(tmp)):  # Kea's lock files: a missing folder is four lines of noise
+                folder.mkdir(parents=True, exist_ok=True)
+            conf = tmp / Path(self.main).name
+            conf.write_text(text)
+            proc = subprocess.run(self.check_args(conf), capture_output=True, text=True, timeout=60, check=False,
+                                  env=self.env(DhcpHost(tmp)))  # fmt: skip
         if proc.returncode != 0:
-            lines = [
-                ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "Internet Systems" not in ln
-            ]
+            lines = _cause(proc.stderr + proc.stdout)
             raise ExternalError(
                 f"{self.binary} -t refused the new configuration; the old one is left in"
                 f" place: " + " | ".join(lines[-6:]),
@@ -217,6 +228,9 @@ class KeaServer(Server):
         run = str(host.path("/run/kea"))
         return {**daemon_env(), "KEA_PIDFILE_DIR": run, "KEA_LOCKFILE_DIR": run}
 
+    def check_dirs(self, host: DhcpHost) -> list[Path]:
+        return [host.path("/run/kea")]
+
     def pidfile(self, host: DhcpHost) -> Path:
         return host.path("/run/kea/kea-dhcp4.kea-dhcp4.pid")  # <config name>.kea-dhcp4.pid
 
@@ -230,6 +244,16 @@ class KeaServer(Server):
 
 
 SERVERS: dict[str, Server] = {s.name: s for s in (IscServer(), KeaServer())}
+
+
+#: what dhcpd prints around every refusal (its banner, then its bug-report advice): not the cause
+_BANNER = ("Internet Systems Consortium", "Copyright ", "All rights reserved", "For info, please visit")
+
+
+def _cause(output: str) -> list[str]:
+    """A server's refusal without its boilerplate: dhcpd's banner and everything from its bug-report advice on."""
+    text = output.split("If you think you have received this message due to a bug", 1)[0]
+    return [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(_BANNER)]
 
 
 def _read(path: Path) -> str:
@@ -299,15 +323,12 @@ def install(pool: Pool, host: DhcpHost, server: Server, *, dry_run: bool = False
     if dry_run:
         # the same check the real run makes before writing, when the server is already here to make it
         if shutil.which(server.binary) is not None:
-            from imagebuilder.core.disk import run_tempdir
-
-            with run_tempdir(f"{server.name}-check") as tmp:
-                server.check(files[server.main], Path(tmp))
+            server.check(files[server.main])
         restart = bool(changed) or (not host.uses_systemd and running is None)
         return InstallReport(server.name, changed, restart, running, [o.name for o in others])
     if not server.installed():
         _apt_install(server.package)
-    server.check(files[server.main], host.path(server.main).parent)
+    server.check(files[server.main])
     previous = {p: host.path(p).read_text() if host.path(p).is_file() else None for p in changed}
     for path in changed:
         with atomic_write(host.path(path)) as fh:
@@ -351,7 +372,7 @@ def _roll_back(server: Server, host: DhcpHost, previous: dict[str, str | None]) 
 
 # --- leases -------------------------------------------------------------------------------------------------------
 
-_LEASE = re.compile(r"^lease (\d+\.\d+\.\d+\.\d+) \{(.*?)^\}", re.M | re.S)
+_LEASE = re.compile(r"^lease ([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}) \{(.*?)^\}", re.M | re.S)
 
 
 def _isc_time(text: str) -> dt.datetime | None:
@@ -369,6 +390,8 @@ def parse_dhcpd_leases(text: str) -> list[Lease]:
     """dhcpd.leases: the last block of each address wins (dhcpd appends)."""
     latest: dict[str, Lease] = {}
     for ip, body in _LEASE.findall(text):
+        if not grammar.is_ip(ip, 4):  # 999.1.1.1: not a lease dhcpd wrote
+            continue
         fields: dict[str, str] = {}
         for raw in body.split(";"):
             line = raw.strip()
@@ -388,22 +411,29 @@ def parse_kea_leases(text: str) -> list[Lease]:
     newest row of each address wins; a row with valid_lifetime 0 is a released lease."""
     latest: dict[str, Lease] = {}
     header: list[str] = []
-    for cols in csv.reader(io.StringIO(text)):
-        if cols and cols[0] == "address":  # each file of the memfile starts with its header
-            header = cols
-            continue
-        if not header or len(cols) < len(header) - 1:
-            continue
-        row = dict(zip(header, cols, strict=False))
-        address = row.get("address") or ""
-        try:
-            expire = dt.datetime.fromtimestamp(int(row.get("expire") or 0), dt.UTC)
-        except ValueError:
-            expire = None
-        state = _KEA_STATES.get(row.get("state") or "0", row.get("state") or "")
-        if (row.get("valid_lifetime") or "") == "0":
-            state = "released"
-        latest[address] = Lease(address, row.get("hwaddr") or "", row.get("hostname") or "", expire, state)
+    rows = csv.reader(io.StringIO(text))
+    try:
+        for cols in rows:
+            if cols and cols[0] == "address":  # each file of the memfile starts with its header
+                header = cols
+                continue
+            if not header or len(cols) < len(header) - 1:
+                continue
+            row = dict(zip(header, cols, strict=False))
+            address = row.get("address") or ""
+            if not grammar.is_ip(address, 4):  # not a lease Kea wrote: left out, never sorted or printed as an address
+                continue
+            try:
+                expire = dt.datetime.fromtimestamp(grammar.integer(row.get("expire") or "0", 0, 2**40), dt.UTC)
+            except (ValueError, OverflowError, OSError):  # out of range for a date: no expiry known
+                expire = None
+            state = _KEA_STATES.get(row.get("state") or "0", row.get("state") or "")
+            if (row.get("valid_lifetime") or "") == "0":
+                state = "released"
+            latest[address] = Lease(address, row.get("hwaddr") or "", row.get("hostname") or "", expire, state)
+    except csv.Error as exc:  # a field past the csv module's limit, a NUL: Kea writes neither
+        raise InputError(f"Kea's lease file is damaged at line {rows.line_num} ({exc})",
+                         source="kea-leases4.csv", expected="the CSV Kea's memfile writes") from None  # fmt: skip
     return list(latest.values())
 
 

@@ -31,7 +31,7 @@ _TYPE = re.compile(r"DHCP-Message \(53\), length 1: (\w+)")
 def parse_tcpdump(text: str) -> list[Exchange]:
     """DHCP messages from ``tcpdump -vv`` output (one packet per block starting at a timestamp line)."""
     out = []
-    for block in re.split(r"\n(?=\d{2}:\d{2}:\d{2}\.\d+ )", text):
+    for block in re.split(r"\n(?=[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]+ )", text):
         kind = _TYPE.search(block)
         xid = _XID.search(block)
         if kind and xid:
