@@ -19,6 +19,7 @@ from tests.support.schedule import HEAVY, pytest_addoption, pytest_xdist_make_sc
 
 if TYPE_CHECKING:
     from imagebuilder.release.source import SourceRelease
+    from imagebuilder.release.standin import ReleaseRuntime
     from tests.support.vcsim import Vcsim
 
 
@@ -37,9 +38,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def mirror_dir(tmp_path: Path) -> Path:
     """A mirror directory holding the 1-24 channel manifest at its upstream path."""
     root = tmp_path / "mirror"
-    target = root / "kubernetes-1-24" / "kubernetes-1-24-eks-5.yaml"
+    target = root / "kubernetes-1-24" / "kubernetes-1-24-eks-36.yaml"
     target.parent.mkdir(parents=True)
-    target.write_text(make_manifest("1-24", 5, "v1.24.8"))
+    target.write_text(make_manifest("1-24", 36, "v1.24.17"))
     return root
 
 
@@ -168,7 +169,8 @@ def base_image(shared_dir: Path) -> tuple[Path, str]:
 
 @pytest.fixture(scope="session")
 def source_release(shared_dir: Path, worker_id: str) -> SourceRelease:
-    """Kubernetes v1.34.2 built from upstream source by release.build and laid out once per run; the components
+    """Kubernetes v1.36.3 (with containerd v2.3.1, the runc it pins and crictl v1.36.0) built from upstream source
+    by release.build and laid out once per run; the components
     come from ~/.cache/image-builder (the first run on a machine builds them: about 15 minutes on 2 cores). A
     missing Go or gcc fails the tests that need it (CI installs both)."""
     import fcntl
@@ -177,7 +179,27 @@ def source_release(shared_dir: Path, worker_id: str) -> SourceRelease:
 
     with (shared_dir / "source-release.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds, the others wait and lay out from the cache
-        return build_release("v1.34.2", shared_dir / f"source-release-{worker_id}")
+        return build_release("v1.36.3", shared_dir / f"source-release-{worker_id}")
+
+
+@pytest.fixture(scope="session")
+def runtime_of_a_1_7_line(shared_dir: Path) -> ReleaseRuntime:
+    """The real runtime of a containerd 1.7 line (v1.7.28, the runc it pins, crictl v1.36.0: what the reference's
+    bundle names for 1-30 .. 1-33), built from upstream source by release.build's own recipe (cached under
+    ~/.cache/image-builder: about 3 minutes once) and packed as the reference's bundle packs it (its containerd
+    tarball: usr/local/bin/ and sbin/runc, no unit; its cri-tools tarball: ./crictl), for a stand-in release to
+    carry."""
+    import fcntl
+
+    from imagebuilder.release import source
+    from imagebuilder.release.standin import ReleaseRuntime
+    from tests.support.runtime import reference_tarballs
+
+    with (shared_dir / "runtime-1-7.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = source.build_runtime("v1.7.28", "v1.36.0")
+    containerd, crictl = reference_tarballs(built)
+    return ReleaseRuntime(containerd, crictl, built.containerd, built.runc, built.crictl)
 
 
 # --- the offline namespace of the end-to-end builds (made per module that uses it) ---------------------------------
@@ -196,47 +218,25 @@ def offline_ns() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", NETNS], check=False)
 
 
-@contextlib.contextmanager
-def _served_in_ns(ns: str, root: Path, port: int) -> Iterator[str]:
-    """A real HTTP server (Python's) for ``root`` on 127.0.0.1:``port`` inside the namespace ``ns``."""
-    import time
-
-    from tests.support.common import BIN
-
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", ns, str(BIN / "python"), "-m", "http.server", str(port),
-         "--bind", "127.0.0.1", "--directory", str(root)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        probe = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sf", "-o", "/dev/null", url + "/"], check=False)
-        if probe.returncode == 0:
-            break
-        time.sleep(0.1)
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def upstream_server(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The stand-in release served by a real HTTP server on 127.0.0.1 inside the namespace."""
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.standin import make_standin_release
+    from tests.support.offline import served_in_ns
 
     root = tmp_path_factory.mktemp("upstream")
     make_standin_release(root, load_catalog().channel("1-24"))
-    with _served_in_ns(offline_ns, root, 18080) as url:  # the namespace's own loopback: no other test sees it
+    with served_in_ns(offline_ns, root, 18080) as url:  # the namespace's own loopback: no other test sees it
         yield url
 
 
 @pytest.fixture(scope="module")
 def source_server(offline_ns: str, source_release: SourceRelease) -> Iterator[str]:
     """The release built from source, served inside the namespace as a site would serve release.build's folder."""
-    with _served_in_ns(offline_ns, source_release.root, 18082) as url:
+    from tests.support.offline import served_in_ns
+
+    with served_in_ns(offline_ns, source_release.root, 18082) as url:
         yield url
 
 

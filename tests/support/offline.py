@@ -3,9 +3,12 @@ the namespace, its stand-in upstream and its mirror are in tests/conftest.py).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.common import BIN, ROOT, vm_turn
@@ -67,3 +70,24 @@ def scan_for(secret: str, *roots: Path) -> list[str]:
             if path.is_file() and path.stat().st_size < 50_000_000 and secret.encode() in path.read_bytes():
                 hits.append(str(path))
     return hits
+
+
+@contextlib.contextmanager
+def served_in_ns(ns: str, root: Path, port: int) -> Iterator[str]:
+    """A real HTTP server (Python's) for ``root`` on 127.0.0.1:``port`` inside the namespace ``ns``."""
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns, str(BIN / "python"), "-m", "http.server", str(port),
+         "--bind", "127.0.0.1", "--directory", str(root)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        probe = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sf", "-o", "/dev/null", url + "/"], check=False)
+        if probe.returncode == 0:
+            break
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait()
