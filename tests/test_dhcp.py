@@ -515,6 +515,50 @@ def test_leases_survive_a_restart_and_are_listed(server: str, network: Path, tmp
         stop(prefix, server)
 
 
+@pytest.mark.parametrize(("before", "after"), [("isc", "kea"), ("kea", "isc")])
+def test_leases_held_under_one_server_survive_a_switch_to_the_other(before: str, after: str, network: Path,
+                                                                     tmp_path: Path) -> None:  # fmt: skip
+    """Issue 43: dhcp.install --server <other> on a host whose server holds leases carries every unexpired one into
+    the new server's lease store before it starts (ISC dhcpd reached its end of life; a site moves to Kea). Real
+    clients: the machines that held addresses renew them under the new server and keep them, a machine new to it is
+    given none of them, and dhcp.leases lists them under the new server."""
+    config = write(tmp_path, base(interface=IFACE))
+    prefix = tmp_path / "host"
+    assert install_in_ns(config, prefix, server=before).returncode == 0
+    try:
+        held = {i: lease(i) for i in (1, 2, 3)}
+        assert all(held.values()) and len(set(held.values())) == 3, held
+    except BaseException:
+        stop(prefix, before)
+        raise
+    res = install_in_ns(config, prefix, server=after)
+    try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"stopped the {before} server" in res.stdout, res.stdout
+        assert f"carried 3 lease(s) held from {before}'s lease file into {after}'s" in res.stdout, res.stdout
+        assert SERVERS[before].running_pid(DhcpHost(prefix)) is None, "one server per link"
+        listed = run("dhcp.leases", "--server", after, "--prefix", str(prefix), "--output", "json")
+        assert listed.code == 0, listed.err
+        rows = {r["mac"]: r for r in json.loads(listed.out)}
+        for i, ip in held.items():
+            row = rows.get(f"02:42:0a:00:00:{i:02x}")
+            assert row is not None and row["ip"] == ip and row["state"] == "active", (row, listed.out)
+        # machines new to the server are given none of the held addresses (a server that did not know them would
+        # offer the lowest free ones: the held ones)
+        fresh = [lease(i) for i in (4, 5, 6)]
+        assert all(fresh) and not set(fresh) & set(held.values()), (fresh, held)
+        # and a holder renewing under the new server keeps its address
+        for i in (1, 2):
+            renewed = ask(f"c{i}", network, request=held[i])
+            assert renewed is not None and renewed.ip == held[i], (i, renewed)
+        # a rerun carries nothing twice
+        again = install_in_ns(config, prefix, server=after)
+        assert again.returncode == 0 and "carried" not in again.stdout, again.stdout + again.stderr
+    finally:
+        stop(prefix, after)
+        stop(prefix, before)
+
+
 def test_both_servers_give_the_same_leases_for_the_same_clients_on_several_racks(network: Path,
                                                                                   tmp_path: Path) -> None:  # fmt: skip
     """One config, three subnets on two links (a shared network on the first), fixed leases from a hardware.csv:

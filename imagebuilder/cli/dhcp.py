@@ -84,6 +84,12 @@ def install_server(c: Context, config: str = "", prefix: str = "/", server: str 
         print(f"{verb} {host.path(path)}")
     for other in report.stopped:
         print(f"{'would stop' if dry_run else 'stopped'} the {other} server (one DHCP server per link; leases kept)")
+    if report.carried:
+        came_from, count = report.carried
+        print(
+            f"carried {count} lease(s) held from {came_from}'s lease file into {chosen.name}'s: their machines keep "
+            "their addresses"
+        )
     interfaces = ", ".join(pool.interfaces)
     if dry_run:
         for path, text in chosen.files(pool, host).items():

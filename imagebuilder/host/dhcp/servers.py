@@ -11,8 +11,10 @@ file (dhcpd.leases, Kea's memfile CSV), which nothing here ever truncates: they 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
 import io
+import ipaddress
 import os
 import re
 import shutil
@@ -95,6 +97,10 @@ class Server:
         return []
 
     def leases(self, host: DhcpHost) -> list[Lease]:
+        raise NotImplementedError
+
+    def lease_records(self, leases: list[Lease], pool: Pool, host: DhcpHost) -> str:
+        """``leases`` as text this server's lease store takes appended (its own format)."""
         raise NotImplementedError
 
     # --- shared -------------------------------------------------------------------------------------------------
@@ -208,6 +214,19 @@ class IscServer(Server):
     def leases(self, host: DhcpHost) -> list[Lease]:
         return parse_dhcpd_leases(_read(host.path(self.lease_file)))
 
+    def lease_records(self, leases: list[Lease], pool: Pool, host: DhcpHost) -> str:
+        # dhcpd.leases blocks as dhcpd appends them (times in UTC, the weekday first); dhcpd reads the file whole
+        # when it starts, the last block of an address winning
+        now = dt.datetime.now(dt.UTC)
+        blocks = []
+        for lease in leases:
+            assert lease.expires is not None
+            name = f'  client-hostname "{lease.hostname}";\n' if lease.hostname else ""
+            blocks.append(f"lease {lease.ip} {{\n  starts {_isc_stamp(now)};\n  ends {_isc_stamp(lease.expires)};\n"
+                          f"  cltt {_isc_stamp(now)};\n  binding state active;\n  next binding state free;\n"
+                          f"  rewind binding state free;\n  hardware ethernet {lease.mac};\n{name}}}\n")  # fmt: skip
+        return "".join(blocks)
+
 
 class KeaServer(Server):
     name = "kea"
@@ -236,6 +255,23 @@ class KeaServer(Server):
 
     def start_args(self, host: DhcpHost) -> list[str]:
         return ["kea-dhcp4", "-c", str(host.path(self.main))]
+
+    def lease_records(self, leases: list[Lease], pool: Pool, host: DhcpHost) -> str:
+        # rows of Kea's memfile under the header its file already has (else Kea 2.2's, which later versions read),
+        # in the subnet of the new configuration that holds the address
+        existing = _read(host.path(self.lease_file)).split("\n", 1)[0].strip()
+        header = existing.split(",") if existing.startswith("address,") else KEA_HEADER
+        now = int(dt.datetime.now(dt.UTC).timestamp())
+        rows = [] if existing else [",".join(header)]
+        for lease in leases:
+            assert lease.expires is not None
+            expire = int(lease.expires.timestamp())
+            subnet = next(s.id for s in pool.subnets if ipaddress.IPv4Address(lease.ip) in s.subnet.subnet)
+            values = {"address": lease.ip, "hwaddr": lease.mac, "valid_lifetime": str(max(1, expire - now)),
+                      "expire": str(expire), "subnet_id": str(subnet), "fqdn_fwd": "0", "fqdn_rev": "0",
+                      "hostname": lease.hostname, "state": "0", "pool_id": "0"}  # fmt: skip
+            rows.append(",".join(values.get(column, "") for column in header))
+        return "".join(f"{row}\n" for row in rows)
 
     def leases(self, host: DhcpHost) -> list[Lease]:
         # the memfile: the lease file and the ones kea-lfc is compacting (.1, .2); the newest row of an address wins
@@ -285,6 +321,8 @@ class InstallReport:
     restarted: bool
     pid: int | None
     stopped: list[str]
+    #: (the server they came from, how many) of the leases carried into this server's lease store
+    carried: tuple[str, int] | None = None
 
 
 def _apt_install(package: str) -> None:
@@ -341,6 +379,7 @@ def install(pool: Pool, host: DhcpHost, server: Server, *, dry_run: bool = False
         for other in SERVERS.values():
             if other is not server:
                 subprocess.run(["systemctl", "disable", "--now", other.unit], capture_output=True, check=False)
+    carried = carry_leases(server, pool, host) if running is None else None
     try:
         pid = _restart(server, host)
     except ExternalError as exc:
@@ -350,7 +389,7 @@ def install(pool: Pool, host: DhcpHost, server: Server, *, dry_run: bool = False
             + (" and serving" if any(v is not None for v in previous.values()) else ""),
             hint=f"fix the DHCP config file and rerun; see {server.log_tail(host) and 'the log above'}",
         ) from None
-    return InstallReport(server.name, changed, True, pid, [o.name for o in others])
+    return InstallReport(server.name, changed, True, pid, [o.name for o in others], carried)
 
 
 def _roll_back(server: Server, host: DhcpHost, previous: dict[str, str | None]) -> None:
@@ -404,6 +443,43 @@ def parse_dhcpd_leases(text: str) -> list[Lease]:
 
 
 _KEA_STATES = {"0": "active", "1": "declined", "2": "expired"}
+#: the memfile's columns as Kea 2.2 (Debian 12) writes them; later versions read it and add theirs
+KEA_HEADER = ["address", "hwaddr", "client_id", "valid_lifetime", "expire", "subnet_id", "fqdn_fwd", "fqdn_rev",
+              "hostname", "state", "user_context"]  # fmt: skip
+#: what a carried lease's host name and MAC may hold: both lease stores write them unescaped (Kea's CSV has no
+#: quoting, dhcpd.leases a quoted string), so anything else is carried without it
+_CARRIED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+_CARRIED_MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
+
+
+def _isc_stamp(when: dt.datetime) -> str:
+    """A time as dhcpd.leases writes it: the weekday (0 is Sunday), then the UTC date and time."""
+    utc = when.astimezone(dt.UTC)
+    return f"{(utc.weekday() + 1) % 7} {utc:%Y/%m/%d %H:%M:%S}"
+
+
+def carry_leases(server: Server, pool: Pool, host: DhcpHost) -> tuple[str, int] | None:
+    """Every lease another server's store holds now (active, not expired, in a subnet of ``pool``) that ``server``'s
+    store does not, appended to ``server``'s store before it starts: a machine keeps its address across a change of
+    server, and the new server offers no held address to another machine. Returns (the other server, how many)."""
+    mine = {lease.ip for lease in current(server.leases(host))}
+    for other in SERVERS.values():
+        if other is server:
+            continue
+        held = [lease for lease in current(other.leases(host))
+                if lease.expires is not None and lease.ip not in mine and _CARRIED_MAC.fullmatch(lease.mac.lower())
+                and any(ipaddress.IPv4Address(lease.ip) in s.subnet.subnet for s in pool.subnets)]  # fmt: skip
+        if not held:
+            continue
+        held = [dataclasses.replace(lease, mac=lease.mac.lower(),
+                                    hostname=lease.hostname if _CARRIED_NAME.fullmatch(lease.hostname) else "")
+                for lease in held]  # fmt: skip
+        store = host.path(server.lease_file)
+        store.parent.mkdir(parents=True, exist_ok=True)
+        with store.open("a") as fh:
+            fh.write(server.lease_records(held, pool, host))
+        return other.name, len(held)
+    return None
 
 
 def parse_kea_leases(text: str) -> list[Lease]:
