@@ -26,7 +26,7 @@ from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import parse_yaml_documents
 from imagebuilder.core.render import hcl, nginx_string
 from imagebuilder.core.safepath import safe_join
-from imagebuilder.host.dhcp import SERVERS, DhcpConfig, DhcpHost, isc_files, resolve
+from imagebuilder.host.dhcp import SERVERS, DhcpConfig, DhcpHost, Pool, isc_files, resolve
 from imagebuilder.host.serve import ByteRange, parse_range
 
 SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -394,15 +394,23 @@ def multi_subnet_configs(draw: st.DrawFn) -> dict[str, object]:
             "exclude": draw(st.lists(st.sampled_from(hosts_all), max_size=2, unique=True))}  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(multi_subnet_configs())
-def test_pools_are_the_ranges_less_every_held_address_and_nothing_else(data: dict[str, object]) -> None:
+def _accepted(data: dict[str, object]) -> Pool | None:
+    """The pool of a drawn config, or None when the config is refused (exit 2 at the CLI, nothing rendered)."""
     try:
         pool = resolve(DhcpConfig.model_validate(data))
     except (InputError, ValueError):
         event("refused")
-        return
+        return None
     event("accepted")
+    return pool
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(multi_subnet_configs())
+def test_pools_are_the_ranges_less_every_held_address_and_nothing_else(data: dict[str, object]) -> None:
+    pool = _accepted(data)
+    if pool is None:
+        return
     config = pool.config
     for s in pool.subnets:
         rng = {int(s.subnet.range.start) + i for i in range(int(s.subnet.range.end) - int(s.subnet.range.start) + 1)}
@@ -441,12 +449,9 @@ def test_every_accepted_interface_and_host_name_passes_both_servers_checks(inter
                         {**rack, "subnet": "10.21.0.0/24", "range": {"start": "10.21.0.50", "end": "10.21.0.99"},
                          "routers": ["10.21.0.1"]}],
             "fixed_leases": [{"mac": "02:00:00:00:00:01", "ip": "10.20.0.5", "hostname": hostname}]}  # fmt: skip
-    try:
-        pool = resolve(DhcpConfig.model_validate(data))
-    except (InputError, ValueError):
-        event("refused")
+    pool = _accepted(data)
+    if pool is None:
         return
-    event("accepted")
     isc, kea = SERVERS["isc"], SERVERS["kea"]
     isc.check(isc.files(pool, DhcpHost())[isc.main])  # raises with the server's words if refused
     on_lo = resolve(DhcpConfig.model_validate({**data, "subnets": [{**s, "interface": "lo"} for s in data["subnets"]]}))
