@@ -525,3 +525,40 @@ def test_a_target_name_is_one_file_name_inside_targets(name: str) -> None:
         return
     assert accepted == name and "/" not in name and not name.startswith(".") and name not in ("", "..")
     assert safe_join(Path("/repo/targets"), accepted).parent == Path("/repo/targets")
+
+
+# --- issue 43: a hardware.csv of any shape: leases or problems, never a row quoted ---------------------------------
+
+csv_field = st.text(st.sampled_from('ab0:.,-"\n x\\;'), max_size=12)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.lists(csv_field, min_size=0, max_size=9), max_size=6), secret_at=st.integers(0, 5))
+@example(rows=[["node-a", "10.0.9.1", "admin", "pw", "10.77.0.12", "255.255.255.0"]], secret_at=0)  # one short
+def test_any_hardware_csv_gives_leases_or_problems_and_never_quotes_a_password(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[list[str]], secret_at: int
+) -> None:
+    """Rows of any shape (commas, quotes, line breaks inside fields, too few or too many fields) under the product's
+    header: every row is a lease or a problem naming its row or line, and the password column of no row reaches any
+    message, whatever shifts it."""
+    import csv
+    import io
+
+    from imagebuilder.host.dhcp.model import read_hardware_csv
+
+    secret = "PW-x,Never-Shown-77"  # its comma shifts the row: its second half lands in the next column
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["hostname", "bmc_ip", "bmc_username", "bmc_password", "mac", "ip_address", "netmask"])
+    for i, row in enumerate(rows):
+        if i == secret_at % max(1, len(rows)) and len(row) > 3:
+            row = [*row[:3], secret, *row[4:]]
+        buf.write(",".join(row) + "\n")  # as a careless editor writes it: not quoted
+    path = tmp_path_factory.mktemp("csv") / "hardware.csv"
+    path.write_text(buf.getvalue())
+    leases, where, problems = read_hardware_csv(path)
+    assert len(leases) == len(where)
+    for problem in problems:
+        text = str(problem)
+        assert "PW-x" not in text and "Never-Shown" not in text, text
+        assert problem.field and problem.field.startswith(("row ", "line ", "header")), problem.field

@@ -490,6 +490,10 @@ def resolve(config: DhcpConfig, source: str | Path = "dhcp config", fixed: list[
 #: the hardware.csv columns a fixed lease is read from (the product's bare-metal inventory has more: BMC address and
 #: credentials, labels, disk; they are never read)
 CSV_COLUMNS = {"mac": "mac", "ip_address": "ip", "hostname": "hostname"}
+#: what each of them must be, said without quoting the value (a row shifted by an unquoted comma in a password
+#: would put a piece of it in any of them)
+CSV_EXPECTED = {"mac": "not a MAC address (such as 02:42:0a:00:00:01)", "ip": "not an IPv4 address",
+                "hostname": "not a host name (letters, digits, '-', dots)"}  # fmt: skip
 
 
 def read_hardware_csv(path: Path) -> tuple[list[FixedLease], list[str], list[InputError]]:
@@ -526,11 +530,9 @@ def read_hardware_csv(path: Path) -> tuple[list[FixedLease], list[str], list[Inp
             try:
                 leases.append(FixedLease.model_validate(values))
                 where.append(f"{path.name}:row {n}")
-            except ValidationError as exc:  # only these three columns are in it, and they are not echoed
-                for err in exc.errors():
-                    field = ".".join(str(p) for p in err["loc"]) or "row"
-                    reason = str(err["msg"]).removeprefix("Value error, ")
-                    problems.append(InputError(f"{field}: {grammar.printable(reason, 120)}", source=path,
+            except ValidationError as exc:  # named by column, never quoted: a shifted row may hold a password
+                for column in dict.fromkeys(".".join(str(p) for p in err["loc"]) for err in exc.errors()):
+                    problems.append(InputError(f"{column}: {CSV_EXPECTED.get(column, 'invalid')}", source=path,
                                                field=f"row {n}"))  # fmt: skip
     except csv.Error as exc:  # a field past the reader's limit, a NUL: named by its row, never quoted
         problems.append(InputError(f"is not CSV from here on: {exc}", source=path, field=f"line {reader.line_num}"))
