@@ -395,21 +395,26 @@ def describe(binary: Path) -> dict[str, Any]:
 
 #: a plugin's source address as Packer spells it: host/namespace/name (github.com/hashicorp/qemu)
 _SOURCE_ADDRESS = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[A-Za-z0-9_-]{1,64}/[A-Za-z0-9_-]{1,64}")
+#: the version the shared build script writes after it (``github.com/hashicorp/qemu 1.1.4``)
+_SOURCE_VERSION = re.compile(r"v?[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}")
 
 
 def _source_address(path: Path, kind: str) -> str:
     """The source address a ``<type>.source`` file names: one line, in Packer's grammar, naming a plugin of that
-    type. It becomes folders under Packer's plugin folder, so nothing else is taken (a '..' would lead out of it);
-    the file is read as the other files a user gives (UTF-8, bounded, never a link), and never quoted."""
+    type, optionally followed by its version (as ../shared/tools/build-packer.sh writes it). It becomes folders
+    under Packer's plugin folder, so nothing else is taken (a '..' would lead out of it); the file is read as the
+    other files a user gives (UTF-8, bounded, never a link), and never quoted."""
     if path.is_symlink():
         raise InputError("is a symbolic link", source=path, field="--packer-plugins", expected="a plain file")
-    text = read_text(path, "plugin source file").strip()
-    if not text:
+    words = read_text(path, "plugin source file").split()
+    if not words:
         return ""
-    if not _SOURCE_ADDRESS.fullmatch(text) or text.rsplit("/", 1)[1] != kind:
+    address = words[0]
+    version_ok = len(words) == 1 or (len(words) == 2 and _SOURCE_VERSION.fullmatch(words[1]) is not None)
+    if not version_ok or not _SOURCE_ADDRESS.fullmatch(address) or address.rsplit("/", 1)[1] != kind:
         raise InputError("is not the source address of this plugin", source=path, field="--packer-plugins",
-                         expected=f"one line such as github.com/hashicorp/{kind}")  # fmt: skip
-    return text
+                         expected=f"one line: github.com/hashicorp/{kind}, and its version if given")  # fmt: skip
+    return address
 
 
 def plugin_binaries(folder: Path) -> dict[str, LocalPlugin]:

@@ -254,6 +254,7 @@ def test_a_packer_below_the_floor_or_unreadable_is_refused_at_plan_time(tmp_path
         b"github.com/hashicorp/ansible\n",
         b"x" * 300_000,
         b"github.com/hashicorp/qemu\ngithub.com/evil/qemu\n",
+        b"github.com/hashicorp/qemu 1.1.4 ../../evil\n",
         "link",
     ],
 )
