@@ -396,7 +396,7 @@ def describe(binary: Path) -> dict[str, Any]:
 #: a plugin's source address as Packer spells it: host/namespace/name (github.com/hashicorp/qemu)
 _SOURCE_ADDRESS = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[A-Za-z0-9_-]{1,64}/[A-Za-z0-9_-]{1,64}")
 #: the version the shared build script writes after it (``github.com/hashicorp/qemu 1.1.4``)
-_SOURCE_VERSION = re.compile(r"v?[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}")
+_SOURCE_VERSION = re.compile(r"v?[0-9]{1,6}(\.[0-9]{1,6}){0,2}(-[0-9A-Za-z.]{1,40})?")
 
 
 def _source_address(path: Path, kind: str) -> str:
