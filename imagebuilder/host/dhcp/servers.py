@@ -259,7 +259,7 @@ class KeaServer(Server):
     def lease_records(self, leases: list[Lease], pool: Pool, host: DhcpHost) -> str:
         # rows of Kea's memfile under the header its file already has (else Kea 2.2's, which later versions read),
         # in the subnet of the new configuration that holds the address
-        existing = _read(host.path(self.lease_file)).split("\n", 1)[0].strip()
+        existing = _first_line(host.path(self.lease_file))  # the header only: the file may hold a year of rows
         header = existing.split(",") if existing.startswith("address,") else KEA_HEADER
         now = int(dt.datetime.now(dt.UTC).timestamp())
         rows = [] if existing else [",".join(header)]
@@ -290,6 +290,14 @@ def _cause(output: str) -> list[str]:
     """A server's refusal without its boilerplate: dhcpd's banner and everything from its bug-report advice on."""
     text = output.split("If you think you have received this message due to a bug", 1)[0]
     return [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(_BANNER)]
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with path.open(errors="replace") as fh:
+            return fh.readline().strip()
+    except OSError:
+        return ""
 
 
 def _read(path: Path) -> str:
