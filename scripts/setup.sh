@@ -1,36 +1,62 @@
 #!/usr/bin/env bash
-# Install everything image-builder needs on a fresh Debian machine: system packages and the project virtualenv.
-# Safe to rerun: every step converges. Run as root (or with sudo available).
+# Install what image-builder needs on a fresh Debian machine. Run as root (or with sudo available). Safe to rerun:
+# every step converges, and a cache that is partial is completed, never trusted as whole.
+#
+#   ./scripts/setup.sh           what the user tasks need (build, demo, release.build, dhcp.*, template.*...):
+#                                system packages, the project virtualenv, Go where the machine has none
+#   ./scripts/setup.sh --test    and what only the test suite needs: its tools (pytest, ruff, mypy...), the
+#                                vCenter simulator and govc, tuftool, the modern Packers and their plugins
+#   ./scripts/setup.sh --bench   and, beside the test tools, the benchmarks' peers (nginx, the lz4 CLI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+TEST=0 BENCH=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) TEST=1 ;;
+    --bench) TEST=1 BENCH=1 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (expected --test or --bench; --help says what each installs)" >&2
+       exit 2 ;;
+  esac
+done
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
-# System packages. Grouped by the issue that needs them; apt-get skips what is already installed.
+# System packages of the user tasks. Grouped by the issue that needs them; apt-get skips what is already installed.
 APT_PACKAGES=(
   ca-certificates curl git jq unzip make
   # builds (issue: Packer bundle): Packer 1.6.6, QEMU for bare metal / CloudStack, ssh-keygen for build keys
   packer qemu-system-x86 qemu-utils openssh-client
-  # host.prepare tests and image.base: a Debian root, a bootable disk (extlinux), seeds (xorriso), gzip (pigz)
+  # host.prepare and image.base: a Debian root, a bootable disk (extlinux), seeds (xorriso), gzip (pigz)
   debootstrap extlinux syslinux-common xorriso pigz e2fsprogs fdisk
   # the KVM probe: a syslinux floppy made without root
   syslinux mtools dosfstools
-  # DHCP host (spec 4.9, issue 32) and its tests: both servers (ISC dhcpd, Kea), a client, captures, namespaces
-  isc-dhcp-server kea-dhcp4-server busybox tcpdump iproute2
+  # DHCP host (spec 4.9, issue 32): both servers (ISC dhcpd, Kea; dhcp.render checks its files with them),
+  # dhcp.verify's capture (tcpdump), namespaces
+  isc-dhcp-server kea-dhcp4-server tcpdump iproute2
+  # UEFI (--firmware efi): OVMF for QEMU (the builds' and image.verify's firmware); image.base's EFI loader
+  ovmf grub-efi-amd64-bin
+  # release.build: the pause binary is upstream's C source compiled static (gcc, glibc's static libc); runc links
+  # libseccomp statically (cgo, found by pkg-config)
+  gcc libc6-dev libseccomp-dev pkg-config
+)
+# ... and of the tests alone
+TEST_APT_PACKAGES=(
+  # DHCP tests: a client in a namespace (busybox udhcpc)
+  busybox
   # node customization (spec 4.8) tests: real containerd checks the configs the customize role writes
   containerd
   # reference-tool parity tests: a local APT repository for extra_debs/extra_repos (dpkg-scanpackages), and a
   # real HTTP proxy with a password for http_proxy (the tests start their own; the system service is stopped)
   dpkg-dev tinyproxy
-  # UEFI (--firmware efi): OVMF for QEMU (the builds' and image.verify's firmware); image.base's EFI loader
-  ovmf grub-efi-amd64-bin
   # the Satellite activation key over RHSM's D-Bus API: a bus and the system Python's D-Bus bindings for its test
   dbus-daemon python3-dbus python3-gi
-  # release.build: the pause binary is upstream's C source compiled static (gcc, glibc's static libc); file(1)
-  # tells its tests a static binary; runc links libseccomp statically (cgo, found by pkg-config)
-  gcc libc6-dev file libseccomp-dev pkg-config
+  # release.build's tests: file(1) tells a static binary
+  file
 )
+[ "$TEST" -eq 0 ] || APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -58,9 +84,11 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
   }
 fi
-echo "==> pip install -e .[dev]"
+EXTRAS=""
+[ "$TEST" -eq 0 ] || EXTRAS="[dev]"
+echo "==> pip install -e .$EXTRAS"
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e '.[dev]'
+.venv/bin/pip install -q -e ".$EXTRAS"
 # Go: release.build (Kubernetes from upstream source) and vcsim/govc below. Go 1.21 or newer fetches the toolchain
 # a module asks for from the Go module proxy by itself (GOTOOLCHAIN=auto); an older or missing Go (Debian 12 has
 # 1.19) is used once to fetch a current one, which the proxy also serves as a module (golang.org/toolchain), and
@@ -91,6 +119,11 @@ if ! go_ok; then
   ln -sf "$goroot/bin/go" .venv/bin/go
   ln -sf "$goroot/bin/gofmt" .venv/bin/gofmt
   go_ok || { echo "error: $(command -v go) is not Go 1.21 or newer" >&2; exit 1; }
+fi
+
+if [ "$TEST" -eq 0 ]; then
+  echo "==> setup done: the user tasks are ready (.venv/bin/invoke --list); ./scripts/setup.sh --test adds the test tools"
+  exit 0
 fi
 
 # vcsim (the vCenter simulator the vSphere tests run against) and govc (the benchmark's peer), one pinned govmomi
@@ -132,8 +165,21 @@ fi
 mkdir -p "$TOOLS_BIN"
 ln -sf "$TUFTOOL_CACHE/bin/tuftool" "$TOOLS_BIN/tuftool"
 
+# The modern Packers the tests build on (1.9.4, 1.16.0) and their plugins, newest and floors: built from
+# ../shared/packer-src by ../shared/tools/build-packer.sh and from the Go module proxy, into ~/.cache (a rerun builds
+# only what is missing). Without ../shared (a clone on its own) the tests that need them skip, and fail in CI.
+if [ -x ../shared/tools/build-packer.sh ]; then
+  echo "==> the modern Packers and their plugins (cached under ~/.cache; about 25 minutes on 2 cores the first time)"
+  ./scripts/modern-packers.sh
+elif [ -n "${CI:-}" ]; then
+  echo "error: ../shared/tools/build-packer.sh is not there: CI builds the modern Packers with it" >&2
+  exit 1
+else
+  echo "==> no ../shared/tools/build-packer.sh: the modern-Packer tests will skip (docs/packer.md)"
+fi
+
 # Benchmark peers (bench/run.py only; not needed to build or test): nginx and the lz4 CLI.
-if [ "${1:-}" = "--bench" ]; then
+if [ "$BENCH" -eq 1 ]; then
   for p in nginx-light lz4 curl pigz; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || {
       $SUDO apt-get update -qq
@@ -144,4 +190,4 @@ if [ "${1:-}" = "--bench" ]; then
   command -v systemctl >/dev/null && $SUDO systemctl disable --now nginx 2>/dev/null || true
 fi
 
-echo "==> setup done: activate with 'source .venv/bin/activate' (or call .venv/bin/invoke / .venv/bin/image-builder)"
+echo "==> setup done (test tools included): activate with 'source .venv/bin/activate' (or call .venv/bin/invoke / .venv/bin/image-builder)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -389,6 +390,30 @@ def test_the_readme_is_an_entry_a_newcomer_reads_in_minutes() -> None:
         assert f"(docs/{page.name})" in readme, f"docs/{page.name} is not listed in the README"
 
 
+def test_ci_runs_exactly_the_readmes_test_command() -> None:
+    """README command 2 is what CI runs, nothing beside it (issue 48): a step CI took that the README left out is
+    how the two drifted apart."""
+    readme = (ROOT / "README.md").read_text()
+    commands = [line for line in readme.split("```sh", 1)[1].split("```", 1)[0].splitlines()
+                if line and not line.startswith("#")]  # fmt: skip
+    assert commands == [
+        "./scripts/setup.sh && .venv/bin/invoke demo",
+        "./scripts/setup.sh --test && .venv/bin/invoke test",
+    ]
+    ci = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line and not line.startswith("#")]
+    assert ci[-1] == commands[1], ci
+    assert all(line.startswith(("set ", "cd ", "export CI=")) for line in ci[:-1]), ci
+
+
+def test_setup_refuses_an_unknown_option_before_installing_anything() -> None:
+    setup = str(ROOT / "scripts/setup.sh")
+    res = subprocess.run(["bash", setup, "--tset"], capture_output=True, text=True, check=False)
+    assert res.returncode == 2 and "unknown option '--tset'" in res.stderr and "--test" in res.stderr, res.stderr
+    assert "==>" not in res.stdout
+    shown = subprocess.run(["bash", setup, "--help"], capture_output=True, text=True, check=True)
+    assert "--test" in shown.stdout and "--bench" in shown.stdout and "set -" not in shown.stdout
+
+
 def test_layout_table_lists_every_module() -> None:
     table = layout_table()
     for path in (ROOT / "imagebuilder").rglob("*.py"):
@@ -416,3 +441,25 @@ def test_dry_runs_write_nothing(tmp_path: Path, mirror_dir: Path) -> None:
     assert mirror.code == 0 and mirror.out.count("would download") == 9  # 5 binaries/tarballs, 4 image tarballs
     assert run("docs", "--dry-run").out.startswith("up to date")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror"]  # only the fixture's own directory
+
+
+def test_the_demo_prints_each_steps_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 48: the demo's steps with when each began and how long it took (a warning is no step of its own)."""
+    from imagebuilder.cli import _common
+
+    now = iter([0.0, 5.0, 905.0, 906.0, 1030.0])
+    monkeypatch.setattr(_common.time, "monotonic", lambda: next(now))
+    lines: list[str] = []
+    clock = _common.StepClock(lines.append)
+    clock("base image: reused")
+    clock("release: Kubernetes v1.36.3 from upstream source")
+    clock("warning: a note")
+    clock.done()
+    assert lines == [
+        "[0m05s] base image: reused",
+        "           (base image: 15m00s)",
+        "[15m05s] release: Kubernetes v1.36.3 from upstream source",
+        "warning: a note",
+        "           (release: 2m05s)",
+        "[17m10s] done",
+    ]

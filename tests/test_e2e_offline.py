@@ -71,7 +71,7 @@ def build_proxy(offline_ns: str, apt_repo: str, tmp_path_factory: pytest.TempPat
     import time
 
     tinyproxy = shutil.which("tinyproxy") or "/usr/bin/tinyproxy"
-    assert Path(tinyproxy).exists(), "tinyproxy is missing: run ./scripts/setup.sh"
+    assert Path(tinyproxy).exists(), "tinyproxy is missing: run ./scripts/setup.sh --test"
     root = tmp_path_factory.mktemp("proxy")
     log = root / "tinyproxy.log"
     (root / "tinyproxy.conf").write_text(

@@ -206,7 +206,7 @@ def test_a_file_that_is_not_bbolt_is_an_error_naming_it(tmp_path: Path) -> None:
 def containerd(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """Debian's containerd on a private socket, root and state (the host's containerd, if any, is not touched)."""
     binary = shutil.which("containerd")
-    assert binary, "containerd is missing: run ./scripts/setup.sh"
+    assert binary, "containerd is missing: run ./scripts/setup.sh --test"
     root, state, sock = tmp_path / "root", tmp_path / "state", tmp_path / "c.sock"
     config = tmp_path / "config.toml"
     config.write_text(f'version = 2\nroot = "{root}"\nstate = "{state}"\n[grpc]\n  address = "{sock}"\n'

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -118,6 +119,42 @@ def status_line(title: str) -> Iterator[Say]:
                 spinner.update(escape(text[:120]))
 
         yield say
+
+
+class StepClock:
+    """A :data:`~imagebuilder.core.progress.Say` that prints each step with the time it began (since the start) and,
+    when the next begins or the work ends, how long it took: on a fresh machine, where the first run builds what later
+    runs take from the cache, the user sees where the time went."""
+
+    def __init__(self, out: Callable[[str], None] = print) -> None:
+        self.out = out
+        self.began = self.last = time.monotonic()
+        self.pending: str | None = None
+
+    @staticmethod
+    def _span(seconds: float) -> str:
+        minutes, secs = divmod(round(seconds), 60)
+        return f"{minutes}m{secs:02d}s"
+
+    def __call__(self, text: str) -> None:
+        now = time.monotonic()
+        if text.startswith("warning:"):  # said during a step, not a step of its own
+            self.out(text)
+            return
+        self._close(now)
+        self.out(f"[{self._span(now - self.began)}] {text}")
+        self.pending, self.last = text.split(":", 1)[0], now
+
+    def _close(self, now: float) -> None:
+        if self.pending is not None:
+            self.out(f"           ({self.pending}: {self._span(now - self.last)})")
+            self.pending = None
+
+    def done(self) -> None:
+        """Close the last step and print the total."""
+        now = time.monotonic()
+        self._close(now)
+        self.out(f"[{self._span(now - self.began)}] done")
 
 
 class FileFlag(Task[Any]):

@@ -6,7 +6,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, status_line
+from imagebuilder.cli._common import StepClock, cli_task, status_line
 from imagebuilder.cli.image import print_findings
 from imagebuilder.core.errors import ExternalError
 
@@ -71,6 +71,7 @@ def demo(
                                kubernetes=version):  # fmt: skip
             print(f"would run: {step}")
         return
+    clock = StepClock()
     with status_line("demo") as status:
         result = run_demo(
             out,
@@ -81,9 +82,10 @@ def demo(
             boot=not no_boot,
             skip_checks=tuple(skip_check or ()),
             engine=engine,
-            say=print,
+            say=clock,
             status=status,
         )
+    clock.done()
     print_findings(result.findings)
     bad = [f.name for f in result.findings if not f.ok]
     if bad:

@@ -1,7 +1,9 @@
 """The modern Packers (1.9.4, 1.16.0) and their plugins, as ../shared/tools/build-packer.sh builds them from the
-release sources (``.ci/run`` does, into ~/.cache/packer-from-source), and the plugin floors that
-scripts/build_plugin_floors.py builds from the Go module proxy. A test that needs them skips on a developer's
-machine without them, and fails in CI (``CI=true``), where they must be there."""
+release sources (``./scripts/setup.sh --test`` does, into ~/.cache/packer-from-source), and the plugin floors that
+scripts/build_plugin_floors.py builds from the Go module proxy (the same setup step). A test that needs them skips on
+a developer's machine without them, and fails in CI (``CI=true``), where they must be there. A folder that holds only
+some of them (the shared script builds a subset with ``--plugins``) counts as missing, naming what is missing and the
+command that completes it, never as a cause of other failures."""
 
 from __future__ import annotations
 
@@ -10,16 +12,25 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.build.packer_plugins import PLUGINS, requirements_for
+
 MODERN = ("1.9.4", "1.16.0")
-#: where .ci/run builds them (overridable: IMAGE_BUILDER_PACKERS, IMAGE_BUILDER_PLUGIN_FLOORS)
+#: where ./scripts/setup.sh --test builds them (overridable: IMAGE_BUILDER_PACKERS, IMAGE_BUILDER_PLUGIN_FLOORS)
 PACKERS = Path(os.environ.get("IMAGE_BUILDER_PACKERS", Path.home() / ".cache/packer-from-source"))
 FLOORS = Path(os.environ.get("IMAGE_BUILDER_PLUGIN_FLOORS", Path.home() / ".cache/image-builder/packer-plugin-floors"))
 
 
-def _need(path: Path, what: str) -> Path:
-    if path.exists():
+#: what completes the folders (it builds only what is missing: a partial cache is completed, a whole one reused)
+SETUP = "./scripts/setup.sh --test"
+
+
+def _need(path: Path, what: str, *names: str) -> Path:
+    """``path``, when it holds every one of ``names``; else the test fails in CI and skips elsewhere, naming what is
+    missing and the command that completes it."""
+    missing = [name for name in names if not (path / name).exists()]
+    if not missing:
         return path
-    message = f"{what} is missing at {path}: run .ci/run's step (scripts/modern-packers.sh)"
+    message = f"{what} missing at {path} ({', '.join(missing)}): run {SETUP}"
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
@@ -27,14 +38,19 @@ def _need(path: Path, what: str) -> Path:
 
 def packer(version: str) -> Path:
     """The path of Packer ``version`` built from its release source."""
-    return _need(PACKERS / "bin" / f"packer-{version}", f"Packer {version}")
+    return _need(PACKERS / "bin", f"Packer {version}", f"packer-{version}") / f"packer-{version}"
 
 
 def newest_plugins() -> Path:
     """The folder of the newest plugins (the releases in ../shared/packer-src), as --packer-plugins takes it."""
-    return _need(PACKERS / "plugins" / "packer-plugin-ansible", "the newest Packer plugins").parent
+    return _need(PACKERS / "plugins", "the newest Packer plugins", *_plugin_files())
 
 
 def floor_plugins() -> Path:
     """The folder of the plugins at the versions the templates' required_plugins floors name."""
-    return _need(FLOORS / "packer-plugin-ansible", "the floor Packer plugins").parent
+    return _need(FLOORS, "the floor Packer plugins", *_plugin_files())
+
+
+def _plugin_files() -> list[str]:
+    """Every plugin a template requires, binary and source address: a folder without one of them is not whole."""
+    return [f for r in requirements_for(PLUGINS) for f in (f"packer-plugin-{r.type}", f"{r.type}.source")]

@@ -19,7 +19,7 @@ from imagebuilder.attest.packages import Inventory, parse_dpkg_status
 from imagebuilder.core.files import sha256_file
 from tests.support.common import BIN, ROOT
 
-#: installed by ./scripts/setup.sh (cargo, cached under ~/.cache); a test that needs it fails when it is missing
+#: installed by ./scripts/setup.sh --test (cargo, cached under ~/.cache); a test that needs it fails when it is missing
 TUFTOOL = Path(os.environ.get("TUFTOOL", str(ROOT / ".tools" / "bin" / "tuftool")))
 
 STATUS = """Package: containerd
@@ -65,7 +65,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 def tuftool_download(root: Path, metadata: str, targets: str, name: str, out: Path) -> subprocess.CompletedProcess[str]:
-    assert TUFTOOL.is_file(), f"tuftool is missing at {TUFTOOL}: run ./scripts/setup.sh"
+    assert TUFTOOL.is_file(), f"tuftool is missing at {TUFTOOL}: run ./scripts/setup.sh --test"
     return subprocess.run([str(TUFTOOL), "download", "-r", str(root), "-m", metadata, "-t", targets, "-n", name,
                            str(out)], capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
 

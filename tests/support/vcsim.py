@@ -77,8 +77,8 @@ class Vcsim:
 
 
 def start_vcsim(port: int | None = None) -> Vcsim:
-    """Start vcsim (a missing binary fails the test: ./scripts/setup.sh installs it) and wait until it answers."""
-    assert VCSIM.is_file() and GOVC.is_file(), f"vcsim/govc missing in {TOOLS}: run ./scripts/setup.sh"
+    """Start vcsim (a missing binary fails the test: ./scripts/setup.sh --test installs it); wait until it answers."""
+    assert VCSIM.is_file() and GOVC.is_file(), f"vcsim/govc missing in {TOOLS}: run ./scripts/setup.sh --test"
     port = port or free_port()
     tmpdir = Path(tempfile.mkdtemp(prefix="vcsim-"))
     proc = subprocess.Popen(
