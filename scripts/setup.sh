@@ -145,38 +145,65 @@ for tool in vcsim govc; do
   fi
 done
 
-# tuftool, the TUF client of Bottlerocket's tooling: the publishing tests download with it beside our own client
-# (issue 31), and the OS-1 benchmark measures against it. Built once by cargo into a cache kept across clones.
+# The long builds of the test setup run side by side (on a fresh machine of this kind: about 35 minutes together
+# where one after the other took 80; most of their time is waiting on downloads and linking, not both cores), each
+# into its own log, cached across clones so that a rerun finds them and takes seconds:
+#   - tuftool, the TUF client of Bottlerocket's tooling: the publishing tests download with it beside our own client
+#     (issue 31), and the OS-1 benchmark measures against it (cargo);
+#   - the modern Packers the tests build on (1.9.4, 1.16.0) and their plugins, newest and floors: built from
+#     ../shared/packer-src by ../shared/tools/build-packer.sh and from the Go module proxy, into ~/.cache (only what is
+#     missing is built). Without ../shared (a clone on its own) the tests that need them skip, and fail in CI;
+#   - what the tests build from upstream source (Kubernetes v1.36.3 with containerd 2, a containerd 1.7 runtime:
+#     tests/support/sources.py), so that the first test run does not build them inside its end-to-end tests.
 TUFTOOL_VERSION=0.17.0
 TUFTOOL_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/image-builder/tuftool-$TUFTOOL_VERSION"
-if [ ! -x "$TUFTOOL_CACHE/bin/tuftool" ]; then
+install_tuftool() {
   CARGO=$(command -v cargo || true)
   [ -n "$CARGO" ] || [ ! -x "$HOME/.cargo/bin/cargo" ] || CARGO="$HOME/.cargo/bin/cargo"
   if [ -z "$CARGO" ]; then
-    echo "==> installing Rust (rustup, minimal profile) for cargo"
+    echo "installing Rust (rustup, minimal profile) for cargo"
     curl --proto '=https' -sSfL -o /tmp/rustup-init \
       https://static.rust-lang.org/rustup/dist/x86_64-unknown-linux-gnu/rustup-init
     chmod +x /tmp/rustup-init && /tmp/rustup-init -y --profile minimal --no-modify-path && rm -f /tmp/rustup-init
     CARGO="$HOME/.cargo/bin/cargo"
   fi
-  echo "==> cargo install tuftool $TUFTOOL_VERSION (a few minutes, once per machine)"
   "$CARGO" install --quiet --locked --root "$TUFTOOL_CACHE" tuftool --version "$TUFTOOL_VERSION"
-fi
-mkdir -p "$TOOLS_BIN"
-ln -sf "$TUFTOOL_CACHE/bin/tuftool" "$TOOLS_BIN/tuftool"
-
-# The modern Packers the tests build on (1.9.4, 1.16.0) and their plugins, newest and floors: built from
-# ../shared/packer-src by ../shared/tools/build-packer.sh and from the Go module proxy, into ~/.cache (a rerun builds
-# only what is missing). Without ../shared (a clone on its own) the tests that need them skip, and fail in CI.
-if [ -x ../shared/tools/build-packer.sh ]; then
-  echo "==> the modern Packers and their plugins (cached under ~/.cache; about 25 minutes on 2 cores the first time)"
-  ./scripts/modern-packers.sh
-elif [ -n "${CI:-}" ]; then
+}
+if [ ! -x ../shared/tools/build-packer.sh ] && [ -n "${CI:-}" ]; then
   echo "error: ../shared/tools/build-packer.sh is not there: CI builds the modern Packers with it" >&2
   exit 1
+fi
+LOGS="$PWD/.tools/setup-logs"
+mkdir -p "$LOGS"
+logs=() names=() pids=()
+start() {  # start LOG WHAT COMMAND...: COMMAND in the background, its output in $LOGS/LOG.log
+  local log=$1 what=$2; shift 2
+  echo "==> $what (beside the others; log: .tools/setup-logs/$log.log)"
+  "$@" > "$LOGS/$log.log" 2>&1 &
+  logs+=("$log") names+=("$what") pids+=("$!")
+}
+trap 'kill "${pids[@]}" 2>/dev/null || true' INT TERM
+[ -x "$TUFTOOL_CACHE/bin/tuftool" ] || start tuftool "cargo install tuftool $TUFTOOL_VERSION" install_tuftool
+if [ -x ../shared/tools/build-packer.sh ]; then
+  start packers "the modern Packers and their plugins" ./scripts/modern-packers.sh
 else
   echo "==> no ../shared/tools/build-packer.sh: the modern-Packer tests will skip (docs/packer.md)"
 fi
+start sources "the test suite's source builds" .venv/bin/python -m tests.support.sources
+failed=0
+for i in "${!pids[@]}"; do
+  if wait "${pids[$i]}"; then
+    echo "==> ${names[$i]}: done"
+  else
+    echo "error: ${names[$i]} failed; the end of .tools/setup-logs/${logs[$i]}.log:" >&2
+    tail -n 40 "$LOGS/${logs[$i]}.log" >&2
+    failed=1
+  fi
+done
+trap - INT TERM
+[ "$failed" -eq 0 ] || exit 1
+mkdir -p "$TOOLS_BIN"
+ln -sf "$TUFTOOL_CACHE/bin/tuftool" "$TOOLS_BIN/tuftool"
 
 # Benchmark peers (bench/run.py only; not needed to build or test): nginx and the lz4 CLI.
 if [ "$BENCH" -eq 1 ]; then

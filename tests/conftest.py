@@ -176,10 +176,11 @@ def source_release(shared_dir: Path, worker_id: str) -> SourceRelease:
     import fcntl
 
     from imagebuilder.release.source import build_release
+    from tests.support.sources import SOURCE_RELEASE
 
     with (shared_dir / "source-release.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds, the others wait and lay out from the cache
-        return build_release("v1.36.3", shared_dir / f"source-release-{worker_id}")
+        return build_release(SOURCE_RELEASE, shared_dir / f"source-release-{worker_id}")
 
 
 @pytest.fixture(scope="session")
@@ -194,10 +195,11 @@ def runtime_of_a_1_7_line(shared_dir: Path) -> ReleaseRuntime:
     from imagebuilder.release import source
     from imagebuilder.release.standin import ReleaseRuntime
     from tests.support.runtime import reference_tarballs
+    from tests.support.sources import RUNTIME_1_7
 
     with (shared_dir / "runtime-1-7.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        built = source.build_runtime("v1.7.28", "v1.36.0")
+        built = source.build_runtime(*RUNTIME_1_7)
     containerd, crictl = reference_tarballs(built)
     return ReleaseRuntime(containerd, crictl, built.containerd, built.runc, built.crictl)
 
