@@ -37,6 +37,41 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
     assert cycles(import_graph(pkg, "pkg")) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
 
 
+def private_imports(root: Path, name: str) -> list[str]:
+    """``from a.b import _x`` anywhere under ``root`` where ``_x`` is another module's private name: only a private
+    submodule of the importer's own package (``from pkg.cli import _common`` in ``pkg/cli/``) is its to take."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        package = ".".join(rel.parts[:-1])
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == name:
+                folder = root.parent / node.module.replace(".", "/")
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    submodule = (folder / f"{alias.name}.py").is_file() or (folder / alias.name).is_dir()
+                    if private and not (node.module == package and submodule):
+                        found.append(f"{rel}: from {node.module} import {alias.name}")
+    return found
+
+
+def test_no_module_takes_another_modules_private_names(tmp_path: Path) -> None:
+    """Issue 47: a private name is its module's to change; a caller that needs it asks for a public one."""
+    assert private_imports(PACKAGE, "imagebuilder") == []
+    pkg = tmp_path / "pkg"
+    (pkg / "cli").mkdir(parents=True)
+    (pkg / "cli" / "_common.py").write_text("def _helper(): ...\n")
+    (pkg / "cli" / "build.py").write_text("from pkg.cli import _common\n")  # its own package's private module
+    (pkg / "core.py").write_text("def _get(): ...\n")
+    (pkg / "cli" / "fetch.py").write_text("def f():\n    from pkg.core import _get, __version__\n")
+    (pkg / "other.py").write_text("from pkg.cli._common import _helper\nfrom pkg.cli import _common\n")
+    assert private_imports(pkg, "pkg") == [
+        "pkg/cli/fetch: from pkg.core import _get",
+        "pkg/other: from pkg.cli._common import _helper",
+        "pkg/other: from pkg.cli import _common",
+    ]
+
+
 #: the capability packages, lowest first: each imports only itself and the packages before it (its docstring says
 #: so); above them only the demo, the docs generator and the command line
 LAYERS = ("core", "release", "attest", "publish", "customization", "image", "vsphere", "providers", "build", "host")

@@ -7,9 +7,9 @@ Three shapes of read, one HTTP stack (urllib3, with the environment's proxies), 
   transform applied (lz4 -> gzip for the bare-metal image), a dropped connection resumed with an HTTP ``Range``
   request, and only a verified result renamed into place (python-tuf's ``download_target`` writes, re-reads and
   copies: three passes over gigabytes; this is one);
-- :class:`imagebuilder.release.tuffetch.TufFetcher` -- python-tuf's ``FetcherInterface`` over the same stack (``_get``),
-  so TUF metadata travels the way every other download does; apart, so that only OS-1 downloads import python-tuf
-  (and the signers it pulls in).
+- :class:`imagebuilder.release.tuffetch.TufFetcher` -- python-tuf's ``FetcherInterface`` over the same stack
+  (:func:`get_response`), so TUF metadata travels the way every other download does; apart, so that only OS-1
+  downloads import python-tuf (and the signers it pulls in).
 
 A location is an ``http(s)://`` URL, a ``file://`` URL or a path. A mirror (:class:`Mirror`) maps upstream URLs to
 a directory or a base URL, keeping their paths. A missing local document is bad input (exit 2); an unreachable
@@ -104,7 +104,10 @@ def _pool(url: str) -> urllib3.PoolManager:
     return proxy
 
 
-def _get(url: str, *, timeout: float, offset: int = 0) -> urllib3.BaseHTTPResponse:
+def get_response(url: str, *, timeout: float, offset: int = 0) -> urllib3.BaseHTTPResponse:
+    """A streamed GET from the one connection pool (proxies and timeouts as every download has them), from byte
+    ``offset`` on; the caller hands the response back with :func:`release_response`. For a reader of its own
+    protocol (python-tuf's fetcher); every other download goes through this module's functions."""
     import urllib3
 
     headers = {"Range": f"bytes={offset}-"} if offset else {}
@@ -113,7 +116,7 @@ def _get(url: str, *, timeout: float, offset: int = 0) -> urllib3.BaseHTTPRespon
     )
 
 
-def _done(res: urllib3.BaseHTTPResponse) -> None:
+def release_response(res: urllib3.BaseHTTPResponse) -> None:
     """Give the connection back; one whose body was not read to its end is closed first (never reused mid-body)."""
     if res.length_remaining != 0:  # unknown (chunked) or bytes left
         res.close()
@@ -143,7 +146,7 @@ def read(location: str, *, timeout: float = 10.0, what: str = "document") -> byt
             raise InputError(f"cannot read {what}: {exc.strerror}", source=path) from None
     else:
         try:
-            res = _get(location, timeout=timeout)
+            res = get_response(location, timeout=timeout)
             try:
                 if res.status != 200:
                     raise ExternalError(
@@ -152,7 +155,7 @@ def read(location: str, *, timeout: float = 10.0, what: str = "document") -> byt
                     )
                 data = res.read(MAX_DOCUMENT_BYTES + 1)
             finally:
-                _done(res)
+                release_response(res)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ExternalError(
                 f"cannot fetch {what} {location}: {_reason(exc)}",
@@ -315,7 +318,7 @@ def _download_url(state: _State, *, attempts: int, backoff: float, timeout: floa
 def _fetch_from(state: _State, timeout: float) -> None:
     """One HTTP GET from ``state.received`` on; raises on connection errors (the caller resumes from the state)."""
     offset = state.received
-    res = _get(state.location, timeout=timeout, offset=offset)
+    res = get_response(state.location, timeout=timeout, offset=offset)
     try:
         if res.status == 416 and offset:
             return  # nothing more to send: the caller reports a truncated file
@@ -332,4 +335,4 @@ def _fetch_from(state: _State, timeout: float) -> None:
                     continue
             state.feed(chunk)
     finally:
-        _done(res)
+        release_response(res)

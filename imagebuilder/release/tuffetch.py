@@ -13,7 +13,7 @@ from urllib.parse import unquote
 from tuf.api import exceptions as tuf_exceptions
 from tuf.ngclient.fetcher import FetcherInterface
 
-from imagebuilder.core.fetch import _done, _get
+from imagebuilder.core.fetch import get_response, release_response
 from imagebuilder.core.stream import CHUNK
 
 if TYPE_CHECKING:
@@ -29,9 +29,9 @@ class TufFetcher(FetcherInterface):
     def _fetch(self, url: str) -> Iterator[bytes]:
         if url.startswith("file://"):  # a repository in a folder (image.publish --repo DIR)
             return self._file(Path(unquote(url.removeprefix("file://"))))
-        res = _get(url, timeout=self.timeout)
+        res = get_response(url, timeout=self.timeout)
         if res.status != 200:
-            _done(res)
+            release_response(res)
             raise tuf_exceptions.DownloadHTTPError(f"HTTP {res.status} for {url}", res.status)
         return self._chunks(res)
 
@@ -56,4 +56,4 @@ class TufFetcher(FetcherInterface):
         try:
             yield from res.stream(CHUNK)
         finally:
-            _done(res)
+            release_response(res)
