@@ -96,6 +96,18 @@ def test_each_package_imports_only_the_packages_below_it() -> None:
     assert below <= {"imagebuilder.release.profile", "imagebuilder.release.catalog"}, below
 
 
+def test_the_generated_layer_table_is_the_packages_own_declarations() -> None:
+    """docs/architecture.md's layer table is generated from the packages' ``May import:`` lines (issue 47): they
+    declare the order LAYERS holds the imports to, so the table cannot drift from the code."""
+    from imagebuilder.docs import layers, packages_table
+
+    declared = layers()
+    assert [name for name, _, _ in declared] == list(LAYERS)
+    assert all(below == list(LAYERS[:level]) for level, (_, below, _) in enumerate(declared))
+    table = packages_table()
+    assert all(f"| `imagebuilder/{name}/` |" in table for name in LAYERS) and ":mod:" not in table
+
+
 def test_the_layer_rule_finds_an_upward_import(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     for sub in ("core", "image"):
