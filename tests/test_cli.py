@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.cli import namespace
-from imagebuilder.docs import config_reference, layout_table, release_lines_table
+from imagebuilder.docs import config_reference, layout_table, packages_table, release_lines_table
 from tests.support.common import EXAMPLES, PAIRS, ROOT, build_args, reference, run
 
 SECRETS = ("change-me", "change-me-api-key", "change-me-secret-key")
@@ -349,7 +349,7 @@ def test_generated_doc_sections_are_current() -> None:
 
     for page, _, _, make in SECTIONS:
         assert make() in (ROOT / "docs" / page).read_text(), f"docs/{page}: run 'invoke docs'"
-    assert {make for *_, make in SECTIONS} == {config_reference, layout_table, release_lines_table}
+    assert {make for *_, make in SECTIONS} == {config_reference, layout_table, packages_table, release_lines_table}
 
 
 def _anchors(markdown: str) -> set[str]:
