@@ -447,19 +447,21 @@ def test_the_demo_prints_each_steps_time(monkeypatch: pytest.MonkeyPatch) -> Non
     """Issue 48: the demo's steps with when each began and how long it took (a warning is no step of its own)."""
     from imagebuilder.cli import _common
 
-    now = iter([0.0, 5.0, 905.0, 906.0, 1030.0])
+    now = iter([0.0, 5.0, 905.0, 906.0, 907.0, 1030.0])
     monkeypatch.setattr(_common.time, "monotonic", lambda: next(now))
     lines: list[str] = []
     clock = _common.StepClock(lines.append)
     clock("base image: reused")
     clock("release: Kubernetes v1.36.3 from upstream source")
     clock("warning: a note")
+    clock("[ok  ] disk   4 GiB free\n[ok  ] cpus   2")  # the preflight's report
     clock.done()
     assert lines == [
         "[0m05s] base image: reused",
         "           (base image: 15m00s)",
         "[15m05s] release: Kubernetes v1.36.3 from upstream source",
         "warning: a note",
+        "[ok  ] disk   4 GiB free\n[ok  ] cpus   2",
         "           (release: 2m05s)",
         "[17m10s] done",
     ]

@@ -138,7 +138,7 @@ class StepClock:
 
     def __call__(self, text: str) -> None:
         now = time.monotonic()
-        if text.startswith("warning:"):  # said during a step, not a step of its own
+        if text.startswith("warning:") or "\n" in text:  # said during a step (a warning, a report), not a step
             self.out(text)
             return
         self._close(now)
