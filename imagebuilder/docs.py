@@ -120,10 +120,10 @@ def layers() -> list[tuple[str, list[str], str]]:
     for init in sorted(PACKAGE.glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         declared = re.search(r"May import:(.*?)(?:\n\n|$)", doc, re.S)
-        if init.parent.name == "cli" or declared is None:
+        if declared is None:  # the command line declares no layer: it sits on top
             continue
         below = [] if "nothing" in declared.group(1) else re.findall(r"``(\w+)``", declared.group(1))
-        found.append((init.parent.name, below, " ".join(doc.split("\n\n")[0].split()).replace("|", "\\|")))
+        found.append((init.parent.name, below, " ".join(doc.split("\n\n")[0].split())))
     return sorted(found, key=lambda layer: len(layer[1]))
 
 
@@ -132,7 +132,8 @@ def packages_table() -> str:
     paragraph), then what sits on top."""
     out = [PACKAGES_START, "", "| layer | package | owns |", "|---|---|---|"]
     for level, (name, _below, owns) in enumerate(layers(), 1):
-        out.append(f"| {level} | `imagebuilder/{name}/` | {_markdown(owns)} |")
+        cell = _markdown(owns).replace("|", "\\|")
+        out.append(f"| {level} | `imagebuilder/{name}/` | {cell} |")
     out += [f"| top | {TOP[0]} | {TOP[1]} |", "", PACKAGES_END]
     return "\n".join(out)
 
