@@ -145,9 +145,9 @@ for tool in vcsim govc; do
   fi
 done
 
-# The long builds of the test setup run side by side (on a fresh machine of this kind: about 35 minutes together
-# where one after the other took 80; most of their time is waiting on downloads and linking, not both cores), each
-# into its own log, cached across clones so that a rerun finds them and takes seconds:
+# The long builds of the test setup run side by side (measured on a fresh machine of this kind: done 33 minutes
+# after the setup began, where one after the other took 80.6), each into its own log, cached across clones so that
+# a rerun finds them and takes seconds:
 #   - tuftool, the TUF client of Bottlerocket's tooling: the publishing tests download with it beside our own client
 #     (issue 31), and the OS-1 benchmark measures against it (cargo);
 #   - the modern Packers the tests build on (1.9.4, 1.16.0) and their plugins, newest and floors: built from
