@@ -115,15 +115,21 @@ def _loops_on(path_part: str) -> list[str]:
 
 @pytest.mark.root
 def test_loops_of_a_killed_run_are_found_by_their_backing_file_and_released(tmp_path: Path) -> None:
-    """Issue 29's leak: a killed run's working disk on /dev/shm still attached to loop devices. host.clean (and the
-    sweep at the start of the next run that takes scratch space) finds them by their backing file, even when the
-    directory was already deleted, detaches them and removes the directory; a live run's are never touched."""
+    """Issue 29's leak: a killed run's working disk still attached to loop devices. host.clean (and the sweep at the
+    start of the next run that takes scratch space) finds them by their backing file, even when the directory was
+    already deleted, detaches them and removes the directory; a live run's are never touched.
+
+    The run's folders are made in a temp dir of this test's own (``TMPDIR``, the other place runs name folders for
+    themselves, found the same way as /dev/shm): on the host's /dev/shm the sweep at the start of any parallel
+    test's build released them in the middle of the dry run's check (seen in CI)."""
     from tests.support.common import run
 
-    shm = Path("/dev/shm")  # the real tmpfs: what host.clean looks at
+    root = tmp_path / "tmp"  # the run root host.clean is pointed at below
+    root.mkdir()
+    env = {"TMPDIR": str(root)}
     dead = dead_pid()
-    gone, kept_dir = shm / f"image-builder-{dead}-gone", shm / f"image-builder-{dead}-kept"
-    live = shm / f"image-builder-{os.getpid()}-live"
+    gone, kept_dir = root / f"image-builder-{dead}-gone", root / f"image-builder-{dead}-kept"
+    live = root / f"image-builder-{os.getpid()}-live"
     loops: dict[str, str] = {}
     try:
         for folder in (gone, kept_dir, live):
@@ -135,19 +141,19 @@ def test_loops_of_a_killed_run_are_found_by_their_backing_file_and_released(tmp_
         subprocess.run(["rm", "-rf", str(gone)], check=True)  # what the old sweep did: the loop's file is deleted
         assert _loops_on(f"{gone}/disk.raw (deleted)") == [loops[gone.name]]
 
-        listed = run("host.clean", "--dry-run")
+        listed = run("host.clean", "--dry-run", env=env)
         assert listed.code == 0, listed.err
         for name in (gone.name, kept_dir.name):
-            assert f"would release: loop device {loops[name]} ({shm}/{name}/disk.raw" in listed.out, listed.out
+            assert f"would release: loop device {loops[name]} ({root}/{name}/disk.raw" in listed.out, listed.out
             assert f"left by run {dead}" in listed.out
         assert f"would release: scratch directory {kept_dir}, left by run {dead}" in listed.out
         assert live.name not in listed.out and _loops_on(gone.name) and kept_dir.is_dir()  # the dry run changes nothing
 
-        cleaned = run("host.clean")
+        cleaned = run("host.clean", env=env)
         assert cleaned.code == 0, cleaned.out + cleaned.err
         assert not _loops_on(gone.name) and not _loops_on(kept_dir.name) and not kept_dir.exists()
         assert _loops_on(live.name) == [loops[live.name]] and live.is_dir(), "a live run's loop and folder stay"
-        again = run("host.clean", "--dry-run")  # a rerun converges: nothing of these left to release
+        again = run("host.clean", "--dry-run", env=env)  # a rerun converges: nothing of these left to release
         assert again.code == 0 and str(dead) not in again.out and live.name not in again.out, again.out
     finally:
         for dev in loops.values():
