@@ -38,7 +38,7 @@ from bench.os1 import bench_os1  # noqa: E402
 from bench.startup import TARGET_S, bench_startup  # noqa: E402
 from bench.vsphere import bench_vsphere  # noqa: E402
 from imagebuilder.core.hostinfo import kvm_status  # noqa: E402
-from imagebuilder.demo import run_demo  # noqa: E402
+from imagebuilder.flows.demo import run_demo  # noqa: E402
 
 START = "<!-- bench:start (written by bench/run.py; do not edit) -->"
 END = "<!-- bench:end -->"

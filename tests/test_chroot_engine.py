@@ -141,6 +141,25 @@ def test_matrix_flags_are_checked(tmp_path: Path) -> None:
     assert res.code == 2 and "github-actions" in res.err
 
 
+def test_the_matrix_meets_builds_gate_before_anything_is_built(tmp_path: Path) -> None:
+    """Issue 47: ``build.matrix`` runs the preflight ``build`` runs, once per OS and provider pair, before any layer
+    or image is built, with build's --skip-check and --min-disk-gb; a preflight that fails leaves nothing behind."""
+    config = write_config(tmp_path)
+    out, layers = tmp_path / "out", tmp_path / "layers"
+    args = ["build.matrix", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24,1-33",
+            "--baremetal-config", str(config), "--offline", "--engine", "chroot", "--output-dir", str(out),
+            "--layer-cache", str(layers)]  # fmt: skip
+    res = run(*args, "--min-disk-gb", "9000000")
+    assert res.code == 1 and "preflight failed: disk" in res.err, res.out + res.err
+    assert res.out.count("[FAIL] disk") == 1, "one report for the one pair, as build prints it"
+    assert "[skip] packer" in res.out, "a chroot matrix runs no Packer"
+    assert not out.exists() and not layers.exists()
+    single = run("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", *args[7:9],
+                 "--offline", "--engine", "chroot", "--output-dir", str(out), "--min-disk-gb", "9000000")  # fmt: skip
+    assert single.code == 1 and "preflight failed: disk" in single.err, single.err
+    assert run(*args, "--skip-check", "nope", "--dry-run").code == 2  # a dry run refuses what the real run would
+
+
 def test_inputs_digest_follows_the_inputs(tmp_path: Path) -> None:
     import dataclasses
 
@@ -279,6 +298,7 @@ def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch:
     """An image built on an OS layer starts from a filesystem that already fills its partition: no second
     e2fsck -f and resize2fs for it (about a second of CPU per image). A smaller or unclean one is still checked."""
     from imagebuilder.core import disk
+    from imagebuilder.core.disk import attach
 
     image = tmp_path / "fs.img"
     image.write_bytes(b"")
@@ -286,7 +306,7 @@ def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch:
     subprocess.run(["mkfs.ext4", "-q", "-F", str(image), "8M"], check=True)
     with disk.loop_device(image, 0, 16 * 2**20) as dev:
         disk.grow_filesystem(dev)
-        size, clean = disk._ext_geometry(dev) or (0, False)
+        size, clean = attach._ext_geometry(dev) or (0, False)
         assert (size, clean) == (16 * 2**20, True)
         # grown and clean: neither tool is run again (a PATH with only dumpe2fs would fail the call if it were)
         empty = tmp_path / "bin"
@@ -297,7 +317,7 @@ def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch:
         monkeypatch.undo()
         # a filesystem marked unclean is checked before anything mounts it, even at full size
         subprocess.run(["debugfs", "-w", "-R", "ssv state 0", dev], check=True, capture_output=True)
-        assert disk._ext_geometry(dev) == (16 * 2**20, False)
+        assert attach._ext_geometry(dev) == (16 * 2**20, False)
         monkeypatch.setenv("PATH", str(empty))
         with pytest.raises(FileNotFoundError):
             disk.grow_filesystem(dev)
@@ -370,6 +390,7 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     (store,) = layers.glob("os-ubuntu-20.04-*.members")
     assert sum(1 for p in store.rglob("*") if p.is_file()) >= 0.9 * max(c["data"] for c in counts)
     assert "built" in first.stdout and "shared" in first.stdout
+    assert "[ok  ] host-os" in first.stdout, "the matrix's preflight ran, as build's does"
     assert not list((home / "work").iterdir()), "the workspaces are removed"
     assert not leaked_scratch(), "the working disks in memory are removed"
     # both images are what a build promises; one of them boots (the other shares its OS layer)
@@ -415,7 +436,8 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     # a rerun builds nothing: the manifests record the same inputs
     again = in_ns(offline_ns, *args, home=home)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert again.stdout.count("skipped") >= 2 and "built" not in again.stdout
+    table = again.stdout[again.stdout.index("build.matrix") :]  # the summary, after the preflight's report
+    assert table.count("skipped") >= 2 and "built" not in table, table
 
 
 def publish_and_serve(out: Path, names: list[str], build_key: Path, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Working disks in memory (imagebuilder/core/disk.py ``scratch_dir``): used only when the whole disk fits with room to
+"""Working disks in memory (core/disk/scratch.py ``scratch_dir``): used only when the whole disk fits with room to
 spare, counted against each other, removed on the way out (also after a failure), and the leftovers of a run that
 was killed are swept by the next one. The tmpfs is stood in for by a directory of the test (the decision reads its
 free space and the host's available memory, both real)."""
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.core import disk, runs
+from imagebuilder.core.disk import places, scratch
 from tests.support.common import BIN, leaked_scratch
 
 GiB = 1024**3
@@ -24,7 +25,7 @@ GiB = 1024**3
 def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     place = tmp_path / "shm"
     place.mkdir()
-    monkeypatch.setattr(disk, "SHM", place)
+    monkeypatch.setattr(places, "SHM", place)  # the one place every part of the disk helper reads it
     # the temp dir is the other place runs name folders for themselves: this test's own, not the host's
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
@@ -63,7 +64,7 @@ def test_disks_in_memory_are_counted_at_their_full_size(
     shm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two builds at once: the second goes to disk when the first's full size and the reserve leave too little."""
-    monkeypatch.setattr(disk, "_mem_available", lambda: disk.SCRATCH_RESERVE + 3 * GiB)
+    monkeypatch.setattr(scratch, "_mem_available", lambda: disk.SCRATCH_RESERVE + 3 * GiB)
     with disk.scratch_dir(tmp_path / "a", size=2 * GiB) as first:
         assert first.parent == shm
         with disk.scratch_dir(tmp_path / "b", size=2 * GiB) as second:

@@ -181,37 +181,13 @@ def build(
         runtime=flags.choice(runtime, "--runtime", ("release", "os")) if runtime else None,
     )
     # imported once the flags are known good: a mistyped flag is answered without them
-    from imagebuilder.build.packer import packer_check
-    from imagebuilder.build.packer_plugins import PluginCheck
-    from imagebuilder.build.resolve import make_plan
-    from imagebuilder.build.runner import check_source_image, run_build
-    from imagebuilder.core.fetch import Mirror
+    from imagebuilder import flows
     from imagebuilder.customization.model import load_customization
-    from imagebuilder.host.preflight import require
 
     customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
-    packer_checks: list[PluginCheck] = []
-
-    def packer_first(builder: str, mirror: Mirror | None, offline: bool) -> None:
-        # Packer and its plugins, once the builder is known and before anything is downloaded: a missing plugin
-        # exits 2 here, offline included; the real run installs what it can
-        packer_checks.append(packer_check([builder], packer=packer, plugins=plugin_dir, mirror=mirror, offline=offline,
-                                    install=not dry_run, say=print))  # fmt: skip
-
-    plan = make_plan(
-        request,
-        before_fetch=packer_first,
-    )
-    tools = packer_checks[0] if packer_checks else None
-    from imagebuilder.build.disk_need import disk_need
-
-    need = disk_need(plan)
-    # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
-    checked = check_source_image(plan) if dry_run else None
-    if dry_run and plan.engine == "chroot":
-        from imagebuilder.build.chroot import check_engine
-
-        check_engine()  # root, the tools, Ansible's chroot connection: what the real run checks first
+    prepared = flows.prepare_build(request, customization=customization, packer=packer, plugins=plugin_dir,
+                                   dry_run=dry_run, say=print)  # fmt: skip
+    plan, tools, need, checked = prepared.plan, prepared.tools, prepared.need, prepared.source_check
     if output == "json":
         summary = customization.summary() if customization else None
         print_json({"dry_run": dry_run, **plan.to_json(), "source_image_check": checked, "customization": summary,
@@ -231,12 +207,9 @@ def build(
                   f"packages {c_['packages'] or 'none'}")  # fmt: skip
     if dry_run:
         return
-    # the chroot engine runs no Packer; a Packer build's plugins were checked (and installed) above
-    skips = [*(skip_check or []), *(["packer"] if tools is None else [])]
-    require(plan.os, plan.provider, skips, min_disk, say=print, checked=tools, need=need)
-    with status_line(f"building {plan.output_name}") as say:
-        result = run_build(plan, keep_on_error=keep_on_error, customization=customization, say=say, plugins=tools,
-                           signer=signer)  # fmt: skip
+    with status_line(f"building {plan.output_name}") as status:
+        result = flows.run_build(prepared, skip_checks=skip_check or [], min_disk_gb=min_disk,
+                                 keep_on_error=keep_on_error, signer=signer, say=print, status=status)  # fmt: skip
     if result.artifact:
         print(f"image:    {result.artifact}\nsha256:   {result.sha256}")
     print(f"manifest: {result.manifest}\nlog:      {result.log}")
@@ -263,11 +236,7 @@ def print_attestations(out_dir: Path, extra: dict[str, Any]) -> None:
 
 
 MATRIX_HELP = {
-    **{
-        k: v
-        for k, v in HELP.items()
-        if k not in ("name", "output", "release_manifest", "eksa_release", "skip_check", "min_disk_gb")
-    },
+    **{k: v for k, v in HELP.items() if k not in ("name", "output", "release_manifest", "eksa_release")},
     "os": "OSes, comma-separated (each with each --hypervisor); or use --pairs",
     "hypervisor": "providers, comma-separated",
     "pairs": "os:provider pairs, comma-separated (ubuntu:baremetal,ubuntu:vsphere), instead of --os/--hypervisor",
@@ -283,7 +252,7 @@ MATRIX_HELP = {
 }
 
 
-@task(help=MATRIX_HELP, auto_shortflags=False)
+@task(help=MATRIX_HELP, iterable=["skip_check"], auto_shortflags=False)
 @cli_task
 def matrix(
     c: Context,
@@ -319,6 +288,8 @@ def matrix(
     emit_file: str | None = None,
     runs_on: str | None = None,
     dry_run: bool = False,
+    skip_check: list[str] | None = None,
+    min_disk_gb: str | None = None,
     packer: str | None = None,
     packer_plugins: str | None = None,
     signing_key: str | None = None,
@@ -347,6 +318,10 @@ def matrix(
     for channel in channels:
         catalog.channel(channel)
     n_jobs = flags.integer(jobs, "--jobs", 1, 64) if jobs else None
+    from imagebuilder.core.hostinfo import check_skips
+
+    check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
+    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     if emit:
         flags.choice(emit, "--emit", ("github-actions", "gitlab-ci"))
     labels = parse_list(runs_on, "--runs-on") if runs_on else ["self-hosted", "linux", "x64"]
@@ -373,15 +348,12 @@ def matrix(
         engine=engine,
         runtime=flags.choice(runtime, "--runtime", ("release", "os")) if runtime else None,
     )
-    from imagebuilder.build.matrix import expand, parallelism, run_matrix
+    from imagebuilder import flows
     from imagebuilder.customization.model import load_customization
 
     customization = load_customization(customize_file) if customize_file else None
-    plans = expand(request, pair_list, channels)
     if emit:
-        from imagebuilder.build.ci_emit import emit_ci
-
-        text = emit_ci(emit, plans, request=request, customize=customize, runs_on=labels)
+        text = flows.emit_matrix(emit, request, pair_list, channels, customize=customize, runs_on=labels)
         if emit_file:
             from imagebuilder.core.files import atomic_write
 
@@ -391,27 +363,24 @@ def matrix(
         else:
             print(text, end="")
         return
-    from imagebuilder.build.packer import prepare_packer
-
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    tools = prepare_packer(plans, packer=packer, plugins=plugin_dir, install=not dry_run, say=print)
-    if tools:
-        print("\n".join(tools.lines()))
+    prepared = flows.prepare_matrix(request, pair_list, channels, customization=customization, packer=packer,
+                                    plugins=plugin_dir, dry_run=dry_run, say=print)  # fmt: skip
+    if prepared.tools:
+        print("\n".join(prepared.tools.lines()))
     if dry_run:
-        if any(p.engine == "chroot" for p in plans):
-            from imagebuilder.build.chroot import check_engine
-
-            check_engine()
-        for p in plans:
+        for checked in prepared.source_checks:
+            print(f"source image: {checked}")
+        for p in prepared.plans:
             print(f"would build {p.output_name}  ({p.os} {p.os_version.version} on {p.provider}, {p.channel.name},"
                   f" engine {p.engine})")  # fmt: skip
-        print(f"in parallel: up to {parallelism(plans, n_jobs)} at once")
+        print(f"in parallel: up to {prepared.parallelism(n_jobs)} at once")
         return
     cache = Path(layer_cache).resolve() if layer_cache else None
-    with status_line("matrix") as say:
-        rows = run_matrix(plans, customization=customization, jobs=n_jobs, force=force, layer_cache=cache,
-                          layer_only=layer_only, say=say, keep_on_error=keep_on_error, plugins=tools,
-                          signer=signer)  # fmt: skip
+    with status_line("matrix") as status:
+        rows = flows.run_matrix(prepared, skip_checks=skip_check or [], min_disk_gb=min_disk, jobs=n_jobs, force=force,
+                                layer_cache=cache, layer_only=layer_only, keep_on_error=keep_on_error, signer=signer,
+                                say=print, status=status)  # fmt: skip
     print_matrix(rows)
     failed = [r.plan.output_name for r in rows if r.status == "failed"]
     if failed:

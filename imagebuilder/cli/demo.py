@@ -62,7 +62,7 @@ def demo(
         load_catalog().channel(release_channel)
     if kubernetes:
         load_catalog().channel(f"1-{parse_version(kubernetes)[1]}", "--kubernetes")
-    from imagebuilder.demo import DEMO_KUBERNETES, STANDIN_CHANNEL, demo_steps, run_demo
+    from imagebuilder.flows.demo import DEMO_KUBERNETES, STANDIN_CHANNEL, demo_steps, run_demo
 
     channel = release_channel or STANDIN_CHANNEL
     version = kubernetes or DEMO_KUBERNETES

@@ -219,7 +219,7 @@ def atomic_write(
     final = Path(path)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        # the pid in the name: a run killed before the rename left this file, and the next run can tell (disk.py)
+        # the pid in the name: a run killed before the rename left this file, and the next run tells (disk/deadruns.py)
         fd, tmp = tempfile.mkstemp(prefix=partial_prefix(final), suffix=".tmp", dir=final.parent)
     except OSError as exc:  # a destination no file can be made in (/proc, a read-only mount, a file's name)
         if is_full(exc):

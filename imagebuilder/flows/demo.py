@@ -1,4 +1,5 @@
-"""The offline flow end to end, as ``invoke demo`` runs it: base image, release, mirror, bare-metal build, verify.
+"""The offline flow end to end, as ``invoke demo`` runs it: base image, release, mirror, bare-metal build, verify: a
+flow of flows (the build is :mod:`imagebuilder.flows.build`'s, with the same checks and gate as ``build``).
 
 By default the release is Kubernetes built from upstream source (``release.build``, cached: about 15 minutes the
 first time on 2 cores, seconds after) and the image is proven by nodes: ``image.verify --kubernetes --join`` brings
@@ -14,15 +15,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder.build.disk_need import disk_need
 from imagebuilder.build.plan import BuildRequest
-from imagebuilder.build.resolve import make_plan
-from imagebuilder.build.runner import BuildResult, run_build
+from imagebuilder.build.runner import BuildResult
 from imagebuilder.build.verify import Finding, verify_image
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.host.preflight import require
+from imagebuilder.flows.build import prepare_build, run_build
 from imagebuilder.image.base import make_base_image
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.mirror import create_mirror, file_sha256
@@ -132,7 +131,7 @@ def run_demo(
     config = dest / "baremetal.json"
     with atomic_write(config) as fh:
         json.dump({"source_image_url": str(base), "source_image_checksum": f"sha256:{digest}"}, fh, indent=2)
-    plan = make_plan(
+    prepared = prepare_build(
         BuildRequest(
             os="ubuntu",
             hypervisor="baremetal",
@@ -144,12 +143,13 @@ def run_demo(
             offline=True,
             disk_gb=disk_gb,
             engine=engine,
-        )
+        ),
+        say=say,
     )
-    require(plan.os, plan.provider, skip_checks, say=say, need=disk_need(plan))  # the same gate as 'build'
+    plan = prepared.plan
     how = "Packer + QEMU + Ansible" if plan.engine == "packer" else "Ansible in a chroot, no VM"
     say(f"build: {plan.output_name} ({how}, offline); engine {plan.engine}: {plan.engine_reason}")
-    build = run_build(plan, say=status)
+    build = run_build(prepared, skip_checks=skip_checks, say=say, status=status)  # the same gate as 'build'
     assert build.artifact is not None
     say(f"image: {build.artifact}  sha256 {build.sha256}")
     if boot and not standin:

@@ -1,0 +1,198 @@
+"""Views of disk images: sparse copies, the member-per-MiB gzip read back sparse, and a raw view of any image format
+qemu-img reads (never one that reads other files)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import tarfile
+import tempfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from imagebuilder.core.disk.scratch import run_tempdir, scratch_dir
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.files import run_checked
+
+_ZERO = bytes(1024 * 1024)
+
+
+@dataclass(frozen=True)
+class GzipMember:
+    """Where one member of a gzip file lies: ``offset`` and ``length`` in the file, ``raw_offset`` and
+    ``raw_length`` in what it decompresses to."""
+
+    offset: int
+    length: int
+    raw_offset: int
+    raw_length: int
+
+
+def gunzip_sparse(src: Path, dest: Path) -> list[GzipMember]:
+    """Decompress a .gz disk image, seeking over zero MiBs so the raw file stays sparse, and say where each of its
+    gzip members lies, found in the same pass (``image.customize`` takes the input's members for the MiBs it leaves
+    as they were). Zero bytes after the last member are padding, as gzip has them."""
+    members: list[GzipMember] = []
+    block = bytearray()  # the MiB being filled, written (or seeked over) when full
+    at = start = raw = 0  # bytes of src consumed; where the current member starts, in src and in dest
+    inflater: zlib._Decompress | None = None
+    buf, ended = b"", False
+    try:
+        with src.open("rb") as fin, dest.open("wb") as fout:
+            while True:
+                if not buf:
+                    buf = fin.read(len(_ZERO))
+                    ended = not buf
+                if inflater is None:  # between members: padding, the next member, or the end
+                    if ended:
+                        break
+                    kept = buf.lstrip(b"\0")
+                    at += len(buf) - len(kept)
+                    buf, start = kept, at
+                    if not buf:
+                        continue
+                    inflater = zlib.decompressobj(31)
+                out = inflater.decompress(buf, len(_ZERO) - len(block))
+                tail = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+                at, buf = at + len(buf) - len(tail), tail
+                block += out
+                if len(block) == len(_ZERO):
+                    _put_block(fout, block)
+                if inflater.eof:
+                    end = fout.tell() + len(block)
+                    members.append(GzipMember(start, at - start, raw, end - raw))
+                    raw, inflater = end, None
+                elif ended and not out and not buf:
+                    raise EOFError("the file ends inside a member")
+            _put_block(fout, block)
+            fout.truncate()
+    except (zlib.error, EOFError) as exc:
+        raise InputError(
+            f"not a complete gzip file ({exc})", source=src, expected="a gzip-compressed raw disk"
+        ) from None
+    return members
+
+
+def _put_block(fout: IO[bytes], block: bytearray) -> None:
+    """Write ``block`` at the file's position, or seek over it when it is all zeros; empty it."""
+    if block == _ZERO[: len(block)]:
+        fout.seek(len(block), 1)
+    else:
+        fout.write(block)
+    block.clear()
+
+
+def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """(start, end) of the parts of an open file that hold data: a sparse disk's holes are never read. A
+    filesystem that cannot say (no SEEK_DATA) gets the whole file as one extent."""
+    extents: list[tuple[int, int]] = []
+    offset = 0
+    try:
+        while offset < size:
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole is left
+                    break
+                raise
+            offset = os.lseek(fd, start, os.SEEK_HOLE)
+            extents.append((start, offset))
+    except (OSError, AttributeError):
+        return [(0, size)] if size else []
+    return extents
+
+
+def copy_sparse(src: Path, dest: Path) -> None:
+    """The raw disk ``src`` copied to ``dest`` extent by extent within the kernel (``copy_file_range``: no trip
+    through this process, half the CPU of ``qemu-img convert`` here), its holes left holes. Raises OSError where the
+    kernel cannot (two filesystems of different types), for the caller to copy another way."""
+    with src.open("rb") as fin, dest.open("wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        for start, end in data_extents(fin.fileno(), size):
+            offset = start
+            while offset < end:
+                copied = os.copy_file_range(fin.fileno(), fout.fileno(), end - offset, offset, offset)
+                if copied == 0:
+                    raise OSError(errno.EIO, f"{src} ended early")
+                offset += copied
+        fout.truncate(size)
+
+
+@contextlib.contextmanager
+def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
+    """A raw view of a .gz, .ova, .vmdk, .qcow2 or raw image; temporary copies are removed afterwards.
+
+    A raw image is used in place (read only by the callers); other formats are decompressed or converted into a
+    temporary directory (under ``work_dir`` when given: the build's workspace, not /tmp). A temporary copy is never
+    flushed to the device (``qemu-img -t unsafe``): it is read back from the page cache and deleted."""
+    if not image.is_file():
+        raise InputError("image not found", source=image)
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="image-raw-", dir=work_dir) if work_dir else run_tempdir("raw") as tmp:
+        work = Path(tmp)
+        out = work / "disk.raw"
+        if image.name.endswith(".gz"):
+            gunzip_sparse(image, out)
+            yield out
+            return
+        if image.name.endswith(".ova"):
+            try:
+                with tarfile.open(image) as tar:
+                    members = tar.getmembers()
+                    if not members or not members[0].name.endswith(".ovf"):
+                        raise InputError("the OVF descriptor is not the first file of the OVA", source=image)
+                    vmdk = next((m for m in members if m.isfile() and m.name.endswith(".vmdk")), None)
+                    if vmdk is None:
+                        raise InputError("no .vmdk disk in the OVA", source=image)
+                    tar.extract(vmdk, work, filter="data")
+            except tarfile.TarError as exc:
+                raise InputError(f"not a readable OVA (tar): {exc}", source=image) from None
+            _qemu_info(work / vmdk.name)  # its disk must not name files outside it (a descriptor's extents)
+            run_checked("qemu-img", "convert", "-t", "unsafe", "-O", "raw", str(work / vmdk.name), str(out),
+                        timeout=3600)  # fmt: skip
+            yield out
+            return
+        info = _qemu_info(image)
+        if info["format"] == "raw":
+            yield image
+            return
+        # in memory when it fits: the e2fsprogs tools that read it flush their file when they close it
+        with scratch_dir(work, size=int(str(info.get("virtual-size") or 0))) as where:
+            out = where / "disk.raw"
+            run_checked("qemu-img", "convert", "-t", "unsafe", "-f", str(info["format"]), "-O", "raw", str(image),
+                        str(out), timeout=3600)  # fmt: skip
+            yield out
+
+
+def _qemu_info(image: Path) -> dict[str, object]:
+    """What ``qemu-img info`` says of ``image`` (which opens no backing file), refused when reading the image would
+    read other files: a backing file, a qcow2 external data file, a VMDK descriptor's extents elsewhere. A disk given
+    to the tool must be whole: converting it would copy whatever host file it names into the working copy."""
+    try:
+        info = json.loads(run_checked("qemu-img", "info", "--output=json", str(image)))
+    except ExternalError as exc:
+        raise InputError(f"not a disk image qemu-img can read: {exc}", source=image) from None
+    if not isinstance(info, dict):
+        return {}
+    specific = info.get("format-specific")
+    data = specific.get("data") if isinstance(specific, dict) else None
+    data = data if isinstance(data, dict) else {}
+    listed = data.get("extents")
+    extents = listed if isinstance(listed, list) else []
+    elsewhere = [e.get("filename") for e in extents if isinstance(e, dict) and e.get("filename") != str(image)]
+    if info.get("backing-filename") or info.get("full-backing-filename") or data.get("data-file") or elsewhere:
+        raise InputError("reads other files (a backing file, an external data file or extents elsewhere); "
+                         "they are not read", source=image,
+                         expected="a whole image: flatten it first (qemu-img convert -O qcow2 IN OUT)")  # fmt: skip
+    return info
+
+
+def image_format(image: Path) -> str:
+    """The format qemu-img reads in ``image`` (raw, qcow2, vmdk...)."""
+    return str(_qemu_info(image).get("format"))

@@ -1,0 +1,96 @@
+"""One image: planned and checked, then gated by preflight and built. ``build`` and the demo both run it, so a build
+meets the same checks in the same order wherever it starts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from imagebuilder.build import runner
+from imagebuilder.build.disk_need import DiskNeed, disk_need
+from imagebuilder.build.packer import packer_check
+from imagebuilder.build.resolve import make_plan
+from imagebuilder.core.progress import Say, silent
+from imagebuilder.host.preflight import require
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Signer
+
+    from imagebuilder.build.packer_plugins import PluginCheck
+    from imagebuilder.build.plan import BuildPlan, BuildRequest
+    from imagebuilder.build.runner import BuildResult
+    from imagebuilder.core.fetch import Mirror
+    from imagebuilder.customization.model import Customization
+
+
+@dataclass(frozen=True)
+class PreparedBuild:
+    """A build every input of which was checked: what a dry run reports and what :func:`run_build` runs."""
+
+    plan: BuildPlan
+    #: the Packer and plugins it runs (None for the chroot engine)
+    tools: PluginCheck | None
+    need: DiskNeed
+    #: the dry run's look at the source image (None when there is none, or on a real run: checked once fetched)
+    source_check: str | None
+    customization: Customization | None
+    dry_run: bool
+
+
+def prepare_build(
+    request: BuildRequest,
+    *,
+    customization: Customization | None = None,
+    packer: str | None = None,
+    plugins: Path | None = None,
+    dry_run: bool = False,
+    say: Say = silent,
+) -> PreparedBuild:
+    """Plan ``request`` and check what can be checked before anything runs: Packer and the plugins its builder needs
+    (once the builder is known and before anything is downloaded: a missing plugin exits 2 here, offline included;
+    a real run installs what it can), the disk the build writes, and on a dry run what the real run checks first
+    (a local source image, the chroot engine's tools)."""
+    checks: list[PluginCheck] = []
+
+    def packer_first(builder: str, mirror: Mirror | None, offline: bool) -> None:
+        checks.append(packer_check([builder], packer=packer, plugins=plugins, mirror=mirror, offline=offline,
+                                   install=not dry_run, say=say))  # fmt: skip
+
+    plan = make_plan(request, before_fetch=packer_first)
+    need = disk_need(plan)
+    # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
+    source_check = runner.check_source_image(plan) if dry_run else None
+    if dry_run and plan.engine == "chroot":
+        from imagebuilder.build.chroot import check_engine
+
+        check_engine()  # root, the tools, Ansible's chroot connection: what the real run checks first
+    return PreparedBuild(plan, checks[0] if checks else None, need, source_check, customization, dry_run)
+
+
+def preflight_skips(skip_checks: Sequence[str], tools: PluginCheck | None) -> list[str]:
+    """The preflight checks a run skips: the user's, and Packer's when no Packer runs (the chroot engine); a Packer
+    build's plugins were checked, and installed, when it was prepared."""
+    return [*skip_checks, *(["packer"] if tools is None else [])]
+
+
+def run_build(
+    prepared: PreparedBuild,
+    *,
+    skip_checks: Sequence[str] = (),
+    min_disk_gb: int | None = None,
+    keep_on_error: bool = False,
+    signer: Signer | None = None,
+    say: Say = silent,
+    status: Say = silent,
+) -> BuildResult:
+    """Gate the build on this host's preflight (its report through ``say``), then run it (its progress through
+    ``status``)."""
+    if prepared.dry_run:
+        raise ValueError("a dry run's preparation is not run")  # a caller's mistake, never the user's
+    plan = prepared.plan
+    require(plan.os, plan.provider, preflight_skips(skip_checks, prepared.tools), min_disk_gb, say=say,
+            checked=prepared.tools, need=prepared.need)  # fmt: skip
+    return runner.run_build(plan, keep_on_error=keep_on_error, customization=prepared.customization, say=status,
+                            plugins=prepared.tools, signer=signer)  # fmt: skip

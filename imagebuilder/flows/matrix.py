@@ -1,0 +1,117 @@
+"""Many images at once: every plan checked as one build's is, then gated by one preflight per OS and provider pair,
+then built with the OS layers shared (:mod:`imagebuilder.build.matrix`); or the CI definition that runs them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from imagebuilder.build import matrix
+from imagebuilder.build.disk_need import DiskNeed, disk_need
+from imagebuilder.build.packer import prepare_packer
+from imagebuilder.build.runner import check_source_image
+from imagebuilder.core.progress import Say, silent
+from imagebuilder.flows.build import preflight_skips
+from imagebuilder.host.preflight import require
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Signer
+
+    from imagebuilder.build.packer_plugins import PluginCheck
+    from imagebuilder.build.plan import BuildPlan, BuildRequest
+    from imagebuilder.customization.model import Customization
+
+
+@dataclass(frozen=True)
+class PreparedMatrix:
+    """Every plan of a matrix, checked: what its dry run reports and what :func:`run_matrix` runs."""
+
+    plans: list[BuildPlan]
+    tools: PluginCheck | None
+    #: the disk each plan writes, in the plans' order
+    needs: list[DiskNeed]
+    #: the dry run's look at each local source image, once per image
+    source_checks: list[str]
+    customization: Customization | None
+    dry_run: bool
+
+    def parallelism(self, jobs: int | None) -> int:
+        return matrix.parallelism(self.plans, jobs)
+
+
+def prepare_matrix(
+    request: BuildRequest,
+    pairs: list[tuple[str, str]],
+    channels: list[str],
+    *,
+    customization: Customization | None = None,
+    packer: str | None = None,
+    plugins: Path | None = None,
+    dry_run: bool = False,
+    say: Say = silent,
+) -> PreparedMatrix:
+    """One plan per pair and channel, each validated as ``build`` validates it, and the same checks before anything
+    runs: Packer and the plugins of every builder, the disk each writes, and on a dry run the source images and the
+    chroot engine's tools."""
+    plans = matrix.expand(request, pairs, channels)
+    tools = prepare_packer(plans, packer=packer, plugins=plugins, install=not dry_run, say=say)
+    needs = [disk_need(p) for p in plans]
+    checks: list[str] = []
+    if dry_run:
+        for plan in plans:
+            checked = check_source_image(plan)
+            if checked and checked not in checks:
+                checks.append(checked)
+        if any(p.engine == "chroot" for p in plans):
+            from imagebuilder.build.chroot import check_engine
+
+            check_engine()
+    return PreparedMatrix(plans, tools, needs, checks, customization, dry_run)
+
+
+def emit_matrix(
+    kind: str, request: BuildRequest, pairs: list[tuple[str, str]], channels: list[str], *, customize: str | None,
+    runs_on: list[str]
+) -> str:  # fmt: skip
+    """The CI definition (``github-actions`` or ``gitlab-ci``) that runs this matrix, its plans validated first."""
+    from imagebuilder.build.ci_emit import emit_ci
+
+    return emit_ci(kind, matrix.expand(request, pairs, channels), request=request, customize=customize,
+                   runs_on=runs_on)  # fmt: skip
+
+
+def run_matrix(
+    prepared: PreparedMatrix,
+    *,
+    skip_checks: Sequence[str] = (),
+    min_disk_gb: int | None = None,
+    jobs: int | None = None,
+    force: bool = False,
+    layer_cache: Path | None = None,
+    layer_only: bool = False,
+    keep_on_error: bool = False,
+    signer: Signer | None = None,
+    say: Say = silent,
+    status: Say = silent,
+) -> list[matrix.MatrixRow]:
+    """Gate the matrix on this host's preflight, once per OS and provider pair (with the disk of that pair's largest
+    build: the builds' workspaces come and go, one at a time per job), then build every plan."""
+    if prepared.dry_run:
+        raise ValueError("a dry run's preparation is not run")  # a caller's mistake, never the user's
+    largest: dict[tuple[str, str], DiskNeed] = {}
+    packer_pairs: set[tuple[str, str]] = set()
+    for plan, need in zip(prepared.plans, prepared.needs, strict=True):
+        key = (plan.os, plan.provider)
+        if key not in largest or need.total > largest[key].total:
+            largest[key] = need
+        if plan.engine == "packer":
+            packer_pairs.add(key)
+    for (os_name, provider), need in largest.items():
+        tools = prepared.tools if (os_name, provider) in packer_pairs else None  # a chroot pair runs no Packer
+        require(os_name, provider, preflight_skips(skip_checks, tools), min_disk_gb, say=say, checked=tools,
+                need=need)  # fmt: skip
+    return matrix.run_matrix(prepared.plans, customization=prepared.customization, jobs=jobs, force=force,
+                             layer_cache=layer_cache, layer_only=layer_only, say=status, keep_on_error=keep_on_error,
+                             plugins=prepared.tools, signer=signer)  # fmt: skip
