@@ -116,7 +116,7 @@ TOP = ("`imagebuilder/docs.py`, `imagebuilder/cli/`",
 
 def layers() -> list[tuple[str, list[str], str]]:
     """The capability packages, lowest first, as each one's ``__init__`` declares itself: its name, the packages its
-    ``May import:`` line names (``tests/test_layers.py`` holds the imports to it), and its first paragraph."""
+    ``May import:`` line names (``tests/unit/test_layers.py`` holds the imports to it), and its first paragraph."""
     found = []
     for init in sorted(PACKAGE.glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""

@@ -159,7 +159,7 @@ class Requirement:
 
 
 #: the plugins each Packer builder folder's template declares for Packer >= 1.7 (built into Packer 1.6), with
-#: the lowest versions every pair validates with on Packer 1.9 and 1.16 (tests/test_packer_versions.py)
+#: the lowest versions every pair validates with on Packer 1.9 and 1.16 (tests/integration/test_packer_versions.py)
 PLUGINS: dict[str, tuple[Requirement, ...]] = {
     "vsphere": (Requirement("vsphere", "github.com/hashicorp/vsphere", ">= 1.1.1"),),
     "qemu": (Requirement("qemu", "github.com/hashicorp/qemu", ">= 1.0.9"),),

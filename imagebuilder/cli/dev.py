@@ -12,7 +12,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli._common import cli_task
 from imagebuilder.core import paths
-from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.errors import ExternalError, InputError
 
 BIN = Path(sys.executable).parent
 #: the pytest markers of tests that need root, a VM or a long run (pyproject.toml declares them)
@@ -71,16 +71,21 @@ def lint(c: Context, packer: str | None = None, packer_plugins: str | None = Non
         "k": "only tests matching this pytest -k expression",
         "no_lint": "skip the static checks",
         "fast": "only the tests that need no root, network namespace, VM, vcsim or long run (no static checks)",
+        "quick": "the edit-test loop: tests/unit only (in-process: no program, socket, root or guest; under a minute)",
     },
     auto_shortflags=False,
 )
 @cli_task
-def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False) -> None:
+def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, quick: bool = False) -> None:
     """Run the whole test suite (static checks, then pytest against the real components)."""
-    if not (no_lint or fast):
+    if fast and quick:
+        raise InputError("--fast and --quick choose different sets", field="--quick", expected="one of them")
+    if not (no_lint or fast or quick):
         lint(c)
     select = f" -k '{k}'" if k else ""
-    if fast:
+    if quick:
+        select += " -n auto tests/unit"
+    elif fast:
         # light tests are independent of each other: spread them over the cores
         select += f" -m 'not ({' or '.join(HEAVY_MARKERS)})' -n auto"
     else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 
-#: the variable that names the step to be killed at (tests/test_fault_injection.py)
+#: the variable that names the step to be killed at (tests/integration/test_fault_injection.py)
 FAIL_ENV = "IMAGE_BUILDER_FAIL_AT"
 
 

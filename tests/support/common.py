@@ -4,6 +4,7 @@ real format. Fixtures live in conftest.py; tests import these from here, never f
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 #: real reference data, copied with its provenance (tests/data/README.md)
@@ -215,3 +217,21 @@ def loops_on(*parts: str) -> list[str]:
 
 def mounts_under(path: Path) -> list[str]:
     return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(path) in line]
+
+
+def plan_for(os_name: str, provider: str, tmp_path: Path, config: dict[str, Any] | None = None, **kw: Any) -> Any:
+    """The plan of a 1-24 build of ``os_name`` on ``provider``, offline: from ``config`` when given, else from the
+    pair's example config."""
+    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.build.resolve import make_plan
+
+    configs = {}
+    if config is not None:
+        path = tmp_path / f"{provider}.json"
+        path.write_text(json.dumps(config))
+        configs[provider] = str(path)
+    elif PAIRS[(os_name, provider)]:
+        configs[provider] = str(EXAMPLES / PAIRS[(os_name, provider)])  # type: ignore[operator]
+    return make_plan(
+        BuildRequest(os=os_name, hypervisor=provider, release_channel="1-24", configs=configs, offline=True, **kw)
+    )

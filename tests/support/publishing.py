@@ -1,6 +1,6 @@
 """Helpers of the publishing tests: an image's companions written by the library exactly as a build writes them
-(the build path itself is checked in tests/test_chroot_engine.py, where the matrix's real images are published),
-the repository CLI, and tuftool, the TUF client Bottlerocket's own tooling uses."""
+(the build path itself is checked in tests/integration/test_chroot_engine.py, where the matrix's real images are
+published), the repository CLI, and tuftool, the TUF client Bottlerocket's own tooling uses."""
 
 from __future__ import annotations
 

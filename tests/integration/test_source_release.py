@@ -1,0 +1,361 @@
+"""Kubernetes built from upstream source (release.build), the images it makes, containerd's metadata as the node
+check and image.verify read it, and the kubeadm configuration of the node check.
+
+The slow tests build the release for real through the Go module proxy (cached under ~/.cache/image-builder, so a
+machine pays about 15 minutes once) and import its images into a real containerd (Debian's)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from imagebuilder.core.errors import ExternalError
+from imagebuilder.image.boltdb import BoltFile
+from imagebuilder.image.nodecheck import kubeadm_config
+from imagebuilder.release.imagearchive import Entry, ImageSpec, archive_refs, docker_archive
+from imagebuilder.release.manifest import load_manifest
+from imagebuilder.release.source import LABEL, SourceRelease
+from tests.support.common import reference, run
+from tests.support.source_release import release_images
+
+SOURCE_VERSION = "v1.36.3"
+
+
+# --- fast -------------------------------------------------------------------------------------------------------
+
+
+def test_release_build_flags_exit_2_before_anything(tmp_path: Path) -> None:
+    res = run("release.build", "--kubernetes", "v1.2x", "--dest", str(tmp_path / "r"))
+    assert res.code == 2 and "v1.<minor>.<patch>" in res.err and not (tmp_path / "r").exists()
+    res = run("release.build", "--kubernetes", "v1.34.2", "--base-url", "ftp://x/", "--dest", str(tmp_path / "r"))
+    assert res.code == 2 and "--base-url" in res.err
+    res = run("release.build", "--kubernetes", "v1.34.2", "--dest", str(tmp_path / "r"), "--dry-run")
+    assert res.code == 0 and "kubernetes-1-34-source-3.yaml" in res.out and not (tmp_path / "r").exists()
+    # the line's runtime, or the one asked for; never one that cannot run the line's Kubernetes
+    assert "containerd v2.1.4 with the runc it pins, crictl v1.36.0" in res.out
+    res = run("release.build", "--kubernetes", "v1.36.3", "--containerd", "v2.4.2", "--dest", str(tmp_path / "r"),
+              "--dry-run")  # fmt: skip
+    assert res.code == 0 and "containerd v2.4.2" in res.out
+    for bad, why in (
+        ("v1.7.28", "needs containerd 2"),
+        ("2.3.1", "not a containerd version"),
+        ("v2.3.1;rm -rf /", "not a containerd version"),
+        ("v２.3.1", "not a containerd version"),
+        # the proxy serves no v2.3.9; its list (not exhaustive: it leaves out v2.3.1, which it serves) names the close
+        ("v2.3.9", "is not a published release (the Go module proxy does not serve it); did you mean 'v2.3.7'"),
+    ):
+        res = run("release.build", "--kubernetes", "v1.36.3", "--containerd", bad, "--dest", str(tmp_path / "r"))
+        assert res.code == 2 and why in res.err and "--containerd" in res.err and "Traceback" not in res.err, res.err
+        assert not (tmp_path / "r").exists()
+    res = run("release.build", "--kubernetes", "v1.36.99", "--dest", str(tmp_path / "r"), "--dry-run")
+    assert res.code == 2 and "--kubernetes" in res.err and "not a published release" in res.err, res.err
+    # the newest upstream minor, a line the distro has not published: the newest line's runtime (containerd 2)
+    res = run("release.build", "--kubernetes", "v1.37.2", "--dest", str(tmp_path / "r"), "--dry-run")
+    assert res.code == 0 and "containerd v2.3.1" in res.out and "kubernetes-1-37-source-3.yaml" in res.out, res.err
+
+
+# --- a real containerd ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def containerd(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """Debian's containerd on a private socket, root and state (the host's containerd, if any, is not touched)."""
+    binary = shutil.which("containerd")
+    assert binary, "containerd is missing: run ./scripts/setup.sh --test"
+    root, state, sock = tmp_path / "root", tmp_path / "state", tmp_path / "c.sock"
+    config = tmp_path / "config.toml"
+    config.write_text(f'version = 2\nroot = "{root}"\nstate = "{state}"\n[grpc]\n  address = "{sock}"\n'
+                      '[plugins."io.containerd.grpc.v1.cri"]\n  disable_tcp_service = true\n')  # fmt: skip
+    proc = subprocess.Popen([binary, "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if subprocess.run(["ctr", "--address", str(sock), "version"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        yield sock, root
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.mark.root
+def test_containerds_own_metadata_is_read_back_by_the_bbolt_reader(
+    containerd: tuple[Path, Path], tmp_path: Path
+) -> None:
+    sock, root = containerd
+    refs = [f"registry.example/team/app-{i}:v{i}" for i in range(40)]  # enough names for more than one page
+    for ref in refs[:3]:
+        tar = tmp_path / "image.tar"
+        tar.write_bytes(docker_archive(ImageSpec(ref, ({"x": Entry(ref.encode())},))))
+        res = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "images", "import", str(tar)],
+                             capture_output=True, text=True)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+    for ref in refs[3:]:
+        subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "images", "tag", refs[0], ref], check=True,
+                       capture_output=True)  # fmt: skip
+    listed = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "images", "ls", "-q"],
+                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    db = root / "io.containerd.metadata.v1.bolt" / "meta.db"
+    got = sorted(k.decode() for k in BoltFile(db).bucket("v1", "k8s.io", "images"))
+    assert got == sorted(listed) and set(refs) <= set(got)
+    assert BoltFile(db).bucket("v1", "no-such-namespace", "images") == {}
+
+    # damaged copies (bytes changed past the meta pages, or cut short): names or a clear error, never a crash
+    import random
+
+    data = db.read_bytes()
+    rng = random.Random(26)
+    for trial in range(300):
+        damaged = bytearray(data)
+        if trial % 10 == 0:
+            damaged = damaged[: rng.randrange(8192, len(data))]
+        else:
+            for _ in range(rng.randrange(1, 40)):
+                damaged[rng.randrange(8192, len(data))] = rng.randrange(256)
+        copy = tmp_path / "damaged.db"
+        copy.write_bytes(bytes(damaged))
+        try:
+            names = BoltFile(copy).bucket("v1", "k8s.io", "images")
+        except ExternalError as exc:
+            assert str(copy) in str(exc)
+        else:
+            assert isinstance(names, dict)
+
+
+# --- the release built from source (slow: the Go module proxy, cached under ~/.cache) --------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_a_release_built_from_source_is_a_distro_format_release(source_release: SourceRelease, tmp_path: Path) -> None:
+    manifest = load_manifest(str(source_release.manifest_path))
+    assert manifest.name == "kubernetes-1-36-source-3" and manifest.distro == "source"
+    assert manifest.kubernetes_version == SOURCE_VERSION and manifest.channel == "1-36"
+    # the line's runtime, built from source and stamped with its real versions
+    assert dict(manifest.versions) == {"containerd": "v2.3.1", "runc": "v1.4.2", "cri-tools": "v1.36.0"}
+    assert "containerd" in {a.name for a in manifest.artifacts if a.kind == "archive"}
+    bins = {c.name: c.bin_dir for c in source_release.components}
+    for binary, args, said in ((bins["containerd"] / "containerd", ["--version"], "containerd github.com/containerd/"
+                                "containerd/v2 v2.3.1 source-v2.3.1"),
+                               (bins["containerd"] / "ctr", ["--version"], "ctr github.com/containerd/containerd/v2 "
+                                "v2.3.1"),
+                               (bins["runc"] / "runc", ["--version"], "runc version 1.4.2"),
+                               (bins["cri-tools"] / "crictl", ["--version"], "crictl version 1.36.0")):  # fmt: skip
+        out = subprocess.run([str(binary), *args], capture_output=True, text=True, check=True).stdout
+        assert said in out, (binary, out)
+        kind = subprocess.run(["file", "-L", str(binary)], capture_output=True, text=True).stdout
+        assert "statically linked" in kind or "static-pie linked" in kind, kind
+    seccomp = subprocess.run([str(bins["runc"] / "runc"), "--version"], capture_output=True, text=True).stdout
+    assert "libseccomp: 2." in seccomp, seccomp
+    tarball = next(source_release.root.rglob("containerd-v2.3.1-linux-amd64.tar.gz"))
+    with tarfile.open(tarball) as tar:
+        assert {m.name for m in tar.getmembers() if m.isfile()} == {
+            "usr/local/bin/containerd", "usr/local/bin/ctr", "usr/local/bin/containerd-shim-runc-v2",
+            "usr/local/sbin/runc", "etc/systemd/system/containerd.service"}  # fmt: skip
+        unit = tar.extractfile("etc/systemd/system/containerd.service").read().decode()  # type: ignore[union-attr]
+        assert "ExecStart=/usr/local/bin/containerd" in unit and "Delegate=yes" in unit
+    doc = yaml.safe_load(source_release.manifest_path.read_text())
+    assets = [a for c in doc["status"]["components"] for a in c["assets"]]
+    assert assets and all(LABEL in a["description"] for a in assets), "every artifact says it was built from source"
+    for a in assets:
+        if a["type"] == "Archive":
+            path = source_release.root / a["archive"]["uri"].split("://", 1)[1].split("/", 1)[1]
+            data = path.read_bytes()
+            assert hashlib.sha256(data).hexdigest() == a["archive"]["sha256"]
+            assert hashlib.sha512(data).hexdigest() == a["archive"]["sha512"]
+    kube = next(c.bin_dir for c in source_release.components if c.name == "kubernetes")
+    for binary, args in (("kubelet", ["--version"]), ("kubeadm", ["version", "-o", "short"]),
+                         ("kubectl", ["version", "--client"]), ("kube-apiserver", ["--version"])):  # fmt: skip
+        out = subprocess.run([str(kube / binary), *args], capture_output=True, text=True, check=True).stdout
+        assert SOURCE_VERSION in out, (binary, out)
+    pause = subprocess.run([str(kube / "pause"), "-v"], capture_output=True, text=True, check=False)
+    assert "pause.c v3.10.2-source" in pause.stdout and "statically linked" in subprocess.run(
+        ["file", str(kube / "pause")], capture_output=True, text=True).stdout  # fmt: skip
+    # the images are named exactly as this kubeadm asks for them, each image tar names its one reference
+    listed = subprocess.run([str(kube / "kubeadm"), "config", "images", "list", "--kubernetes-version", SOURCE_VERSION],
+                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    shipped = {a.uri for a in manifest.artifacts if a.kind == "image"}
+    assert shipped == set(listed) == set(source_release.images.values())
+    for a in manifest.artifacts:
+        if a.kind == "image":
+            tar = source_release.root / a.archive_uri.split("://", 1)[1].split("/", 1)[1]  # type: ignore[union-attr]
+            assert archive_refs(tar.read_bytes()) == [a.uri]
+    # kube-proxy's image runs iptables (Debian's, nf_tables backend) as upstream's distroless-iptables base does
+    proxy_tar = next(source_release.root.rglob("kube-proxy.tar"))
+    unpacked = tmp_path / "kube-proxy-root"
+    unpacked.mkdir()
+    with tarfile.open(proxy_tar) as outer:
+        layers = json.loads(outer.extractfile("manifest.json").read())[0]["Layers"]  # type: ignore[union-attr]
+        for name in layers:
+            with tarfile.open(fileobj=outer.extractfile(name)) as layer:  # type: ignore[arg-type]
+                layer.extractall(unpacked, filter="fully_trusted")
+    said = subprocess.run(["chroot", str(unpacked), "/usr/sbin/iptables", "-V"], capture_output=True, text=True)
+    assert "nf_tables" in said.stdout, said.stdout + said.stderr
+    assert (unpacked / "usr/local/bin/kube-proxy").is_file()
+    etcd = next(c.bin_dir for c in source_release.components if c.name == "etcd")
+    etcd_tag = source_release.images["etcd"].rsplit(":", 1)[1].split("-")[0]  # what this kubeadm asks for
+    assert f"etcd Version: {etcd_tag}" in subprocess.run([str(etcd / "etcd"), "--version"], capture_output=True,
+                                                   text=True, check=True).stdout  # fmt: skip
+
+    # a second run takes what is cached: nothing is rebuilt, the same files come out
+    stamps = {c.name: (c.bin_dir.parent / "inputs.json").stat().st_mtime_ns for c in source_release.components}
+    from imagebuilder.release.source import build_release
+
+    again = build_release(SOURCE_VERSION, tmp_path / "again")
+    assert {c.name: (c.bin_dir.parent / "inputs.json").stat().st_mtime_ns for c in again.components} == stamps
+    assert again.manifest_path.read_bytes() == source_release.manifest_path.read_bytes()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_the_release_images_import_into_containerd_under_kubeadms_names(
+    source_release: SourceRelease, containerd: tuple[Path, Path]
+) -> None:
+    sock, root = containerd
+    for tar in sorted(source_release.root.rglob("*.tar")):
+        res = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "images", "import", str(tar)],
+                             capture_output=True, text=True)  # fmt: skip
+        assert res.returncode == 0, (tar, res.stderr)
+    db = root / "io.containerd.metadata.v1.bolt" / "meta.db"
+    names = {k.decode() for k in BoltFile(db).bucket("v1", "k8s.io", "images")}
+    assert set(source_release.images.values()) <= names
+
+
+def test_a_second_node_joins_with_the_token_and_the_pinned_ca_hash(tmp_path: Path) -> None:
+    """The join's configuration: the first node's address on the wire, the bootstrap token the init creates, and
+    the CA's public-key hash computed the way kubeadm's documentation computes it with openssl."""
+    from imagebuilder.image.nodecheck import WIRE_IPS, Join, _ca_and_admin, _seed, join_config
+
+    files = _ca_and_admin(tmp_path)
+    (tmp_path / "ca.pem").write_bytes(files["ca.crt"])
+    pub = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "ca.pem"), "-pubkey", "-noout"],
+                         capture_output=True, check=True).stdout  # fmt: skip
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pub, capture_output=True,
+                         check=True).stdout  # fmt: skip
+    assert files["ca.hash"].decode() == hashlib.sha256(der).hexdigest()
+    join = Join("abcdef.0123456789abcdef", files["ca.hash"].decode())
+    images = release_images(reference("eksd", "kubernetes-1-21-eks-4.yaml"))
+    init = next(yaml.safe_load_all(kubeadm_config(images, "v1.34.2", join)))
+    assert init["localAPIEndpoint"]["advertiseAddress"] == WIRE_IPS[0]
+    assert init["bootstrapTokens"][0]["token"] == join.token
+    assert init["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "node-ip", "value": WIRE_IPS[0]}]
+    joined = yaml.safe_load(join_config("v1.30.0", join))
+    assert joined["apiVersion"] == "kubeadm.k8s.io/v1beta3" and joined["kind"] == "JoinConfiguration"
+    token = joined["discovery"]["bootstrapToken"]
+    assert token["apiServerEndpoint"] == f"{WIRE_IPS[0]}:6443" and token["caCertHashes"] == [f"sha256:{join.ca_hash}"]
+    assert joined["nodeRegistration"]["kubeletExtraArgs"] == {"node-ip": WIRE_IPS[1]}
+    # the second guest's seed: no CA key, its own address on the wire, the join configuration
+    seed = _seed(files, join_config("v1.34.2", join), index=1, joined=True)
+    user_data = yaml.safe_load(seed["user-data"])
+    paths = {f["path"] for f in user_data["write_files"]}
+    assert "/etc/kubernetes/pki/ca.key" not in paths and "/root/node-check/join.yaml" in paths
+    assert f"{WIRE_IPS[1]}/24" in yaml.safe_load(seed["network-config"])["ethernets"]["wire"]["addresses"]
+    first = yaml.safe_load(_seed(files, "x", index=0)["user-data"])
+    assert "/etc/kubernetes/pki/ca.key" in {f["path"] for f in first["write_files"]}
+
+
+def test_real_kubeadm_validates_the_node_checks_configurations(source_release: SourceRelease, tmp_path: Path) -> None:
+    """kubeadm's own strict decoder (``kubeadm config validate``) accepts what the node check hands the guests: the
+    init configuration with the join's token and the join configuration, the lengthened waits included."""
+    from imagebuilder.image.nodecheck import SLOW_HOST_WAIT, Join, join_config
+
+    kubeadm = next(c.bin_dir for c in source_release.components if c.name == "kubernetes") / "kubeadm"
+    join = Join("abcdef.0123456789abcdef", "a" * 64)
+    for name, text in (("init", kubeadm_config(source_release.images, source_release.kubernetes_version, join)),
+                       ("join", join_config(source_release.kubernetes_version, join))):  # fmt: skip
+        assert f"tlsBootstrap: {SLOW_HOST_WAIT}" in text or name == "init"
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(text)
+        res = subprocess.run([str(kubeadm), "config", "validate", "--config", str(config)], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+        assert res.returncode == 0, f"{name}: {res.stdout}{res.stderr}"
+        # the decoder is strict: a misspelt field is refused, so the passes above mean something
+        config.write_text(text.replace("kubeletHealthCheck:", "kubeletHealthChek:"))
+        res = subprocess.run([str(kubeadm), "config", "validate", "--config", str(config)], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+        assert res.returncode != 0 and "kubeletHealthChek" in res.stderr, res.stderr
+
+
+def test_a_pod_that_does_not_run_says_why(tmp_path: Path) -> None:
+    """The node check's failure detail for a Pending pod: its unmet conditions (an unscheduled pod has no container
+    statuses) and its events. kubectl is a stand-in here printing the API's documented Pod and Event shapes."""
+    from imagebuilder.image.nodecheck import _Kubectl, _pod_events, _pod_state
+
+    pod = {"status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/2 nodes are available: 1 node(s) had untolerated taint"}]}}  # fmt: skip
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(
+        '#!/bin/sh\ncase "$*" in\n'
+        f"  *'get pod node-check'*) echo '{json.dumps(pod)}' ;;\n"
+        "  *'get events'*) echo '2026-11-26T10:00:00Z   FailedScheduling   default-scheduler   0/2 nodes' ;;\n"
+        "esac\n"
+    )
+    kubectl.chmod(0o755)
+    client = _Kubectl(kubectl, tmp_path / "kubeconfig")
+    ok, detail = _pod_state(client)
+    assert not ok
+    why = "0/2 nodes are available: 1 node(s) had untolerated taint"
+    assert detail == f"phase Pending (PodScheduled=False Unschedulable: {why})"
+    assert "FailedScheduling   default-scheduler" in _pod_events(client, "node-check")
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_the_node_checks_runtime_report_reads_the_release_containerd(
+    source_release: SourceRelease, tmp_path: Path
+) -> None:
+    """The lines the node check's first guest runs to report its runtime (``RUNTIME_REPORT``), run here against the
+    release's own containerd 2 and crictl on a private socket: ``crictl info`` states the systemd cgroup driver the
+    containerd role writes (and not when the config says otherwise), the server its version."""
+    from imagebuilder.image.nodecheck import RUNTIME_REPORT, runtime_ok
+
+    bins = {c.name: c.bin_dir for c in source_release.components}
+    default = subprocess.run([str(bins["containerd"] / "containerd"), "config", "default"], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+    assert default.startswith("version = 4") and "SystemdCgroup = false" in default
+    env = {**os.environ, "PATH": f"{bins['containerd']}:{bins['cri-tools']}:{os.environ['PATH']}"}
+    for systemd in (True, False):
+        work = tmp_path / str(systemd)
+        work.mkdir()
+        sock = work / "c.sock"
+        config = default.replace("SystemdCgroup = false", f"SystemdCgroup = {str(systemd).lower()}")
+        config = config.replace("/var/lib/containerd", str(work / "root")).replace("/run/containerd/containerd.sock",
+                                                                                     str(sock))  # fmt: skip
+        config = config.replace("/run/containerd", str(work / "state"))
+        (work / "config.toml").write_text(config)
+        proc = subprocess.Popen([str(bins["containerd"] / "containerd"), "--config", str(work / "config.toml")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+        try:
+            for _ in range(200):
+                if subprocess.run(["ctr", "--address", str(sock), "version"], env=env,
+                                  capture_output=True).returncode == 0:  # fmt: skip
+                    break
+                time.sleep(0.1)
+            script = 'say() { echo "NODE-CHECK $*"; }\n' + RUNTIME_REPORT.replace(
+                "/run/containerd/containerd.sock", str(sock)
+            ).replace("ctr version", f"ctr --address {sock} version")
+            out = subprocess.run(["sh", "-c", script], cwd=work, env=env, capture_output=True, text=True, check=True)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        event, _, detail = out.stdout.strip().removeprefix("NODE-CHECK ").partition(" ")
+        words = dict(w.split("=", 1) for w in detail.split())
+        assert event == "runtime" and words["containerd"] == "v2.3.1", out.stdout
+        assert words["systemd"] == str(systemd).lower(), (out.stdout, (work / "crictl-info.json").read_text()[:500])
+        cgroup = subprocess.run(["stat", "-fc", "%T", "/sys/fs/cgroup"], capture_output=True, text=True).stdout
+        assert words["cgroup"] == cgroup.strip()
+        unified = detail.replace(f"cgroup={words['cgroup']}", "cgroup=cgroup2fs")
+        assert runtime_ok(event, unified) is systemd, "systemd cgroups on v2 pass; cgroupfs does not"
+        assert not runtime_ok(event, unified.replace("cgroup2fs", "tmpfs")), "cgroup v1 does not pass"
