@@ -95,7 +95,9 @@ def pydantic_problems(exc: ValidationError, model: type[BaseModel] | None = None
         expected = None
         parent = _model_at(model, err["loc"][:-1]) if err["loc"] else None
         info = parent.model_fields.get(str(err["loc"][-1])) if parent is not None else None
-        if kind == "missing" and info is not None:
+        if kind == "string_too_short" and err.get("ctx", {}).get("min_length") == 1:
+            msg = _MESSAGES["missing"]  # given empty: not there, as the reference tool reads ""
+        if kind in ("missing", "string_too_short") and info is not None:
             expected = info.description
         elif kind == "extra_forbidden" and parent is not None:
             msg += did_you_mean(str(err["loc"][-1]), list(parent.model_fields))
@@ -104,6 +106,36 @@ def pydantic_problems(exc: ValidationError, model: type[BaseModel] | None = None
             expected = str(err["msg"]).removeprefix("Input should be ")
         problems.append(Problem(field, msg, expected))
     return problems
+
+
+def model_problems(
+    model: type[M], data: object, *, prefix: str = "", context: dict[str, Any] | None = None
+) -> tuple[M | None, list[Problem]]:
+    """``data`` checked against ``model`` without raising: the model (None when it does not validate) and every
+    problem, its field under ``prefix`` (``[3]`` for an item of a list): a mapping's unknown keys (with "did you
+    mean"), then the model's own: what :func:`validated` reports, and a list's loader item by item."""
+
+    def at(field: str) -> str:
+        return f"{prefix}.{field}" if prefix and field else prefix + field
+
+    if not isinstance(data, Mapping):
+        return None, [Problem(prefix, "must be a mapping", ", ".join(model.model_fields))]
+    known = list(model.model_fields)
+    unknown = [k for k in data if k not in known]
+    found = [Problem(at(str(k)), f"unknown field{did_you_mean(str(k), known)}") for k in unknown]
+    result: M | None = None
+    try:
+        result = model.model_validate({k: v for k, v in data.items() if k not in unknown}, context=context)
+    except ValidationError as exc:
+        found += [Problem(at(p.field), p.message, p.expected) for p in pydantic_problems(exc, model)]
+    return (result if not found else None), found
+
+
+def raise_problems(problems: Iterable[Problem], source: str | Path) -> None:
+    """One :class:`InputErrors` naming ``source`` and every problem, when there is any."""
+    found = list(problems)
+    if found:
+        raise InputErrors([InputError(p.message, source=source, field=p.field, expected=p.expected) for p in found])
 
 
 def validated(
@@ -116,16 +148,7 @@ def validated(
 ) -> M:
     """``data`` validated against ``model``, or one :class:`InputErrors` naming ``source`` and every problem: the
     ``problems`` the caller found first, unknown top-level keys (with "did you mean"), then the model's own."""
-    found = list(problems)
-    known = list(model.model_fields)
-    unknown = [k for k in data if k not in known]
-    found += [Problem(str(k), f"unknown field{did_you_mean(str(k), known)}") for k in unknown]
-    result: M | None = None
-    try:
-        result = model.model_validate({k: v for k, v in data.items() if k not in unknown}, context=context)
-    except ValidationError as exc:
-        found += pydantic_problems(exc, model)
-    if found:
-        raise InputErrors([InputError(p.message, source=source, field=p.field, expected=p.expected) for p in found])
+    result, found = model_problems(model, data, context=context)
+    raise_problems([*problems, *found], source)
     assert result is not None
     return result

@@ -17,10 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from imagebuilder.core import faults, grammar
-from imagebuilder.core.errors import ExternalError, InputError, InputErrors, did_you_mean
+from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import parse_yaml_documents, read_text
 from imagebuilder.core.progress import Transfers
+from imagebuilder.core.validation import Problem, StrictModel, model_problems, raise_problems
 from imagebuilder.release.catalog import OperatingSystem, ReleaseChannel, load_catalog
 from imagebuilder.release.profile import load_profile
 from imagebuilder.vsphere import inventory
@@ -81,6 +84,21 @@ class ImportEntry:
     name: str | None = None
 
 
+class ImportItem(StrictModel):
+    """One entry of ``template.import --from-file``'s list, as the user writes it."""
+
+    ova: str = Field(min_length=1, description="a local OVA path or an http(s) URL")
+    os: str = Field(description="the template's OS: ubuntu, redhat or bottlerocket (os2, os3, os1)")
+    kubernetes: str = Field(description="its Kubernetes version, as 1.24")
+    name: str | None = None
+
+    @field_validator("kubernetes", mode="before")
+    @classmethod
+    def _unquoted_version(cls, value: object) -> object:
+        # YAML reads an unquoted 1.24 as a number; the list's users write it so
+        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
 def load_import_list(path: str) -> list[ImportEntry]:
     """``template.import --from-file``: a YAML list of ``{ova, os, kubernetes[, name]}``; every problem reported.
 
@@ -94,57 +112,51 @@ def load_import_list(path: str) -> list[ImportEntry]:
             "must be a non-empty YAML list", source=path, expected="- {ova: PATH|URL, os: OS, kubernetes: 1.24}"
         )
     base = Path(path).resolve().parent
-    problems: list[InputError] = []
+    problems: list[Problem] = []
     entries: list[ImportEntry] = []
-    keys = ("ova", "os", "kubernetes", "name")
-    for i, item in enumerate(data):
-        where = f"[{i}]"
-        if not isinstance(item, dict):
-            problems.append(InputError("must be a mapping", source=path, field=where, expected="{ova, os, kubernetes}"))
-            continue
-        for key in item:
-            if key not in keys:
-                problems.append(
-                    InputError(f"unknown field{did_you_mean(str(key), keys)}", source=path, field=f"{where}.{key}")
-                )
-        try:
-            ova = item.get("ova")
-            if not isinstance(ova, str) or not ova:
-                raise InputError(
-                    "required field is missing", field="ova", expected="a local OVA path or an http(s) URL"
-                )
-            if "://" in ova:
+    for i, raw in enumerate(data):
+        item, found = model_problems(ImportItem, raw, prefix=f"[{i}]")
+        problems += found
+        if item is None:
+            # what is there is still checked: every problem of the list is reported in one go
+            fields = raw if isinstance(raw, dict) else {}
+            ova = fields.get("ova")
+            if isinstance(ova, str) and ova:
                 try:
-                    grammar.url(ova, ("http", "https"))
-                except ValueError as exc:
-                    raise InputError(str(exc), field="ova", expected="a local OVA path or an http(s) URL") from None
-            else:
-                ova = str((base / ova).resolve())
-                if not Path(ova).is_file():
-                    raise InputError(f"{ova} does not exist", field="ova", expected="a local OVA file or a URL")
+                    _ova_source(ova, base)
+                except InputError as exc:
+                    problems.append(Problem(f"[{i}].ova", exc.detail, exc.expected))
+            continue
+        try:
             entries.append(
                 ImportEntry(
-                    ova,
-                    catalog.os(str(item.get("os", "")), "os"),
-                    catalog.channel_for_kubernetes(str(item.get("kubernetes", "")), "kubernetes"),
-                    check_name(str(item["name"]), "name") if item.get("name") else None,
+                    _ova_source(item.ova, base),
+                    catalog.os(item.os, "os"),
+                    catalog.channel_for_kubernetes(item.kubernetes, "kubernetes"),
+                    check_name(item.name, "name") if item.name else None,
                 )
             )
         except InputError as exc:
-            problems.append(InputError(exc.detail, source=path, field=f"{where}.{exc.field}", expected=exc.expected))
+            problems.append(Problem(f"[{i}].{exc.field}", exc.detail, exc.expected))
     names = [default_name(e.os, e.channel) if e.name is None else e.name for e in entries]
     for n in {n for n in names if names.count(n) > 1}:
-        problems.append(
-            InputError(
-                f"template name {n} appears twice",
-                source=path,
-                field="name",
-                expected="names unique per folder (spec 8)",
-            )
-        )
-    if problems:
-        raise InputErrors(problems)
+        problems.append(Problem("name", f"template name {n} appears twice", "names unique per folder (spec 8)"))
+    raise_problems(problems, path)
     return entries
+
+
+def _ova_source(ova: str, base: Path) -> str:
+    """An entry's OVA: an http(s) URL as given, a local path resolved against the list's folder (it must exist)."""
+    if "://" in ova:
+        try:
+            grammar.url(ova, ("http", "https"))
+        except ValueError as exc:
+            raise InputError(str(exc), field="ova", expected="a local OVA path or an http(s) URL") from None
+        return ova
+    local = (base / ova).resolve()
+    if not local.is_file():
+        raise InputError(f"{local} does not exist", field="ova", expected="a local OVA file or a URL")
+    return str(local)
 
 
 def plan_text(req: ImportRequest) -> list[str]:
