@@ -41,6 +41,20 @@ class StrictModel(BaseModel):
 M = TypeVar("M", bound=BaseModel)
 
 
+class FieldProblem(ValueError):
+    """What a model's validator raises for a value it refuses: the message and what the field expects, both kept in
+    the one problem report (pydantic keeps only a ValueError's message)."""
+
+    def __init__(self, message: str, expected: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.expected = message, expected
+
+    @classmethod
+    def of(cls, error: InputError) -> FieldProblem:
+        """A library check's :class:`InputError` (a grammar, a catalog lookup) as a validator's problem."""
+        return cls(error.detail, error.expected)
+
+
 @dataclass(frozen=True)
 class Problem:
     field: str
@@ -95,9 +109,14 @@ def pydantic_problems(exc: ValidationError, model: type[BaseModel] | None = None
         expected = None
         parent = _model_at(model, err["loc"][:-1]) if err["loc"] else None
         info = parent.model_fields.get(str(err["loc"][-1])) if parent is not None else None
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, FieldProblem):
+            msg, expected = cause.message, cause.expected
+        if kind in ("bool_type", "bool_parsing"):
+            msg = f"got {err['input']!r}"
         if kind == "string_too_short" and err.get("ctx", {}).get("min_length") == 1:
             msg = _MESSAGES["missing"]  # given empty: not there, as the reference tool reads ""
-        if kind in ("missing", "string_too_short") and info is not None:
+        if kind in ("missing", "string_too_short", "bool_type", "bool_parsing") and info is not None:
             expected = info.description
         elif kind == "extra_forbidden" and parent is not None:
             msg += did_you_mean(str(err["loc"][-1]), list(parent.model_fields))

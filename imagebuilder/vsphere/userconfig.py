@@ -8,12 +8,17 @@ is checked when connected.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, StrictBool, StrictStr
 
 from imagebuilder.core import grammar
-from imagebuilder.core.errors import InputError, InputErrors, did_you_mean
+from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import load_yaml_mapping
+from imagebuilder.core.validation import FieldProblem, Problem, StrictModel, raise_problems, validated
 from imagebuilder.release.profile import load_profile
 from imagebuilder.vsphere.connection import split_server
 
@@ -85,167 +90,172 @@ class UserConfig:
         return out
 
 
+def _profile_value(expected: str) -> Callable[[object], object]:
+    """A check that a field holds the profile's own value (``apiVersion``, ``kind``), named in the problem."""
+
+    def check(value: object) -> object:
+        if value != expected:
+            raise FieldProblem(f"got {value!r}", repr(expected))
+        return value
+
+    return check
+
+
+def _sso_name(value: str) -> str:
+    value = value.strip()
+    if not SSO_NAME.fullmatch(value):
+        raise FieldProblem(f"{value[:60]!r} is not an SSO name",
+                           "letters, digits and . _ - (no '@', spaces or other punctuation)")  # fmt: skip
+    return value
+
+
+def _inventory_name(what: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        value = value.strip()
+        if not INVENTORY_NAME.fullmatch(value):
+            raise FieldProblem(f"{value[:60]!r} is not a {what} name", "a name without '/' or control characters")
+        return value
+
+    return check
+
+
+def _role(value: str) -> str:
+    value = _inventory_name("role")(value)
+    if value.lower() in SYSTEM_ROLES:
+        raise FieldProblem(f"{value} is one of vCenter's system roles: setup-user never creates, changes or grants "
+                           "them", "a role name of your own (the default is safe)")  # fmt: skip
+    return value
+
+
+def _username(value: str) -> str:
+    value = _sso_name(value)
+    if len(value) > MAX_USERNAME:
+        raise FieldProblem(f"is {len(value)} characters long", f"at most {MAX_USERNAME} (it cannot be changed later)")
+    return value
+
+
+def _domain(value: str) -> str:
+    value = value.strip()
+    try:
+        grammar.domain_name(value)
+    except ValueError as exc:
+        raise FieldProblem(str(exc), "a domain such as vsphere.local") from None
+    return value
+
+
+def _server(value: str) -> str:
+    try:
+        split_server(value)
+    except InputError as exc:
+        raise FieldProblem(exc.detail, "the vCenter host name, IP or URL") from None
+    return value
+
+
+def _path_of(key: str) -> AfterValidator:
+    """The check of a path of the ``objects.<key>`` list: its shape (whether it exists is checked once connected)."""
+    root, depth, shape = OBJECT_SHAPES[key]
+
+    def check(item: str) -> str:
+        parts = [p for p in item.split("/") if p]
+        if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in item):
+            raise FieldProblem(f"{item[:60]!r} contains a control character", shape)
+        if not item.startswith("/") or len(parts) < depth or parts[1] != root:
+            raise FieldProblem(f"'{item}' has the wrong shape", shape)
+        return item
+
+    return AfterValidator(check)
+
+
+def _paths(key: str) -> Any:
+    return Field(description=f"a list of paths {OBJECT_SHAPES[key][2]}")
+
+
+Username = Annotated[StrictStr, AfterValidator(_username)]
+SsoName = Annotated[StrictStr, AfterValidator(_sso_name)]
+Role = Annotated[StrictStr, AfterValidator(_role)]
+
+
+class UserConnection(StrictModel):
+    server: Annotated[StrictStr, Field(min_length=1), AfterValidator(_server)] = Field(
+        description="the vCenter host name, IP or URL"
+    )
+    insecure: StrictBool = Field(description="true or false")
+
+
+class UserObjects(StrictModel):
+    """The inventory objects the roles are granted on (spec 2.4), by kind, as the file names them."""
+
+    networks: list[Annotated[StrictStr, _path_of("networks")]] = _paths("networks")
+    datastores: list[Annotated[StrictStr, _path_of("datastores")]] = _paths("datastores")
+    resourcePools: list[Annotated[StrictStr, _path_of("resourcePools")]] = _paths("resourcePools")
+    folders: list[Annotated[StrictStr, _path_of("folders")]] = _paths("folders")
+    templates: list[Annotated[StrictStr, _path_of("templates")]] = _paths("templates")
+
+
+class UserSpec(StrictModel):
+    """``spec`` of user.yaml: the five names default from the profile when left out (or given empty)."""
+
+    username: Username | None = None
+    group: SsoName | None = None
+    globalRole: Role | None = None
+    userRole: Role | None = None
+    adminRole: Role | None = None
+    datacenter: Annotated[StrictStr, Field(min_length=1), AfterValidator(_inventory_name("datacenter"))] = Field(
+        description="the datacenter name"
+    )
+    vSphereDomain: Annotated[StrictStr, Field(min_length=1), AfterValidator(_domain)] = Field(
+        description="the SSO domain users log in with, as in user@vsphere.local"
+    )
+    connection: UserConnection = Field(description="server and insecure")
+    objects: UserObjects = Field(description=", ".join(OBJECT_SHAPES))
+
+
+class UserFile(StrictModel):
+    """user.yaml (spec 2.4), the reference tool's ``vSphereUser`` kind."""
+
+    apiVersion: Annotated[object, AfterValidator(_profile_value(load_profile().vsphere_user.api_version))] = Field(
+        None, validate_default=True
+    )
+    kind: Annotated[object, AfterValidator(_profile_value(load_profile().vsphere_user.kind))] = Field(
+        None, validate_default=True
+    )
+    spec: UserSpec = Field(description="the user, group, roles, connection and objects")
+
+
 def load_user_config(path: str | Path) -> UserConfig:
+    """user.yaml, every problem of it reported in one go (the one validation layer), with the profile's defaults."""
     source = str(path)
-    raw = load_yaml_mapping(path, "user config")
-    vu = load_profile().vsphere_user
-    problems: list[InputError] = []
-
-    def problem(field: str, message: str, expected: str | None = None) -> None:
-        problems.append(InputError(message, source=source, field=field, expected=expected))
-
-    for key in raw:
-        if key not in ("apiVersion", "kind", "spec"):
-            problem(key, f"unknown field{did_you_mean(str(key), ['apiVersion', 'kind', 'spec'])}")
-    if raw.get("apiVersion") != vu.api_version:
-        problem("apiVersion", f"got {raw.get('apiVersion')!r}", repr(vu.api_version))
-    if raw.get("kind") != vu.kind:
-        problem("kind", f"got {raw.get('kind')!r}", repr(vu.kind))
-    spec = raw.get("spec")
-    if not isinstance(spec, dict):
-        problem("spec", "required mapping is missing" if spec is None else "must be a mapping")
-        raise InputErrors(problems)
-    for key in spec:
-        if key not in SPEC_KEYS:
-            problem(f"spec.{key}", f"unknown field{did_you_mean(str(key), SPEC_KEYS)}")
-
-    def text(key: str, default: str | None, expected: str) -> str:
-        value = spec.get(key, default)
-        if isinstance(value, str) and not value.strip() and default is not None:
-            value = default  # an optional field given empty is not set (the reference tool's files do that)
-        if value is None:
-            problem(f"spec.{key}", "required field is missing", expected)
-            return ""
-        if not isinstance(value, str) or not value.strip():
-            problem(f"spec.{key}", f"got {value!r}", expected)
-            return ""
-        return value.strip()
-
-    username = text("username", load_profile().product.short_name, "the SSO user name")
-    group = text("group", vu.group, "the SSO group name")
-    name_rule = "letters, digits and . _ - (no '@', spaces or other punctuation)"
-    for key, value in (("username", username), ("group", group)):
-        if value and not SSO_NAME.fullmatch(value):
-            problem(f"spec.{key}", f"{value[:60]!r} is not an SSO name", name_rule)
-    if len(username) > MAX_USERNAME:
-        problem(
-            "spec.username",
-            f"is {len(username)} characters long",
-            f"at most {MAX_USERNAME} (it cannot be changed later)",
-        )
-    global_role = text("globalRole", vu.global_role, "a role name")
-    user_role = text("userRole", vu.user_role, "a role name")
-    admin_role = text("adminRole", vu.admin_role, "a role name")
-    datacenter = text("datacenter", None, "the datacenter name")
-    domain = text(DOMAIN_KEY, None, "the SSO domain users log in with, as in user@vsphere.local")
-    if domain:
-        try:
-            grammar.domain_name(domain)
-        except ValueError as exc:
-            problem(f"spec.{DOMAIN_KEY}", str(exc), "a domain such as vsphere.local")
-    if datacenter and not INVENTORY_NAME.fullmatch(datacenter):
-        problem(
-            "spec.datacenter",
-            f"{datacenter[:60]!r} is not a datacenter name",
-            "a name without '/' or control characters",
-        )
-    roles = {"globalRole": global_role, "userRole": user_role, "adminRole": admin_role}
+    doc = validated(UserFile, load_yaml_mapping(path, "user config"), source)
+    spec, vu = doc.spec, load_profile().vsphere_user
+    problems: list[Problem] = []
+    roles = {"globalRole": spec.globalRole or vu.global_role, "userRole": spec.userRole or vu.user_role,
+             "adminRole": spec.adminRole or vu.admin_role}  # fmt: skip
     for key, value in roles.items():
-        if value and not INVENTORY_NAME.fullmatch(value):
-            problem(f"spec.{key}", f"{value[:60]!r} is not a role name", "a name without '/' or control characters")
-        elif value.lower() in SYSTEM_ROLES:
-            problem(
-                f"spec.{key}",
-                f"{value} is one of vCenter's system roles: setup-user never creates, changes or grants them",
-                "a role name of your own (the default is safe)",
-            )
-    for key, value in roles.items():
-        others = [k for k, v in roles.items() if k != key and v and v == value]
-        if value and others and key > others[0]:
-            problem(
-                f"spec.{key}",
-                f"{value!r} is also {others[0]}: the three roles hold different privileges",
-                "three different role names",
-            )
-    connection = spec.get("connection")
-    server, insecure = "", False
-    if not isinstance(connection, dict):
-        problem(
-            "spec.connection",
-            "required mapping is missing" if connection is None else "must be a mapping",
-            "server and insecure",
-        )
-    else:
-        for key in connection:
-            if key not in ("server", "insecure"):
-                problem(f"spec.connection.{key}", f"unknown field{did_you_mean(str(key), ['server', 'insecure'])}")
-        server = connection.get("server") or ""
-        if not isinstance(server, str) or not server.strip():
-            problem("spec.connection.server", "required field is missing", "the vCenter host name, IP or URL")
-            server = ""
-        else:
-            try:
-                split_server(server)
-            except InputError as exc:
-                problem("spec.connection.server", exc.detail, "the vCenter host name, IP or URL")
-        if not isinstance(connection.get("insecure"), bool):
-            problem(
-                "spec.connection.insecure",
-                "required field is missing" if "insecure" not in connection else f"got {connection.get('insecure')!r}",
-                "true or false",
-            )
-        else:
-            insecure = connection["insecure"]
-
-    objects = spec.get("objects")
-    lists: dict[str, tuple[str, ...]] = {k: () for k in OBJECT_SHAPES}
-    if not isinstance(objects, dict):
-        problem(
-            "spec.objects",
-            "required mapping is missing" if objects is None else "must be a mapping",
-            ", ".join(OBJECT_SHAPES),
-        )
-    else:
-        for key in objects:
-            if key not in OBJECT_SHAPES:
-                problem(f"spec.objects.{key}", f"unknown field{did_you_mean(str(key), OBJECT_SHAPES)}")
-        for key, (root, depth, shape) in OBJECT_SHAPES.items():
-            items = objects.get(key)
-            field = f"spec.objects.{key}"
-            if items is None:
-                problem(field, "required field is missing", f"a list of paths {shape}")
-                continue
-            if not isinstance(items, list):
-                problem(field, "must be a list", f"a list of paths {shape}")
-                continue
-            for i, item in enumerate(items):
-                if not isinstance(item, str):
-                    problem(f"{field}[{i}]", f"got {item!r}", f"a path {shape} (write it as !!str)")
-                    continue
-                parts = [p for p in item.split("/") if p]
-                if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in item):
-                    problem(f"{field}[{i}]", f"{item[:60]!r} contains a control character", shape)
-                elif not item.startswith("/") or len(parts) < depth or parts[1] != root:
-                    problem(f"{field}[{i}]", f"'{item}' has the wrong shape", shape)
-                elif datacenter and parts[0] != datacenter:
-                    problem(f"{field}[{i}]", f"'{item}' is not in datacenter '{datacenter}'", shape)
-            lists[key] = tuple(i for i in items if isinstance(i, str))
-    if problems:
-        raise InputErrors(problems)
+        others = [k for k, v in roles.items() if k != key and v == value]
+        if others and key > others[0]:
+            problems.append(Problem(f"spec.{key}", f"{value!r} is also {others[0]}: the three roles hold different "
+                                    "privileges", "three different role names"))  # fmt: skip
+    objects = spec.objects.model_dump()
+    for key, (_, _, shape) in OBJECT_SHAPES.items():
+        for i, item in enumerate(objects[key]):
+            if next(p for p in item.split("/") if p) != spec.datacenter:
+                problems.append(Problem(f"spec.objects.{key}[{i}]", f"'{item}' is not in datacenter "
+                                        f"'{spec.datacenter}'", shape))  # fmt: skip
+    raise_problems(problems, source)
     return UserConfig(
         source=source,
-        username=username,
-        group=group,
-        global_role=global_role,
-        user_role=user_role,
-        admin_role=admin_role,
-        datacenter=datacenter,
-        domain=domain,
-        server=server,
-        insecure=insecure,
-        networks=lists["networks"],
-        datastores=lists["datastores"],
-        resource_pools=lists["resourcePools"],
-        folders=lists["folders"],
-        templates=lists["templates"],
+        username=spec.username or load_profile().product.short_name,
+        group=spec.group or vu.group,
+        global_role=roles["globalRole"],
+        user_role=roles["userRole"],
+        admin_role=roles["adminRole"],
+        datacenter=spec.datacenter,
+        domain=spec.vSphereDomain,
+        server=spec.connection.server,
+        insecure=spec.connection.insecure,
+        networks=tuple(spec.objects.networks),
+        datastores=tuple(spec.objects.datastores),
+        resource_pools=tuple(spec.objects.resourcePools),
+        folders=tuple(spec.objects.folders),
+        templates=tuple(spec.objects.templates),
     )
