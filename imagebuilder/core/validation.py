@@ -38,6 +38,15 @@ class StrictModel(BaseModel):
         }
 
 
+class ForeignModel(StrictModel):
+    """Base of a model of a document another tool owns (the product's cluster specs, a distro's release manifest):
+    only the fields this tool reads are modelled and checked, the rest are left alone, because that tool's schema
+    grows without this one and its users' files carry all of it. Empty optional values are unset, as in
+    :class:`StrictModel`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -140,7 +149,8 @@ def model_problems(
     if not isinstance(data, Mapping):
         return None, [Problem(prefix, "must be a mapping", ", ".join(model.model_fields))]
     known = list(model.model_fields)
-    unknown = [k for k in data if k not in known]
+    strict = model.model_config.get("extra") == "forbid"
+    unknown = [k for k in data if k not in known] if strict else []
     found = [Problem(at(str(k)), f"unknown field{did_you_mean(str(k), known)}") for k in unknown]
     result: M | None = None
     try:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StrictBool, StrictStr
 
 from imagebuilder.core import grammar
 from imagebuilder.core.errors import ExternalError, InputError, InputErrors
 from imagebuilder.core.files import parse_yaml_documents, read_text
+from imagebuilder.core.validation import FieldProblem, ForeignModel, model_problems
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.profile import load_profile
 from imagebuilder.vsphere import inventory
@@ -80,6 +83,9 @@ class ClusterSpec:
     machines: list[Machine] = field(default_factory=list)
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
 def _is_host_address(value: str) -> bool:
     """An address a host can have: not unspecified (0.0.0.0), loopback, multicast or broadcast."""
     ip = ipaddress.ip_address(value)
@@ -94,10 +100,122 @@ def _get(doc: Any, *keys: str) -> Any:
     return doc
 
 
+def _endpoint(value: str) -> str:
+    if not grammar.is_ip(value) or not _is_host_address(value):
+        raise FieldProblem(f"{value!r} is not " + ("an IP address" if not grammar.is_ip(value) else
+                                                    "a unicast host address"), ENDPOINT_EXPECTED)  # fmt: skip
+    return value
+
+
+def _kubernetes(value: str) -> str:
+    try:
+        load_catalog().channel_for_kubernetes(value, "kubernetesVersion")
+    except InputError as exc:
+        raise FieldProblem.of(exc) from None
+    return value
+
+
+def _number_as_text(value: object) -> object:
+    # YAML reads an unquoted 1.24 as a number; the product's users write it so
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def _server(value: str) -> str:
+    try:
+        grammar.host_port(value)  # host[:port]
+    except ValueError:
+        raise FieldProblem(f"{value!r} is not a host name or IP[:port]", "the vCenter FQDN or IP") from None
+    return value
+
+
+def _thumbprint(value: str) -> str:
+    value = value.strip().upper()
+    if not THUMBPRINT_RE.match(value):
+        raise FieldProblem(f"{value!r} is not a SHA1 thumbprint", THUMBPRINT_EXPECTED)
+    return value
+
+
+def _os_family(value: str) -> str:
+    value = value.strip()
+    try:
+        load_catalog().os(value, "osFamily")
+    except InputError as exc:
+        raise FieldProblem(exc.detail, "bottlerocket, ubuntu or redhat") from None
+    return value
+
+
+ENDPOINT_EXPECTED = "the cluster's static control-plane IP, excluded from DHCP (spec 2.5, 8)"
+#: a path field (a network, a machine's placement): text, its shape checked after, against the datacenter
+#: (another document)
+InventoryPath = Annotated[StrictStr, AfterValidator(str.strip)]
+
+
+class _Ref(ForeignModel):
+    name: StrictStr = Field(description="the name of a document in the file")
+
+
+class _Endpoint(ForeignModel):
+    host: Annotated[StrictStr, AfterValidator(_endpoint)] = Field(description=ENDPOINT_EXPECTED)
+
+
+class _ControlPlane(ForeignModel):
+    endpoint: _Endpoint = Field(description="host: the control-plane IP")
+    machineGroupRef: _Ref | None = None
+
+
+class _Group(ForeignModel):
+    machineGroupRef: _Ref | None = None
+
+
+class _ClusterBody(ForeignModel):
+    datacenterRef: _Ref = Field(description="the name of the file's datacenter config")
+    controlPlaneConfiguration: _ControlPlane = Field(description="endpoint and machineGroupRef")
+    kubernetesVersion: Annotated[StrictStr, BeforeValidator(_number_as_text), AfterValidator(_kubernetes)] = Field(
+        description="the cluster's Kubernetes version, as 1.24"
+    )
+    workerNodeGroupConfigurations: list[_Group] = Field(default_factory=list)
+    externalEtcdConfiguration: _Group | None = None
+
+
+class ClusterDoc(ForeignModel):
+    """The fields of the product's Cluster document that ``cluster.validate`` checks."""
+
+    spec: _ClusterBody = Field(description="the cluster's spec")
+
+
+class _DatacenterBody(ForeignModel):
+    datacenter: StrictStr = Field(min_length=1, description="the datacenter name")
+    server: Annotated[StrictStr, AfterValidator(_server)] = Field(min_length=1, description="the vCenter FQDN or IP")
+    insecure: StrictBool = Field(False, description="true or false")
+    thumbprint: Annotated[StrictStr, AfterValidator(_thumbprint)] | None = None
+    network: InventoryPath | None = None  # required: checked with its shape, which names the datacenter
+
+
+class DatacenterDoc(ForeignModel):
+    """The fields of the product's vSphere datacenter config that ``cluster.validate`` checks."""
+
+    spec: _DatacenterBody = Field(description="datacenter, server, network, insecure or thumbprint")
+
+
+class _MachineBody(ForeignModel):
+    datastore: InventoryPath | None = None
+    folder: InventoryPath | None = None
+    resourcePool: InventoryPath | None = None
+    template: InventoryPath | None = None
+    osFamily: Annotated[StrictStr, AfterValidator(_os_family)] | None = None
+
+
+class MachineDoc(ForeignModel):
+    """The placement fields of the product's vSphere machine config."""
+
+    spec: _MachineBody = Field(description="datastore, folder, resourcePool, template, osFamily")
+
+
 def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
-    """Parse and statically check every file; all problems of all files are reported together (exit 2)."""
+    """Parse and statically check every file; all problems of all files are reported together (exit 2). Each
+    document is read through its model (the fields this task checks); what depends on another document (paths under
+    the datacenter, the machines a cluster refers to, one folder per cluster) is checked after."""
     kinds = load_profile().cluster_spec
-    catalog = load_catalog()
     problems: list[InputError] = []
     specs: list[ClusterSpec] = []
     for path in paths:
@@ -107,6 +225,12 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
         def problem(where: str, message: str, expected: str | None = None, source: str = source) -> None:
             problems.append(InputError(message, source=source, field=where, expected=expected))
 
+        def read(model: type[M], data: object, where: str) -> M | None:
+            found, checked = model_problems(model, data)
+            for p in checked:
+                problem(f"{where} {p.field}", p.message, p.expected)
+            return found
+
         by_kind: dict[str, dict[str, Any]] = {}
         for d in docs:
             if isinstance(d, dict) and isinstance(d.get("kind"), str):
@@ -115,95 +239,59 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
         if len(clusters) != 1:
             problem("kind", f"found {len(clusters)} {kinds.cluster_kind} documents", "exactly one per file")
             continue
-        cluster = clusters[0]
-        name = str(_get(cluster, "metadata", "name") or "")
+        raw = clusters[0]
+        name = str(_get(raw, "metadata", "name") or "")
         where = f"{kinds.cluster_kind}/{name}"
-        dc_name = _get(cluster, "spec", "datacenterRef", "name")
-        dc = by_kind.get(kinds.datacenter_kind, {}).get(str(dc_name))
-        if dc is None:
+        dc_name = _get(raw, "spec", "datacenterRef", "name")
+        dc_raw = by_kind.get(kinds.datacenter_kind, {}).get(str(dc_name))
+        if dc_raw is None:
             problem(f"{where} spec.datacenterRef", f"no {kinds.datacenter_kind} named {dc_name!r} in the file")
             continue
         dwhere = f"{kinds.datacenter_kind}/{dc_name}"
-        endpoint = str(_get(cluster, "spec", "controlPlaneConfiguration", "endpoint", "host") or "")
-        if not grammar.is_ip(endpoint) or not _is_host_address(endpoint):
-            problem(
-                f"{where} spec.controlPlaneConfiguration.endpoint.host",
-                f"{endpoint!r} is not "
-                + ("an IP address" if not grammar.is_ip(endpoint) else "a unicast host address"),
-                "the cluster's static control-plane IP, excluded from DHCP (spec 2.5, 8)",
-            )
-        kubernetes = str(_get(cluster, "spec", "kubernetesVersion") or "")
-        try:
-            catalog.channel_for_kubernetes(kubernetes, "kubernetesVersion")
-        except InputError as exc:
-            problem(f"{where} spec.kubernetesVersion", exc.detail, exc.expected)
-        datacenter = str(_get(dc, "spec", "datacenter") or "")
-        if not datacenter:
-            problem(f"{dwhere} spec.datacenter", "required field is missing", "the datacenter name")
-        server = str(_get(dc, "spec", "server") or "")
-        insecure = _get(dc, "spec", "insecure")
-        thumbprint = _get(dc, "spec", "thumbprint") or None
-        host = ""
-        try:
-            host = grammar.host_port(server)[0]  # host[:port]
-        except ValueError:
-            problem(f"{dwhere} spec.server", f"{server!r} is not a host name or IP[:port]", "the vCenter FQDN or IP")
-        if insecure is not None and not isinstance(insecure, bool):
-            problem(f"{dwhere} spec.insecure", f"got {insecure!r}", "true or false")
-        insecure = bool(insecure)
-        if thumbprint is not None:
-            thumbprint = str(thumbprint).strip().upper()
-            if not THUMBPRINT_RE.match(thumbprint):
-                problem(f"{dwhere} spec.thumbprint", f"{thumbprint!r} is not a SHA1 thumbprint", THUMBPRINT_EXPECTED)
-        if host and grammar.is_ip(host) and not thumbprint and not insecure:
-            problem(
-                f"{dwhere} spec.thumbprint",
-                f"server {server} is an IP, so its certificate cannot be checked by name",
-                "thumbprint set, or insecure: true (spec 7.2)",
-            )
-        network = str(_get(dc, "spec", "network") or "")
-        if not network:
-            problem(f"{dwhere} spec.network", "required field is missing", PATH_SHAPES["network"].format(dc=datacenter))
-        elif (bad := path_problem("network", network, datacenter)) is not None:
-            problem(f"{dwhere} spec.network", bad, PATH_SHAPES["network"].format(dc=datacenter))
-        elif datacenter:
-            network = inventory.absolute(network, datacenter, "network")
+        cluster = read(ClusterDoc, raw, where)
+        dc = read(DatacenterDoc, dc_raw, dwhere)
+        datacenter = dc.spec.datacenter if dc else ""
+        network = ""
+        if dc is not None:
+            host = grammar.host_port(dc.spec.server)[0]
+            if grammar.is_ip(host) and not dc.spec.thumbprint and not dc.spec.insecure:
+                problem(f"{dwhere} spec.thumbprint",
+                        f"server {dc.spec.server} is an IP, so its certificate cannot be checked by name",
+                        "thumbprint set, or insecure: true (spec 7.2)")  # fmt: skip
+            shape = PATH_SHAPES["network"].format(dc=datacenter)
+            if not dc.spec.network:
+                problem(f"{dwhere} spec.network", "required field is missing", shape)
+            elif (bad := path_problem("network", dc.spec.network, datacenter)) is not None:
+                problem(f"{dwhere} spec.network", bad, shape)
+            else:
+                network = inventory.absolute(dc.spec.network, datacenter, "network")
         spec = ClusterSpec(
             source,
             name,
-            str(_get(cluster, "spec", "kubernetesVersion") or ""),
-            endpoint,
+            cluster.spec.kubernetesVersion if cluster else "",
+            cluster.spec.controlPlaneConfiguration.endpoint.host if cluster else "",
             datacenter,
             network,
-            server,
-            insecure,
-            thumbprint,
+            dc.spec.server if dc else "",
+            dc.spec.insecure if dc else False,
+            dc.spec.thumbprint if dc else None,
         )
-        refs = [_get(cluster, "spec", "controlPlaneConfiguration", "machineGroupRef", "name")]
-        refs += [
-            _get(w, "machineGroupRef", "name") for w in _get(cluster, "spec", "workerNodeGroupConfigurations") or []
-        ]
-        refs += [_get(cluster, "spec", "externalEtcdConfiguration", "machineGroupRef", "name")]
+        refs = [_get(raw, "spec", "controlPlaneConfiguration", "machineGroupRef", "name")]
+        refs += [_get(w, "machineGroupRef", "name") for w in _get(raw, "spec", "workerNodeGroupConfigurations") or []]
+        refs += [_get(raw, "spec", "externalEtcdConfiguration", "machineGroupRef", "name")]
         for ref in dict.fromkeys(r for r in refs if r):
-            m = by_kind.get(kinds.machine_kind, {}).get(str(ref))
+            m_raw = by_kind.get(kinds.machine_kind, {}).get(str(ref))
             mwhere = f"{kinds.machine_kind}/{ref}"
-            if m is None:
+            if m_raw is None:
                 problem(where, f"refers to {mwhere}, which is not in the file")
                 continue
-            raw = {k: _get(m, "spec", k) for k in ("datastore", "folder", "resourcePool", "template", "osFamily")}
-            for key, value in raw.items():
-                if value is not None and not isinstance(value, str):
-                    problem(f"{mwhere} spec.{key}", f"got {value!r}", "text")
-            text = {k: v.strip() if isinstance(v, str) else "" for k, v in raw.items()}
-            os_family = text["osFamily"] or "bottlerocket"  # the product's default
-            if text["osFamily"]:
-                try:
-                    catalog.os(text["osFamily"], "osFamily")
-                except InputError as exc:
-                    problem(f"{mwhere} spec.osFamily", exc.detail, "bottlerocket, ubuntu or redhat")
+            machine = read(MachineDoc, m_raw, mwhere)
+            if machine is None:
+                continue
+            os_family = machine.spec.osFamily or "bottlerocket"  # the product's default
             placed: dict[str, str] = {}
             for key in ("datastore", "folder", "resourcePool", "template"):
-                value = text[key]
+                value = getattr(machine.spec, key) or ""
                 if not value:
                     if key == "template" and os_family == "bottlerocket":
                         continue  # the product imports its default Bottlerocket OVA when none is given
@@ -215,15 +303,8 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
                 if shape_problem:
                     problem(f"{mwhere} spec.{key}", shape_problem, PATH_SHAPES[key].format(dc=datacenter or "<dc>"))
                 placed[key] = inventory.absolute(value, datacenter, key) if datacenter else value
-            machine = Machine(
-                str(ref),
-                placed.get("datastore", ""),
-                placed.get("folder", ""),
-                placed.get("resourcePool", ""),
-                placed.get("template"),
-                os_family,
-            )
-            spec.machines.append(machine)
+            where_placed = (placed.get("datastore", ""), placed.get("folder", ""), placed.get("resourcePool", ""))
+            spec.machines.append(Machine(str(ref), *where_placed, placed.get("template"), os_family))
         folders = sorted({m.folder for m in spec.machines})
         if len(folders) > 1:
             problem(
@@ -233,7 +314,8 @@ def load_cluster_specs(paths: list[str]) -> list[ClusterSpec]:
             )
         specs.append(spec)
     kind = kinds.cluster_kind
-    problems += _shared(specs, lambda s: [s.endpoint], "control-plane endpoint", kind, "endpoint.host", "endpoint IP")
+    problems += _shared(specs, lambda s: [s.endpoint] if s.endpoint else [], "control-plane endpoint", kind,
+                        "endpoint.host", "endpoint IP")  # fmt: skip
     problems += _shared(specs, lambda s: [m.folder for m in s.machines], "folder", kind, "folder", "folder")
     if problems:
         raise InputErrors(problems)
