@@ -1,9 +1,10 @@
 """The one validation layer for files: strict models and one problem report.
 
 Every file the tool reads is parsed by :mod:`imagebuilder.core.files` (safe loaders, size limits) and validated against
-a :class:`StrictModel` (unknown keys refused, values immutable). A file's problems are collected (every one, not
-the first) as :class:`Problem` rows naming the field as the file spells it, then raised together as
-:class:`~imagebuilder.core.errors.InputErrors` (exit 2) by :func:`validated`.
+a :class:`StrictModel` (unknown keys refused, values immutable), or, for a document another tool owns (the product's
+cluster specs, a distro's release manifest), a :class:`ForeignModel` of the fields this tool reads. A file's problems
+are collected (every one, not the first) as :class:`Problem` rows naming the field as the file spells it, then raised
+together as :class:`~imagebuilder.core.errors.InputErrors` (exit 2) by :func:`validated`.
 """
 
 from __future__ import annotations

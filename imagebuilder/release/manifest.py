@@ -16,12 +16,15 @@ import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, StrictStr
 
 from imagebuilder.core import fetch, grammar
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.fetch import Mirror, is_url
 from imagebuilder.core.files import parse_yaml_documents
+from imagebuilder.core.validation import FieldProblem, ForeignModel, validated
 
 ArtifactKind = Literal["binary", "archive", "image"]
 
@@ -93,48 +96,83 @@ class ReleaseManifest:
         return next(a for a in self.artifacts if a.name == name and a.kind == kind)
 
 
-def _map(value: Any) -> dict[str, Any]:
-    """A mapping of the manifest, or an empty one where the manifest has something else (a list, a string...)."""
-    return value if isinstance(value, dict) else {}
+def _channel(value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,4}-[0-9]{1,4}", value):
+        raise FieldProblem("missing or malformed", "<major>-<minor>")
+    return value
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+def _number(value: object) -> int:
+    try:
+        return grammar.integer(value, 0, 10**9)  # ASCII digits, bounded: int() would take "٣" and 10,000 digits
+    except ValueError:
+        raise FieldProblem("missing or malformed", "a release number") from None
 
 
-def _assets(doc: dict[str, Any], source: str) -> list[tuple[str, dict[str, Any]]]:
-    components = _map(doc.get("status")).get("components")
-    if not isinstance(components, list):
-        raise InputError("has no status.components list", source=source, field="status.components")
-    out = []
-    for comp in components:
-        if not isinstance(comp, dict):
-            continue
-        for asset in _list(comp.get("assets")):
-            if isinstance(asset, dict):
-                out.append((str(comp.get("name", "")), asset))
-    return out
+class _Archive(ForeignModel):
+    uri: StrictStr | None = None
+    sha256: StrictStr | None = None
+    sha512: StrictStr | None = None
 
 
-def _is_linux_amd64(asset: dict[str, Any]) -> bool:
-    arch = _list(asset.get("arch"))
-    if asset.get("os") != "linux" or ARCH not in arch:
-        return False
-    # Trust the file name over the label when they disagree (see the module docstring).
-    name = str(asset.get("name", "")) + " " + str(_archive(asset).get("uri", ""))
-    return not any(re.search(rf"[-/_]{a}([-/_.]|$)", name) for a in OTHER_ARCHES)
+class _ImageRef(ForeignModel):
+    uri: StrictStr | None = None
+    imageDigest: StrictStr | None = None
 
 
-def _archive(asset: dict[str, Any]) -> dict[str, Any]:
-    archive = asset.get("archive")
-    return archive if isinstance(archive, dict) else {}
+class _Asset(ForeignModel):
+    name: StrictStr = ""
+    type: StrictStr | None = None
+    os: StrictStr | None = None
+    arch: list[StrictStr] | None = None
+    archive: _Archive | None = None
+    image: _ImageRef | None = None
+
+    @property
+    def linux_amd64(self) -> bool:
+        if self.os != "linux" or ARCH not in (self.arch or []):
+            return False
+        # Trust the file name over the label when they disagree (see the module docstring).
+        name = self.name + " " + (self.archive.uri or "" if self.archive else "")
+        return not any(re.search(rf"[-/_]{a}([-/_.]|$)", name) for a in OTHER_ARCHES)
+
+    @property
+    def file_name(self) -> str:
+        return self.name.split("/")[-1]
 
 
-def _need_sha256(name: str, asset: dict[str, Any], source: str) -> str:
-    sha = _archive(asset).get("sha256")
-    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+class _Component(ForeignModel):
+    name: StrictStr = ""
+    gitTag: StrictStr | None = None
+    assets: list[_Asset] = Field(default_factory=list)
+
+
+class _Status(ForeignModel):
+    components: list[_Component] | None = None
+
+
+class _Spec(ForeignModel):
+    channel: Annotated[object, AfterValidator(_channel)] = Field(None, validate_default=True)
+    number: Annotated[object, AfterValidator(_number)] = Field(None, validate_default=True)
+
+
+class _Metadata(ForeignModel):
+    name: StrictStr | None = None
+
+
+class ReleaseDoc(ForeignModel):
+    """The fields of a distro's ``kind: Release`` document that a build reads (the rest are the distro's)."""
+
+    metadata: _Metadata | None = None
+    spec: _Spec = Field(description="channel and number")
+    status: _Status | None = None
+
+
+def _need_sha256(name: str, asset: _Asset, source: str) -> str:
+    sha = asset.archive.sha256 if asset.archive else None
+    if sha is None or not re.fullmatch(r"[0-9a-f]{64}", sha):
         raise InputError(
-            f"the linux/amd64 asset for {name} ({asset.get('name')}) has no valid sha256",
+            f"the linux/amd64 asset for {name} ({asset.name}) has no valid sha256",
             source=source,
             field="status.components[].assets[].archive.sha256",
         )
@@ -150,95 +188,71 @@ def _missing(what: str, detail: str, source: str) -> InputError:
     )
 
 
+def _uri(asset: _Asset) -> str:
+    return str(asset.archive.uri if asset.archive else None)
+
+
 def parse_manifest(text: str, source: str) -> ReleaseManifest:
-    """Parse a release manifest and pick out the node artifacts; errors name the missing artifact."""
+    """Parse a release manifest (through its model: the fields a build reads) and pick out the node artifacts by
+    meaning; errors name the missing artifact."""
     docs = [d for d in parse_yaml_documents(text, source) if isinstance(d, dict) and d.get("kind") == "Release"]
     if len(docs) != 1:
         raise InputError(
             f"expected exactly one document of kind Release, found {len(docs)}", source=source, field="kind"
         )
-    doc = docs[0]
-    spec = _map(doc.get("spec"))
-    channel, number = spec.get("channel"), spec.get("number")
-    if not isinstance(channel, str) or not re.fullmatch(r"[0-9]{1,4}-[0-9]{1,4}", channel):
-        raise InputError("missing or malformed", source=source, field="spec.channel", expected="<major>-<minor>")
-    try:
-        number = grammar.integer(number, 0, 10**9)  # ASCII digits, bounded: int() would take "٣" and 10,000 digits
-    except ValueError:
-        raise InputError(
-            "missing or malformed", source=source, field="spec.number", expected="a release number"
-        ) from None
-    name = str(_map(doc.get("metadata")).get("name") or f"kubernetes-{channel}-{number}")
-    assets = _assets(doc, source)
+    doc = validated(ReleaseDoc, docs[0], source)
+    channel, number = str(doc.spec.channel), int(str(doc.spec.number))
+    name = (doc.metadata.name if doc.metadata else None) or f"kubernetes-{channel}-{number}"
+    components = doc.status.components if doc.status else None
+    if components is None:
+        raise InputError("has no status.components list", source=source, field="status.components")
+    assets = [(c.name, a) for c in components for a in c.assets]
 
     artifacts: list[NodeArtifact] = []
     for binary in BINARIES:
-        found = [
-            (c, a)
-            for c, a in assets
-            if a.get("type") == "Archive" and _is_linux_amd64(a) and str(a.get("name", "")).split("/")[-1] == binary
-        ]
+        found = [(c, a) for c, a in assets if a.type == "Archive" and a.linux_amd64 and a.file_name == binary]
         if not found:
             raise _missing(binary, f"an Archive asset named bin/linux/{ARCH}/{binary}", source)
         comp, asset = found[0]
-        uri = _archive(asset).get("uri")
-        artifacts.append(NodeArtifact(binary, "binary", comp, str(uri), _need_sha256(binary, asset, source)))
+        artifacts.append(NodeArtifact(binary, "binary", comp, _uri(asset), _need_sha256(binary, asset, source)))
 
     for artifact, component in (ARCHIVES | OPTIONAL_ARCHIVES).items():
-        found = [
-            (c, a)
-            for c, a in assets
-            if c == component
-            and a.get("type") == "Archive"
-            and _is_linux_amd64(a)
-            and re.search(r"\.(tar\.gz|tgz)$", str(a.get("name", "")))
-        ]
+        found = [(c, a) for c, a in assets if c == component and a.type == "Archive" and a.linux_amd64
+                 and re.search(r"\.(tar\.gz|tgz)$", a.name)]  # fmt: skip
         if not found and artifact in OPTIONAL_ARCHIVES:
             continue
         if not found:
             raise _missing(f"{artifact} tarball", f"component {component}, an Archive *.tar.gz", source)
         comp, asset = found[0]
-        uri = _archive(asset).get("uri")
-        artifacts.append(NodeArtifact(artifact, "archive", comp, str(uri), _need_sha256(artifact, asset, source)))
+        artifacts.append(NodeArtifact(artifact, "archive", comp, _uri(asset), _need_sha256(artifact, asset, source)))
 
-    tarballs = {
-        str(a.get("name", "")).split("/")[-1].removesuffix(".tar"): a
-        for _, a in assets
-        if a.get("type") == "Archive" and _is_linux_amd64(a) and str(a.get("name", "")).endswith(".tar")
-    }
+    tarballs = {a.file_name.removesuffix(".tar"): a for _, a in assets
+                if a.type == "Archive" and a.linux_amd64 and a.name.endswith(".tar")}  # fmt: skip
     for image in IMAGES:
-        found = [
-            (c, a)
-            for c, a in assets
-            if a.get("type") == "Image"
-            and a.get("name") == f"{image}-image"
-            and ARCH in (_list(a.get("arch")) or [ARCH])  # no arch list: a multi-arch image
-        ]
+        # no arch list: a multi-arch image
+        found = [(c, a) for c, a in assets if a.type == "Image" and a.name == f"{image}-image"
+                 and ARCH in (a.arch or [ARCH])]  # fmt: skip
         if not found:
             raise _missing(f"{image} image", f"an Image asset named {image}-image", source)
         comp, asset = found[0]
-        ref = _map(asset.get("image")).get("uri")
-        if not isinstance(ref, str) or not ref:
+        ref = asset.image.uri if asset.image else None
+        if not ref:
             raise InputError(f"image {image} has no uri", source=source, field="image.uri")
         if not IMAGE_REF.fullmatch(ref):
             raise InputError(f"image {image}'s uri {ref[:80]!r} is not an image reference", source=source,
                              field="image.uri", expected="registry/path:tag")  # fmt: skip
-        digest = _map(asset.get("image")).get("imageDigest")
+        digest = asset.image.imageDigest if asset.image else None
         tar = tarballs.get(image)
         sha = None
         archive_uri = None
-        if tar is not None and _archive(tar).get("sha256"):
-            sha, archive_uri = _need_sha256(image, tar, source), str(_archive(tar).get("uri"))
-        elif isinstance(digest, str) and digest.startswith("sha256:"):
+        if tar is not None and tar.archive is not None and tar.archive.sha256:
+            sha, archive_uri = _need_sha256(image, tar, source), _uri(tar)
+        elif digest is not None and digest.startswith("sha256:"):
             sha = digest.removeprefix("sha256:")
         artifacts.append(NodeArtifact(image, "image", comp, ref, sha, archive_uri))
 
-    k8s = [
-        c
-        for c in _list(_map(doc.get("status")).get("components"))
-        if isinstance(c, dict) and c.get("name") == "kubernetes"
-    ]
-    version = str(k8s[0].get("gitTag", "")) if k8s else ""
+    k8s = [c for c in components if c.name == "kubernetes"]
+    version = (k8s[0].gitTag or "") if k8s else ""
     if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+", version):
         raise InputError(
             "the kubernetes component has no version gitTag",
@@ -249,13 +263,9 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
         raise InputError(
             f"kubernetes {version} does not belong to channel {channel}", source=source, field="spec.channel"
         )
-    versions = tuple(
-        (str(c["name"]), str(c["gitTag"]))
-        for c in _list(_map(doc.get("status")).get("components"))
-        if isinstance(c, dict) and c.get("name") in RUNTIME_COMPONENTS and isinstance(c.get("gitTag"), str)
-        and re.fullmatch(r"v[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", c["gitTag"])
-    )  # fmt: skip
-    return ReleaseManifest(name, channel, int(number), version, source, tuple(artifacts), versions=versions)
+    versions = tuple((c.name, c.gitTag) for c in components if c.name in RUNTIME_COMPONENTS and c.gitTag
+                     and re.fullmatch(r"v[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", c.gitTag))  # fmt: skip
+    return ReleaseManifest(name, channel, number, version, source, tuple(artifacts), versions=versions)
 
 
 def archive_asset(name: str, url: str, data: bytes, description: str) -> dict[str, Any]:

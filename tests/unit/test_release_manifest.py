@@ -132,3 +132,17 @@ def test_version_must_belong_to_channel() -> None:
     text = make_manifest("1-24", 36, "v1.24.17").replace("channel: 1-24", "channel: 1-23")
     with pytest.raises(InputError, match="does not belong to channel 1-23"):
         parse_manifest(text, "m.yaml")
+
+
+def test_a_field_of_the_wrong_type_is_named_where_it_is() -> None:
+    """Issue 47: the manifest is read through its model (the fields a build reads, the distro's others ignored), so
+    a value of the wrong type is bad input naming its place, wherever it is, instead of being passed over."""
+    doc = _doc(make_manifest("1-24", 36, "v1.24.17"))
+    doc["status"]["components"][1]["assets"][0]["arch"] = "amd64"
+    doc["status"]["components"][2]["gitTag"] = 7
+    doc["metadata"]["labels"] = {"anything": ["the distro's own"]}
+    with pytest.raises(InputError) as err:
+        parse_manifest(yaml.safe_dump(doc), "m.yaml")
+    found = [(e.field, e.detail) for e in getattr(err.value, "errors", [err.value])]
+    assert found == [("status.components[1].assets[0].arch", "must be a list"),
+                     ("status.components[2].gitTag", "must be a string")], found  # fmt: skip
