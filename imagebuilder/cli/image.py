@@ -15,6 +15,8 @@ from imagebuilder.core.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
     from imagebuilder.build.verify import Finding
+    from imagebuilder.core.progress import Say
+    from imagebuilder.flows.images import ImageCustomization
 
 
 @task(
@@ -257,30 +259,30 @@ def customize(
     target = flags.dest_file(flags.required(dest, "--dest", "a path for the customized image"), "--dest")
     customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")
     seconds = flags.duration(timeout, "--timeout", 30, 86400)
+    from imagebuilder import flows
     from imagebuilder.cli.build import signer_for
-    from imagebuilder.core.hostinfo import require_tools
-    from imagebuilder.customization.model import load_customization
-    from imagebuilder.image.apply_customization import check_request, customize_image
 
-    customization = load_customization(customize_file)
-    kind = check_request(source, target)
     signer = signer_for(signing_key)
-    require_tools("qemu-system-x86_64", "qemu-img", "xorriso", "ssh", "ssh-keygen", "ansible-playbook")
+
+    def run(say: Say) -> ImageCustomization:
+        return flows.customize_image(source, customize_file, target, keep_user=keep_user, force=force, timeout=seconds,
+                                     signer=signer, dry_run=dry_run, say=say)  # fmt: skip
+
     if dry_run:
+        checked = run(print)
         action = "replace" if target.exists() else "write"
         if target.exists() and not force:
             action = "leave alone (exists; --force replaces it)"
-        print(f"would customize {source} ({kind}) and {action} {target}")
-        c_ = customization
+        print(f"would customize {source} ({checked.kind}) and {action} {target}")
+        c_ = checked.customization
         print(f"  user {c_.user.name} (removed before sealing{'; KEPT with --keep-user' if keep_user else ''})")
         print(f"  CA certificates: {', '.join(n for n, _ in c_.ca_certificates) or 'none'}")
         print(f"  registries: {', '.join(r.host for r in c_.registries) or 'none'}")
         print(f"  packages: {', '.join(c_.packages) or 'none'}")
         return
     with status_line(f"customizing {source.name}") as say:
-        result = customize_image(
-            source, customization, target, keep_user=keep_user, force=force, timeout=seconds, say=say, signer=signer
-        )
+        result = run(say).result
+    assert result is not None
     if result.kept:
         print(f"{target} exists; left alone (--force replaces it)")
         return

@@ -3,7 +3,7 @@ template, validate a template's tags."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.tasks import task
@@ -11,6 +11,10 @@ from invoke.tasks import task
 from imagebuilder.cli import _vsphere, flags
 from imagebuilder.cli._common import FileFlag, cli_task, status_line, transfer_bars
 from imagebuilder.core.errors import ExternalError, InputError
+
+if TYPE_CHECKING:
+    from imagebuilder.core.progress import Say
+    from imagebuilder.flows.templates import TemplateRun
 
 
 @task(
@@ -58,16 +62,8 @@ def import_ova(
         flags.url_or_file(flags.required(ova, "--ova", "a local OVA path or an http(s) URL"), "--ova")
         _vsphere.os_channel(os, kubernetes)
     tgt = _vsphere.target(server, insecure, thumbprint)
-    from imagebuilder.image.ova import check_ova
-    from imagebuilder.vsphere.session import connect
-    from imagebuilder.vsphere.templates import (
-        ImportEntry,
-        check_name,
-        import_templates,
-        load_import_list,
-        plan_imports,
-        plan_text,
-    )
+    from imagebuilder import flows
+    from imagebuilder.vsphere.templates import ImportEntry, check_name, load_import_list
 
     if from_file:
         if ova or os or kubernetes or name:
@@ -81,36 +77,27 @@ def import_ova(
         flags.url_or_file(flags.required(ova, "--ova", "a local OVA path or an http(s) URL"), "--ova")
         os_, channel = _vsphere.os_channel(os, kubernetes)
         entries = [ImportEntry(ova, os_, channel, check_name(name) if name else None)]
-    for entry in entries:  # every local OVA is read whole before anything is created on vCenter
-        if "://" not in entry.source:
-            check_ova(Path(entry.source))
-    with connect(tgt, f"importing {entries[0].source}") as vs:
-        reqs = plan_imports(
-            vs,
-            entries,
-            library=library or None,
-            folder=folder or None,
-            datastore=datastore or None,
-            resource_pool=resource_pool or None,
-            datacenter=datacenter or None,
-            snapshot=snapshot,
-        )
-        if dry_run:
-            for req in reqs:
-                print(f"template {req.path}:")
-                for step in plan_text(req):
-                    print(f"  {step}")
-            return
-        with transfer_bars() as transfers:
-            outcomes = import_templates(vs, reqs, jobs, transfers)
-        warned: set[str] = set()
-        for out in outcomes:
-            _vsphere.report(out.path, out.done, out.kept, [w for w in out.warnings if w not in warned])
-            warned.update(out.warnings)
-        print(
-            f"vCenter API calls: {vs.calls.total} ({vs.calls.soap} SOAP, {vs.calls.rest} REST) "
-            f"for {len(entries)} template(s)"
-        )
+    with transfer_bars() as transfers:
+        run = flows.import_templates(tgt, entries, library=library or None, folder=folder or None,
+                                     datastore=datastore or None, resource_pool=resource_pool or None,
+                                     datacenter=datacenter or None, snapshot=snapshot, jobs=jobs, dry_run=dry_run,
+                                     transfers=transfers)  # fmt: skip
+    if dry_run:
+        print_plan(run)
+        return
+    warned: set[str] = set()
+    for out in run.outcomes:
+        _vsphere.report(out.path, out.done, out.kept, [w for w in out.warnings if w not in warned])
+        warned.update(out.warnings)
+    total, soap, rest = run.calls
+    print(f"vCenter API calls: {total} ({soap} SOAP, {rest} REST) for {len(entries)} template(s)")
+
+
+def print_plan(run: TemplateRun) -> None:
+    for path, steps in run.plan:
+        print(f"template {path}:")
+        for step in steps:
+            print(f"  {step}")
 
 
 @task(help={**_vsphere.TEMPLATE_HELP, "dry_run": "print the tags; change nothing"}, auto_shortflags=False)
@@ -213,27 +200,17 @@ def customize(
     customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")
     seconds = flags.duration(timeout, "--timeout", 30, 86400)
     tgt = _vsphere.target(server, insecure, thumbprint)
-    from imagebuilder.core.hostinfo import require_tools
-    from imagebuilder.customization.model import load_customization
-    from imagebuilder.vsphere.apply_customization import customize_template, plan_customize, plan_text
-    from imagebuilder.vsphere.session import connect
+    from imagebuilder import flows
 
-    customization = load_customization(customize_file)
-    if name:
-        from imagebuilder.vsphere.templates import check_name
+    def run(say: Say) -> TemplateRun:
+        return flows.customize_template(tgt, template, os_, channel, customize_file, name=name or None,
+                                        resource_pool=resource_pool or None, snapshot=snapshot, keep_user=keep_user,
+                                        keep_on_error=keep_on_error, force=force, timeout=seconds, dry_run=dry_run,
+                                        say=say)  # fmt: skip
 
-        check_name(name)
-    require_tools("ssh", "ssh-keygen", "ansible-playbook")
-    with connect(tgt, f"customizing {template}") as vs:
-        req = plan_customize(
-            vs, template=template, os=os_, channel=channel, name=name or None, resource_pool=resource_pool or None,
-            snapshot=snapshot, keep_user=keep_user, keep_on_error=keep_on_error, force=force, timeout=seconds,
-        )  # fmt: skip
-        if dry_run:
-            print(f"template {req.path} (from {req.template}):")
-            for line in plan_text(req, customization):
-                print(f"  {line}")
-            return
-        with status_line(f"customizing {template}") as say:
-            out = customize_template(vs, req, customization, say)
+    if dry_run:
+        print_plan(run(print))
+        return
+    with status_line(f"customizing {template}") as say:
+        (out,) = run(say).outcomes
     _vsphere.report(out.path, out.done, out.kept, out.warnings)

@@ -6,6 +6,7 @@ import ast
 import inspect
 from pathlib import Path
 
+import pytest
 from invoke.collection import Collection
 
 from imagebuilder.cli import build
@@ -194,3 +195,18 @@ def test_only_the_cli_draws_progress() -> None:
         )
     ]
     assert not drawing, f"draw progress through imagebuilder.core.progress, not rich: {drawing}"
+
+
+def test_the_flows_public_surface_is_what_it_names() -> None:
+    """flows/__init__.py names what the command line and other programs may call (issue 47), each loaded with its
+    own flow only; every name there resolves, and nothing else is offered."""
+    import importlib
+
+    from imagebuilder import flows
+
+    assert sorted(flows.__all__) == sorted(flows._WHERE)
+    for name in flows.__all__:
+        module = importlib.import_module(f"imagebuilder.flows.{flows._WHERE[name]}")
+        assert getattr(flows, name) is getattr(module, name)
+    with pytest.raises(AttributeError):
+        _ = flows.nothing_here
