@@ -63,7 +63,7 @@ def import_ova(
         _vsphere.os_channel(os, kubernetes)
     tgt = _vsphere.target(server, insecure, thumbprint)
     from imagebuilder import flows
-    from imagebuilder.vsphere.templates import ImportEntry, check_name, load_import_list
+    from imagebuilder.vsphere.templates import ImportEntry, Placement, check_name, load_import_list
 
     if from_file:
         if ova or os or kubernetes or name:
@@ -78,10 +78,9 @@ def import_ova(
         os_, channel = _vsphere.os_channel(os, kubernetes)
         entries = [ImportEntry(ova, os_, channel, check_name(name) if name else None)]
     with transfer_bars() as transfers:
-        run = flows.import_templates(tgt, entries, library=library or None, folder=folder or None,
-                                     datastore=datastore or None, resource_pool=resource_pool or None,
-                                     datacenter=datacenter or None, snapshot=snapshot, jobs=jobs, dry_run=dry_run,
-                                     transfers=transfers)  # fmt: skip
+        where = Placement(library or None, folder or None, datastore or None, resource_pool or None,
+                          datacenter or None, snapshot)  # fmt: skip
+        run = flows.import_templates(tgt, entries, where, jobs=jobs, dry_run=dry_run, transfers=transfers)
     if dry_run:
         print_plan(run)
         return
@@ -201,12 +200,12 @@ def customize(
     seconds = flags.duration(timeout, "--timeout", 30, 86400)
     tgt = _vsphere.target(server, insecure, thumbprint)
     from imagebuilder import flows
+    from imagebuilder.vsphere.apply_customization import CustomizeOptions
+
+    options = CustomizeOptions(name or None, resource_pool or None, snapshot, keep_user, keep_on_error, force, seconds)
 
     def run(say: Say) -> TemplateRun:
-        return flows.customize_template(tgt, template, os_, channel, customize_file, name=name or None,
-                                        resource_pool=resource_pool or None, snapshot=snapshot, keep_user=keep_user,
-                                        keep_on_error=keep_on_error, force=force, timeout=seconds, dry_run=dry_run,
-                                        say=say)  # fmt: skip
+        return flows.customize_template(tgt, template, os_, channel, customize_file, options, dry_run=dry_run, say=say)
 
     if dry_run:
         print_plan(run(print))

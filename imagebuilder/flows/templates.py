@@ -13,9 +13,10 @@ from imagebuilder.customization.model import Customization, load_customization
 from imagebuilder.image.ova import check_ova
 from imagebuilder.release.catalog import OperatingSystem, ReleaseChannel
 from imagebuilder.vsphere import apply_customization, templates
+from imagebuilder.vsphere.apply_customization import CustomizeOptions
 from imagebuilder.vsphere.connection import Target
 from imagebuilder.vsphere.session import connect
-from imagebuilder.vsphere.templates import ImportEntry, Outcome
+from imagebuilder.vsphere.templates import ImportEntry, Outcome, Placement
 
 
 @dataclass
@@ -31,13 +32,8 @@ class TemplateRun:
 def import_templates(
     target: Target,
     entries: list[ImportEntry],
+    where: Placement,
     *,
-    library: str | None = None,
-    folder: str | None = None,
-    datastore: str | None = None,
-    resource_pool: str | None = None,
-    datacenter: str | None = None,
-    snapshot: bool = True,
     jobs: int = 4,
     dry_run: bool = False,
     transfers: Transfers | None = None,
@@ -48,9 +44,7 @@ def import_templates(
         if "://" not in entry.source:
             check_ova(Path(entry.source))
     with connect(target, f"importing {entries[0].source}") as vs:
-        reqs = templates.plan_imports(vs, entries, library=library, folder=folder, datastore=datastore,
-                                      resource_pool=resource_pool, datacenter=datacenter,
-                                      snapshot=snapshot)  # fmt: skip
+        reqs = templates.plan_imports(vs, entries, where)
         run = TemplateRun([(req.path, templates.plan_text(req)) for req in reqs])
         if not dry_run:
             run.outcomes = templates.import_templates(vs, reqs, jobs, transfers)
@@ -64,28 +58,19 @@ def customize_template(
     os: OperatingSystem,
     channel: ReleaseChannel,
     file: Path,
+    options: CustomizeOptions,
     *,
-    name: str | None = None,
-    resource_pool: str | None = None,
-    snapshot: bool = True,
-    keep_user: bool = False,
-    keep_on_error: bool = False,
-    force: bool = False,
-    timeout: float = 1800,
     dry_run: bool = False,
     say: Say = silent,
 ) -> TemplateRun:
     """A customized template (spec 4.8): the customization file, the new name and the tools are checked first; then
     the clone is planned in one session and, unless ``dry_run``, made, customized over SSH, sealed and templated."""
     customization: Customization = load_customization(file)
-    if name:
-        templates.check_name(name)
+    if options.name:
+        templates.check_name(options.name)
     require_tools("ssh", "ssh-keygen", "ansible-playbook")
     with connect(target, f"customizing {template}") as vs:
-        req = apply_customization.plan_customize(
-            vs, template=template, os=os, channel=channel, name=name, resource_pool=resource_pool, snapshot=snapshot,
-            keep_user=keep_user, keep_on_error=keep_on_error, force=force, timeout=timeout,
-        )  # fmt: skip
+        req = apply_customization.plan_customize(vs, template=template, os=os, channel=channel, options=options)
         run = TemplateRun([(f"{req.path} (from {req.template})", apply_customization.plan_text(req, customization))])
         if not dry_run:
             run.outcomes = [apply_customization.customize_template(vs, req, customization, say)]

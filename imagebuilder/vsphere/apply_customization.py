@@ -88,19 +88,22 @@ class CustomizeRequest:
         return f"{self.folder.rstrip('/')}/{self.name}"
 
 
+@dataclass(frozen=True)
+class CustomizeOptions:
+    """How ``template.customize`` makes its template: the new name (default ``<source>-custom``), the clone's pool
+    (default: the datacenter's only cluster), and what is kept, replaced and waited for."""
+
+    name: str | None = None
+    resource_pool: str | None = None
+    snapshot: bool = True
+    keep_user: bool = False
+    keep_on_error: bool = False
+    force: bool = False
+    timeout: float = 1800
+
+
 def plan_customize(
-    vs: VSphere,
-    *,
-    template: str,
-    os: OperatingSystem,
-    channel: ReleaseChannel,
-    name: str | None = None,
-    resource_pool: str | None = None,
-    snapshot: bool = True,
-    keep_user: bool = False,
-    keep_on_error: bool = False,
-    force: bool = False,
-    timeout: float = 1800,
+    vs: VSphere, *, template: str, os: OperatingSystem, channel: ReleaseChannel, options: CustomizeOptions
 ) -> CustomizeRequest:
     """Everything checked before anything is created: the OS, the source template, the name, the pool."""
     from pyVmomi import vim
@@ -116,6 +119,7 @@ def plan_customize(
     if len(parts) < 3 or parts[1] != "vm":
         raise InputError(f"'{template}' is not a VM path", field="--template", expected="/<dc>/vm/[<folder>/]<name>")
     dc, folder = parts[0], "/" + "/".join(parts[:-1])
+    name, resource_pool = options.name, options.resource_pool
     new_name = check_name(name) if name else f"{parts[-1]}-custom"
     if new_name == parts[-1]:
         raise InputError("the customized template needs a name of its own", field="--name", expected="a new name")
@@ -127,9 +131,9 @@ def plan_customize(
         pool = resource_pool
     else:
         pool = inventory.only_child(vs, f"/{dc}/host", vim.ClusterComputeResource, "cluster", "--resource-pool")
-    return CustomizeRequest(
-        template, os, channel, new_name, folder, pool, snapshot, keep_user, keep_on_error, force, timeout
-    )
+    o = options
+    return CustomizeRequest(template, os, channel, new_name, folder, pool, o.snapshot, o.keep_user, o.keep_on_error,
+                            o.force, o.timeout)  # fmt: skip
 
 
 def plan_text(req: CustomizeRequest, c: Customization) -> list[str]:

@@ -12,6 +12,7 @@ right) and otherwise left alone. The imported VM is never powered on (spec 7.4).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -477,33 +478,24 @@ def resolve_request(
     )
 
 
-def plan_imports(
-    vs: VSphere,
-    entries: list[ImportEntry],
-    *,
-    library: str | None = None,
-    folder: str | None = None,
-    datastore: str | None = None,
-    resource_pool: str | None = None,
-    datacenter: str | None = None,
-    snapshot: bool = True,
-) -> list[ImportRequest]:
+@dataclass(frozen=True)
+class Placement:
+    """Where imported templates go: each left None is the profile's default or the datacenter's only one."""
+
+    library: str | None = None
+    folder: str | None = None
+    datastore: str | None = None
+    resource_pool: str | None = None
+    datacenter: str | None = None
+    snapshot: bool = True
+
+
+def plan_imports(vs: VSphere, entries: list[ImportEntry], where: Placement) -> list[ImportRequest]:
     """One request per entry: the placement (library, folder, datastore, pool) is resolved once, from the first
     entry, and shared by all, so a list of OVAs lands in one place; each keeps its own OVA, OS, channel and name."""
     first = entries[0]
-    shared = resolve_request(
-        vs,
-        source=first.source,
-        os=first.os,
-        channel=first.channel,
-        name=first.name,
-        library=library,
-        folder=folder,
-        datastore=datastore,
-        resource_pool=resource_pool,
-        datacenter=datacenter,
-        snapshot=snapshot,
-    )
+    shared = resolve_request(vs, source=first.source, os=first.os, channel=first.channel, name=first.name,
+                             **dataclasses.asdict(where))  # fmt: skip
     return [
         replace(shared, source=e.source, os=e.os, channel=e.channel, name=e.name or default_name(e.os, e.channel))
         for e in entries
