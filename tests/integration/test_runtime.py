@@ -13,7 +13,7 @@ import pytest
 
 from imagebuilder.attest.packages import COLLECTOR, parse_inventory
 from tests.support.common import DATA, ROOT
-from tests.support.runtime import BINARIES, REFERENCE, STATUS, runtime_tarball
+from tests.support.runtime_cases import BINARIES, REFERENCE, STATUS, runtime_tarball
 
 
 def _root(tmp_path: Path, files: dict[str, bytes]) -> Path:

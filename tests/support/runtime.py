@@ -1,37 +1,40 @@
-"""What the in-process tests (tests/unit/test_runtime.py) and the integration tests (tests/integration/test_runtime.py)
-of runtime share."""
+"""The reference's runtime tarballs, packed from a runtime built from source, for stand-in releases to carry.
+
+Its containerd tarball is laid out as aws/eks-anywhere-build-tooling's ``projects/containerd/containerd/build/
+create_tarballs.sh`` makes it: containerd's binaries and its attribution under ``usr/local/bin/``, runc and its
+attribution under ``sbin/`` (so a merged-/usr image must not get it extracted over ``/``), no systemd unit; every
+entry ``./``-prefixed, directories included, as ``tar -C staging .`` writes them. Its cri-tools tarball holds
+``./crictl``.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import gzip
+import io
+import tarfile
 
-STATUS = "Package: bash\nStatus: install ok installed\nArchitecture: amd64\nVersion: 5.2\n"
+from imagebuilder.release.source import RuntimeBuild
 
 
-BINARIES = ("containerd", "ctr", "containerd-shim-runc-v2")
-
-
-def runtime_tarball(path: Path, members: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
-    import io
-    import tarfile
-
-    with tarfile.open(path, "w:gz") as tar:
-        dirs = sorted({str(Path(m).parent) for m in members} - {"."})
-        for d in dirs:  # the directory entries a tarball made with `tar -C staging .` carries (./sbin/ among them)
-            info = tarfile.TarInfo("./" + d)
+def _pack(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for d in sorted({"/".join(n.split("/")[:i]) for n in files for i in range(1, n.count("/") + 1)}):
+            info = tarfile.TarInfo(f"./{d}")
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
-        for name, data in members.items():
-            info = tarfile.TarInfo("./" + name)
-            info.size, info.mode = len(data), 0o755
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mode = len(data), 0o755 if not name.endswith(".txt") else 0o644
             tar.addfile(info, io.BytesIO(data))
-        for name, target in (links or {}).items():
-            info = tarfile.TarInfo("./" + name)
-            info.type, info.linkname = tarfile.SYMTYPE, target
-            tar.addfile(info)
-    return path
+    return buf.getvalue()
 
 
-#: aws/eks-anywhere-build-tooling projects/containerd/containerd/build/create_tarballs.sh: usr/local/bin, sbin/runc
-REFERENCE = {**{f"usr/local/bin/{b}": b.encode() for b in BINARIES}, "sbin/runc": b"runc",
-             "usr/local/bin/CONTAINERD_ATTRIBUTION.txt": b"a", "sbin/RUNC_ATTRIBUTION.txt": b"r"}  # fmt: skip
+def reference_tarballs(runtime: RuntimeBuild) -> tuple[bytes, bytes]:
+    """(containerd tarball, cri-tools tarball) of ``runtime``, in the reference bundle's layouts."""
+    files = {f"usr/local/bin/{b}": (runtime.containerd_bin / b).read_bytes()
+             for b in ("containerd", "ctr", "containerd-shim-runc-v2")}  # fmt: skip
+    files["usr/local/bin/CONTAINERD_ATTRIBUTION.txt"] = f"containerd {runtime.containerd}\n".encode()
+    files["sbin/runc"] = (runtime.runc_bin / "runc").read_bytes()
+    files["sbin/RUNC_ATTRIBUTION.txt"] = f"runc {runtime.runc}\n".encode()
+    return _pack(files), _pack({"crictl": (runtime.crictl_bin / "crictl").read_bytes()})

@@ -12,7 +12,7 @@ from imagebuilder.attest.packages import parse_inventory
 from imagebuilder.core.errors import InputError
 from imagebuilder.image.diff import Inventory, compare
 from imagebuilder.image.nodecheck import runtime_ok
-from tests.support.runtime import REFERENCE, STATUS, runtime_tarball
+from tests.support.runtime_cases import REFERENCE, STATUS, runtime_tarball
 
 
 @pytest.mark.parametrize(
