@@ -211,7 +211,7 @@ class UserSpec(StrictModel):
 
 
 class UserFile(StrictModel):
-    """user.yaml (spec 2.4), the reference tool's ``vSphereUser`` kind."""
+    """user.yaml (spec 2.4): the kind and apiVersion the profile names, and its spec."""
 
     apiVersion: Annotated[object, AfterValidator(_profile_value(load_profile().vsphere_user.api_version))] = Field(
         None, validate_default=True
