@@ -60,13 +60,24 @@ def prepare_build(
 
     plan = make_plan(request, before_fetch=packer_first)
     need = disk_need(plan)
-    # a broken source image is refused in seconds; the real run checks it (once fetched) before the VM starts
-    source_check = runner.check_source_image(plan) if dry_run else None
-    if dry_run and plan.engine == "chroot":
+    source_check = next(iter(dry_run_checks([plan])), None) if dry_run else None
+    return PreparedBuild(plan, checks[0] if checks else None, need, source_check, customization, dry_run)
+
+
+def dry_run_checks(plans: Sequence[BuildPlan]) -> list[str]:
+    """What a dry run checks of these plans that the real run checks first: each local source image once (a broken
+    one is refused in seconds; a remote one is checked once fetched, before the VM starts) and, for the chroot
+    engine, root, the tools and Ansible's chroot connection. Returns what was checked of the source images."""
+    checked: list[str] = []
+    for plan in plans:
+        found = runner.check_source_image(plan)
+        if found and found not in checked:
+            checked.append(found)
+    if any(p.engine == "chroot" for p in plans):
         from imagebuilder.build.chroot import check_engine
 
-        check_engine()  # root, the tools, Ansible's chroot connection: what the real run checks first
-    return PreparedBuild(plan, checks[0] if checks else None, need, source_check, customization, dry_run)
+        check_engine()
+    return checked
 
 
 def preflight_skips(skip_checks: Sequence[str], tools: PluginCheck | None) -> list[str]:

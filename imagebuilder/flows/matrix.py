@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 from imagebuilder.build import matrix
 from imagebuilder.build.disk_need import DiskNeed, disk_need
 from imagebuilder.build.packer import prepare_packer
-from imagebuilder.build.runner import check_source_image
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.flows.build import preflight_skips
+from imagebuilder.flows.build import dry_run_checks, preflight_skips
 from imagebuilder.host.preflight import require
 
 if TYPE_CHECKING:
@@ -58,16 +57,7 @@ def prepare_matrix(
     plans = matrix.expand(request, pairs, channels)
     tools = prepare_packer(plans, packer=packer, plugins=plugins, install=not dry_run, say=say)
     needs = [disk_need(p) for p in plans]
-    checks: list[str] = []
-    if dry_run:
-        for plan in plans:
-            checked = check_source_image(plan)
-            if checked and checked not in checks:
-                checks.append(checked)
-        if any(p.engine == "chroot" for p in plans):
-            from imagebuilder.build.chroot import check_engine
-
-            check_engine()
+    checks = dry_run_checks(plans) if dry_run else []
     return PreparedMatrix(plans, tools, needs, checks, customization, dry_run)
 
 
