@@ -50,7 +50,7 @@ def _inputs(work: Path) -> tuple[Path, Path]:
     upstream, mirror = work / "engines-upstream", work / "engines-mirror"
     for channel in CHANNELS:
         release = make_standin_release(upstream, load_catalog().channel(channel))
-        create_mirror(release.manifest_url, mirror, source=Mirror(str(upstream)))
+        create_mirror(release.manifest_url, mirror, runtime=None, source=Mirror(str(upstream)))
     config = work / "engines-baremetal.json"
     config.write_text(json.dumps({"source_image_url": str(base), "source_image_checksum": f"sha256:{digest}"}))
     return config, mirror
@@ -59,7 +59,7 @@ def _inputs(work: Path) -> tuple[Path, Path]:
 def _plan(config: Path, mirror: Path, out: Path, channel: str, engine: str) -> BuildPlan:
     return make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel=channel, offline=True,
                                   configs={"baremetal": str(config)}, mirror=str(mirror), output_dir=str(out),
-                                  disk_gb=4, engine=engine))  # fmt: skip
+                                  disk_gb=4, engine=engine, runtime="os"))  # fmt: skip
 
 
 def _settled() -> None:

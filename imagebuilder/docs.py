@@ -147,11 +147,14 @@ def release_lines_table() -> str:
     """Every release line of the catalog, newest first: its release, Kubernetes, support and runtime."""
     from imagebuilder.release.catalog import load_catalog
 
-    out = [LINES_START, "", "| line | distro release | Kubernetes | support | containerd | config version | crictl "
-           "| other releases (`--release-channel`) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for ch in sorted(load_catalog().channels.values(), key=lambda c: -c.minor_number):
+    catalog = load_catalog()
+    pins = dict(catalog.upstream_runtime.runc_pins)
+    out = [LINES_START, "", "| line | distro release | Kubernetes | support | containerd | config version | runc "
+           "| crictl | other releases (`--release-channel`) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for ch in sorted(catalog.channels.values(), key=lambda c: -c.minor_number):
         others = ", ".join(f"{ch.release_name_of(n).removeprefix('kubernetes-')} ({v})" for n, v in ch.releases)
-        runtime = f"{ch.runtime.containerd} | {ch.runtime.config_version} | {ch.runtime.crictl}"
+        rt = ch.runtime
+        runtime = f"{rt.containerd} | {rt.config_version} | {pins.get(rt.containerd, '')} | {rt.crictl}"
         out.append(f"| {ch.name} | {ch.release_name} | {ch.kubernetes_version} | {ch.support} | {runtime} | {others} |")
     out += ["", LINES_END]
     return "\n".join(out)

@@ -18,7 +18,7 @@ from tests.support.common import make_manifest
 from tests.support.schedule import HEAVY, pytest_addoption, pytest_xdist_make_scheduler  # noqa: F401 - hooks
 
 if TYPE_CHECKING:
-    from imagebuilder.release.source import SourceRelease
+    from imagebuilder.release.source import RuntimeBuild, SourceRelease
     from imagebuilder.release.standin import ReleaseRuntime
     from tests.support.vcsim import Vcsim
 
@@ -36,11 +36,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def mirror_dir(tmp_path: Path) -> Path:
-    """A mirror directory holding the 1-24 channel manifest at its upstream path."""
+    """A mirror directory holding the 1-24 channel manifest at its upstream path, and the line's runtime (stand-in
+    bytes) as its projects publish it with their checksum files: the distro's manifests name none."""
+    from tests.support.runtime_cases import standin_upstream_runtime
+
     root = tmp_path / "mirror"
     target = root / "kubernetes-1-24" / "kubernetes-1-24-eks-36.yaml"
     target.parent.mkdir(parents=True)
     target.write_text(make_manifest("1-24", 36, "v1.24.17"))
+    standin_upstream_runtime(root, "1-24")
     return root
 
 
@@ -190,18 +194,32 @@ def runtime_of_a_1_7_line(shared_dir: Path) -> ReleaseRuntime:
     ~/.cache/image-builder: about 3 minutes once) and packed as the reference's bundle packs it (its containerd
     tarball: usr/local/bin/ and sbin/runc, no unit; its cri-tools tarball: ./crictl), for a stand-in release to
     carry."""
+    from imagebuilder.release.standin import ReleaseRuntime
+    from tests.support.runtime import reference_tarballs
+
+    built = runtime_1_7_build(shared_dir)
+    containerd, crictl = reference_tarballs(built)
+    return ReleaseRuntime(containerd, crictl, built.containerd, built.runc, built.crictl)
+
+
+def runtime_1_7_build(shared_dir: Path) -> RuntimeBuild:
+    """The containerd 1.7 line's runtime built from source (the cache's, once built), one worker at a time."""
     import fcntl
 
     from imagebuilder.release import source
-    from imagebuilder.release.standin import ReleaseRuntime
-    from tests.support.runtime import reference_tarballs
     from tests.support.sources import RUNTIME_1_7
 
     with (shared_dir / "runtime-1-7.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        built = source.build_runtime(*RUNTIME_1_7)
-    containerd, crictl = reference_tarballs(built)
-    return ReleaseRuntime(containerd, crictl, built.containerd, built.runc, built.crictl)
+        return source.build_runtime(*RUNTIME_1_7)
+
+
+@pytest.fixture(scope="session")
+def upstream_runtime_1_7(shared_dir: Path) -> RuntimeBuild:
+    """The runtime every line without one of its own takes by default (config/release-channels.yaml
+    runtime_defaults: containerd v1.7.28, the runc it pins, crictl v1.36.0), built from source; a test lays it out
+    as its projects publish it (tests/support/runtime.py write_upstream_runtime)."""
+    return runtime_1_7_build(shared_dir)
 
 
 # --- the offline namespace of the end-to-end builds (made per module that uses it) ---------------------------------
@@ -221,14 +239,20 @@ def offline_ns() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def upstream_server(offline_ns: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The stand-in release served by a real HTTP server on 127.0.0.1 inside the namespace."""
+def upstream_server(
+    offline_ns: str, tmp_path_factory: pytest.TempPathFactory, upstream_runtime_1_7: RuntimeBuild
+) -> Iterator[str]:
+    """The stand-in release served by a real HTTP server on 127.0.0.1 inside the namespace, with the line's
+    runtime (the real one, built from source) as containerd, runc and cri-tools publish theirs: the distro's
+    releases name none, so the images take it (issue 42)."""
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.standin import make_standin_release
     from tests.support.offline import served_in_ns
+    from tests.support.runtime import write_upstream_runtime
 
     root = tmp_path_factory.mktemp("upstream")
     make_standin_release(root, load_catalog().channel("1-24"))
+    write_upstream_runtime(root, load_catalog().channel("1-24"), upstream_runtime_1_7)
     with served_in_ns(offline_ns, root, 18080) as url:  # the namespace's own loopback: no other test sees it
         yield url
 
@@ -260,7 +284,7 @@ def mirror(offline_ns: str, upstream_server: str, home: Path, tmp_path_factory: 
     res = in_ns(offline_ns, str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24",
                 "--dest", str(dest), "--source", upstream_server, home=home)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "12 artifacts (12 downloaded, all sha256-verified)" in res.stdout
+    assert "15 artifacts (15 downloaded, all sha256-verified)" in res.stdout, "12 of the release, 3 of its runtime"
     again = in_ns(offline_ns, str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24",
                   "--dest", str(dest), "--source", upstream_server, home=home)  # fmt: skip
     assert "(0 downloaded" in again.stdout  # a rerun converges

@@ -24,7 +24,7 @@ from typing import Any
 from imagebuilder.build.attestations import INVENTORY
 from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
 from imagebuilder.build.plan import BuildPlan
-from imagebuilder.core.errors import InputError
+from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.hostinfo import KvmStatus, kvm_status, ovmf_firmware, tool_search_path
@@ -35,6 +35,7 @@ from imagebuilder.customization.model import Customization
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
 from imagebuilder.release.catalog import load_catalog
+from imagebuilder.release.manifest import RUNTIME_BINARIES
 
 
 def builder_for(plan: BuildPlan) -> str:
@@ -109,9 +110,12 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
         where = plan.mirror.locate(uri)
         return {"src": where} if plan.mirror.is_local else {"url": where}
 
-    binaries = [
+    # the runtime's own binaries (runc, where containerd's tarball holds none) are staged for the containerd role;
+    # the kubernetes role installs the others
+    every_binary = [
         {"name": a.name, "sha256": a.sha256 or "", **location(a.uri)} for a in plan.artifacts if a.kind == "binary"
     ]
+    binaries = [b for b in every_binary if b["name"] not in RUNTIME_BINARIES]
     archives = [
         {"name": a.name, "sha256": a.sha256 or "", **location(a.uri)} for a in plan.artifacts if a.kind == "archive"
     ]
@@ -126,7 +130,7 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
         if a.kind == "image"
     ]
     # every file the image receives, under the name it is staged as, with the manifest's sha256
-    stage: list[dict[str, Any]] = [{"stage": b["name"], **b} for b in binaries]
+    stage: list[dict[str, Any]] = [{"stage": b["name"], **b} for b in every_binary]
     stage += [{"stage": f"{a['name']}.tar.gz", **a} for a in archives]
     stage += [
         {"stage": f"images/{i['name']}.tar", "name": i["name"], "sha256": i["sha256"], **i["archive"]}
@@ -142,6 +146,7 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
         "kubernetes_release": plan.release_name,
         "kubernetes_binaries": binaries,
         "kubernetes_archives": archives,
+        "kubernetes_runtime_binaries": [b["name"] for b in every_binary if b["name"] in RUNTIME_BINARIES],
         "kubernetes_images": images,
         "build_user": build_user(plan),
         "redhat_subscription": plan.os == "redhat",
@@ -270,12 +275,18 @@ def effective_customization(plan: BuildPlan, customization: Customization | None
 
 
 def check_buildable(plan: BuildPlan) -> None:
-    """What a real build needs beyond a valid plan: the node artifacts (a resolved release manifest)."""
+    """What a real build needs beyond a valid plan: the node artifacts (a resolved release manifest, and the
+    runtime's files where they come from upstream)."""
     if not plan.artifacts:
         raise InputError(
             "the release manifest is not resolved, so the node artifacts are unknown",
             field="--release-manifest",
             expected="a reachable manifest, --mirror DIR|URL, or --release-manifest PATH",
+        )
+    if plan.runtime.unresolved:
+        raise ExternalError(
+            f"the container runtime's files are unknown: {plan.runtime.unresolved}",
+            hint="a mirror made by mirror.create carries them (--mirror DIR|URL), or build with --runtime os",
         )
 
 

@@ -61,6 +61,8 @@ class RuntimePlan:
     runc: str | None
     crictl: str | None
     why: str
+    #: why the runtime's files are not known yet (its checksum files could not be fetched); empty: known
+    unresolved: str = ""
 
     @property
     def config_version(self) -> int | None:
@@ -69,14 +71,16 @@ class RuntimePlan:
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "containerd": self.containerd, "runc": self.runc, "crictl": self.crictl,
-                "config_version": self.config_version, "why": self.why}  # fmt: skip
+                "config_version": self.config_version, "why": self.why,
+                **({"unresolved": self.unresolved} if self.unresolved else {})}  # fmt: skip
 
     def describe(self) -> str:
         if self.source == "os":
             return f"the OS's containerd package ({self.why})"
         parts = [f"containerd {self.containerd}"] + ([f"runc {self.runc}"] if self.runc else [])
         parts += [f"crictl {self.crictl}"] if self.crictl else []
-        return f"{', '.join(parts)} from the release (config version {self.config_version}; {self.why})"
+        note = f"  [not resolved: {self.unresolved}]" if self.unresolved else ""
+        return f"{', '.join(parts)} from the release (config version {self.config_version}; {self.why}){note}"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from imagebuilder.providers.config import (
     load_provider_config,
 )
 from imagebuilder.release.catalog import CONTAINERD_2_FROM_MINOR, ReleaseChannel, load_catalog, runtime_problem
-from imagebuilder.release.manifest import ReleaseManifest, load_manifest
+from imagebuilder.release.manifest import NodeArtifact, ReleaseManifest, load_manifest
 from imagebuilder.release.product import Pinned, flag, pinned_for
 from imagebuilder.release.profile import load_profile
 
@@ -258,8 +258,8 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     # distro's); the distro part of the image's name follows it
     release_name = manifest.name if manifest else load_profile().release_name(channel.name, release)
     distro = manifest.distro if manifest else None
-    runtime = _runtime(request.runtime, manifest, channel, pinned)
-    artifacts = manifest.artifacts if manifest else ()
+    runtime, upstream = _runtime(request.runtime, manifest, channel, pinned, mirror)
+    artifacts = (manifest.artifacts if manifest else ()) + upstream
     if pinned is not None and pinned.runtime and runtime.source == "release":  # the bundle's runtime, in their place
         bundled = {a.name for a in pinned.runtime}
         artifacts = tuple(a for a in artifacts if not (a.kind == "archive" and a.name in bundled)) + pinned.runtime
@@ -303,18 +303,23 @@ RUNTIMES = ("release", "os")
 
 
 def _runtime(
-    choice: str | None, manifest: ReleaseManifest | None, channel: ReleaseChannel, pinned: Pinned | None = None
-) -> RuntimePlan:
+    choice: str | None,
+    manifest: ReleaseManifest | None,
+    channel: ReleaseChannel,
+    pinned: Pinned | None = None,
+    mirror: Mirror | None = None,
+) -> tuple[RuntimePlan, tuple[NodeArtifact, ...]]:
     """The runtime the product release's bundle ships for the line (``--<product>-release``), else the release's
-    when its manifest ships one (exit 2 when it cannot run the release's Kubernetes), else the OS's package: asked
-    for with ``--runtime os``, or the only one there is."""
+    when its manifest ships one (exit 2 when it cannot run the release's Kubernetes), else the line's own from its
+    projects' releases (config/release-channels.yaml ``upstream_runtime``); the OS's package only when asked for
+    with ``--runtime os``. With it, the artifacts the plan adds for it (the upstream runtime's files)."""
     value = choice or "release"
     if value not in RUNTIMES:
         raise InputError(f"{value[:40]!r} is not a runtime source{did_you_mean(value, RUNTIMES)}", field="--runtime",
                          expected="release (the release line's containerd) or os (the OS's package)")  # fmt: skip
-    ships = manifest is not None and any(a.kind == "archive" and a.name == "containerd" for a in manifest.artifacts)
+    ships = manifest is not None and manifest.ships_runtime
     if value == "os":
-        return RuntimePlan("os", None, None, None, "build --runtime os")
+        return RuntimePlan("os", None, None, None, "build --runtime os"), ()
     if pinned is not None and any(a.name == "containerd" for a in pinned.runtime):
         containerd = pinned.version_of("containerd")
         kubernetes = manifest.kubernetes_version if manifest else channel.kubernetes_version
@@ -324,11 +329,22 @@ def _runtime(
                              expected="a bundle whose containerd can run its Kubernetes")  # fmt: skip
         crictl = pinned.version_of("cri-tools") or (manifest.version_of("cri-tools") if manifest else None)
         return RuntimePlan("release", containerd, None, crictl,
-                           f"product release {pinned.version}'s bundle (eksD.containerd)")  # fmt: skip
-    if manifest is None or not ships:
-        why = ("the release names no container runtime; its line's is containerd "
-               f"{channel.runtime.containerd} (a release built by release.build carries it)")  # fmt: skip
-        return RuntimePlan("os", None, None, None, why)
+                           f"product release {pinned.version}'s bundle (eksD.containerd)"), ()  # fmt: skip
+    if not ships:
+        from imagebuilder.release.upstream import upstream_files, upstream_runtime
+
+        line = channel.runtime
+        why = f"line {channel.name}'s, from containerd's, runc's and cri-tools' own releases (the release names none)"
+        runc = next(p.version for p in upstream_files(line) if p.name == "runc")
+        if manifest is None:  # the plan is not complete without the manifest: nothing is read for the runtime either
+            return RuntimePlan("release", line.containerd, runc, line.crictl, why), ()
+        try:
+            up = upstream_runtime(line, mirror)
+        except ExternalError as exc:  # unreachable, as an unreachable manifest is: a real build stops on it
+            reason = str(exc).splitlines()[0].rsplit(": ", 1)[-1]
+            return RuntimePlan("release", line.containerd, runc, line.crictl, why, unresolved=reason), ()
+        return RuntimePlan("release", line.containerd, runc, line.crictl, why), up.artifacts
+    assert manifest is not None
     containerd = manifest.version_of("containerd")
     if containerd is not None:
         problem = runtime_problem(containerd, int(manifest.kubernetes_version.split(".")[1]))
@@ -336,7 +352,7 @@ def _runtime(
             raise InputError(problem, source=manifest.source, field="status.components[containerd].gitTag",
                              expected="a release whose containerd can run its Kubernetes")  # fmt: skip
     return RuntimePlan("release", containerd, manifest.version_of("runc"), manifest.version_of("cri-tools"),
-                       f"{manifest.name}'s containerd tarball")  # fmt: skip
+                       f"{manifest.name}'s containerd tarball"), ()  # fmt: skip
 
 
 def _runtime_warning(runtime: RuntimePlan, kubernetes: str) -> str | None:

@@ -29,6 +29,7 @@ from imagebuilder.image.bootcheck import check_raw
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import BUILD_USER
 from imagebuilder.release.catalog import Firmware, config_version_of
+from imagebuilder.release.manifest import RUNTIME_BINARIES as OWN_BINARIES
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
         findings.append(Finding(name, bool(ok), detail))
 
     for artifact in plan["artifacts"]:
-        if artifact["kind"] != "binary":
+        if artifact["kind"] != "binary" or artifact["name"] in OWN_BINARIES:  # the runtime's: runtime_digests
             continue
         f = host.file(f"/usr/bin/{artifact['name']}")
         ok = f.exists and f.mode & 0o111 and f.sha256sum == artifact["sha256"]
@@ -200,6 +201,13 @@ def runtime_digests(root: Path, plan: dict[str, Any]) -> list[Finding]:
         said = f"{', '.join(compared)} are the tarball's" if ok else \
             f"differ from the release's {a['name']} tarball: {', '.join(differ) or 'none found'}"  # fmt: skip
         out.append(Finding(f"{a['name']} binaries", ok, said))
+    for a in plan["artifacts"]:  # a runtime binary of its own (runc's release): its sha256 is the plan's
+        if a["kind"] == "binary" and a["name"] in OWN_BINARIES:
+            place = RUNTIME_PLACES["containerd"][a["name"]]
+            target = root / place
+            got = sha256_file(target) if target.is_file() and not target.is_symlink() else "absent"
+            out.append(Finding(f"{a['name']} binary", got == a["sha256"], f"/{place} sha256 "
+                               + ("matches" if got == a["sha256"] else "DIFFERS from") + f" {a['uri']}"))  # fmt: skip
     return out
 
 

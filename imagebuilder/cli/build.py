@@ -48,8 +48,10 @@ HELP = {
     "firmware": "bios or efi (UEFI: ubuntu on baremetal, where it is the default, and vsphere; redhat on baremetal)",
     "engine": "packer (default: a VM), chroot (a build from a source image, provisioned without a VM) or auto"
     " (chroot for such a build when KVM is unusable here)",
-    "runtime": "the container runtime: release (default: the containerd tarball the release ships for its line,"
-    " with its runc) or os (the OS's containerd package; warned about where it cannot run the line's Kubernetes)",
+    "runtime": "the container runtime: release (default: the containerd tarball the release or the product bundle"
+    " ships for its line, with its runc; else the line's containerd, runc and crictl from their projects' releases,"
+    " config/release-channels.yaml) or os (the OS's containerd package; warned about where it cannot run the line's"
+    " Kubernetes)",
     "packer": "the packer binary to run (default: packer on PATH); 1.6.6, 1.9.4 and 1.16.0 are tested",
     "packer_plugins": "folder of Packer plugin binaries (packer-plugin-<name>) to install missing plugins from, for"
     " air-gapped sites (default: the mirror's copy, else 'packer init'); Packer 1.7+",

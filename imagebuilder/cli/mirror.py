@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from invoke.context import Context
 from invoke.tasks import task
 
@@ -22,6 +20,9 @@ from imagebuilder.cli._common import cli_task, transfer_bars
         "dry_run": "read the manifest and list what would be downloaded; write nothing",
         "packer_plugins": "also copy the Packer plugin binaries in this folder into the mirror (packer-plugins/), where"
         " builds from the mirror find them",
+        "runtime": "the runtime the builds from this mirror take, as build --runtime: release (default: for a release"
+        " that ships none, the line's containerd, runc and crictl from their projects' releases, with their checksum"
+        " files) or os (the OS's package: none is carried)",
     },
     auto_shortflags=False,
 )
@@ -35,6 +36,7 @@ def create(
     dry_run: bool = False,
     packer_plugins: str = "",
     eksa_release: str = "",
+    runtime: str = "",
 ) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
     from imagebuilder.core.errors import InputError
@@ -43,6 +45,8 @@ def create(
     from imagebuilder.release.product import flag, pinned_for, requested_release
 
     channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-18 to 1-36"))
+    os_runtime = flags.choice(runtime or "release", "--runtime", ("release", "os")) == "os"
+    line_runtime = None if os_runtime else channel.runtime
     version = requested_release(eksa_release)
     out = flags.dest_dir(dest, "--dest")
     if version and release_manifest:
@@ -56,7 +60,7 @@ def create(
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
     from imagebuilder.build.packer_plugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
     from imagebuilder.release.manifest import load_manifest
-    from imagebuilder.release.mirror import create_mirror, file_sha256, mirror_items
+    from imagebuilder.release.mirror import create_mirror, file_sha256, mirror_plan
 
     plugins = plugin_binaries(plugin_dir) if plugin_dir else {}
     if packer_plugins and not plugins:
@@ -67,13 +71,14 @@ def create(
             print(f"{'would copy':<15} {out / MIRROR_FOLDER / plugin.path.name}  ({kind} {plugin.version})")
         manifest = load_manifest(url, src)
         target = Mirror(str(out.resolve()))
-        for item_url, hashes in mirror_items(manifest, pinned.runtime if pinned else ()):
-            path = Path(target.locate(item_url))
+        planned, _ = mirror_plan(manifest, target, line_runtime, pinned, src)
+        for _url, hashes, path in planned:
             state = "present" if file_sha256(path) == hashes["sha256"] else "would download"
             print(f"{state:<15} {path}")
         return
     with transfer_bars() as transfers:
-        manifest, items = create_mirror(url, out, source=src, transfers=transfers, pinned=pinned)
+        manifest, items = create_mirror(url, out, runtime=line_runtime, source=src, transfers=transfers,
+                                        pinned=pinned)  # fmt: skip
     copied = copy_plugins(plugins, out) if plugins else []
     for item in items:
         print(f"{item.status:<10} {item.size:>12} {item.path}")

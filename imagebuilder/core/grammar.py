@@ -256,6 +256,20 @@ def is_hex_digest(value: str, kind: str) -> bool:
     return n is not None and re.fullmatch(rf"[0-9a-fA-F]{{{n}}}", value) is not None
 
 
+def digest_in_sums(text: str, name: str, kind: str = "sha256") -> str | None:
+    """The ``kind`` digest a checksum file published beside a file gives for ``name``, or None: a lone digest (a
+    ``.sha256`` of one file), or ``sha256sum`` lines (``<hex>  name`` or ``<hex> *name``), of which the line naming
+    ``name`` counts. Lower case; a file that is neither gives None (it is never quoted: see callers)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if len(lines) == 1 and is_hex_digest(lines[0], kind):
+        return lines[0].lower()
+    for ln in lines:
+        parts = ln.split(None, 1)
+        if len(parts) == 2 and is_hex_digest(parts[0], kind) and parts[1].lstrip("*").rsplit("/", 1)[-1] == name:
+            return parts[0].lower()
+    return None
+
+
 class Redactor:
     """Replaces every secret value in a text with ``********``."""
 

@@ -125,7 +125,9 @@ def run_demo(
         say(f"release {built.manifest_path.stem} (built from source): {built.manifest_path}")
     source = Mirror.parse(mirror_source) if mirror_source else Mirror(str(upstream))
     mirror_dir = dest / "mirror"
-    manifest, items = create_mirror(manifest_location, mirror_dir, source=source)
+    # a stand-in release's image takes the OS's containerd (its binaries are scripts: no node runs on it)
+    runtime = None if standin else release_channel.runtime
+    manifest, items = create_mirror(manifest_location, mirror_dir, runtime=runtime, source=source)
     say(f"mirror: {mirror_dir} ({len(items)} artifacts of {manifest.name}, sha256-verified)")
 
     config = dest / "baremetal.json"
@@ -143,6 +145,7 @@ def run_demo(
             offline=True,
             disk_gb=disk_gb,
             engine=engine,
+            runtime="os" if standin else None,
         ),
         say=say,
     )

@@ -12,6 +12,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from imagebuilder.core.errors import InputError, did_you_mean
@@ -168,6 +169,82 @@ class Runtime:
         return config_version_of(self.containerd)
 
 
+#: the runtime's parts a line's images get from their projects' own releases: artifact name -> (kind, component)
+UPSTREAM_PARTS: dict[str, tuple[Literal["archive", "binary"], str]] = {
+    "containerd": ("archive", "containerd"),
+    "runc": ("binary", "runc"),
+    "crictl": ("archive", "cri-tools"),
+}
+_PLACEHOLDER = re.compile(r"\{([a-z]+)\}")
+_TEMPLATE_FIELDS = {"url": {"version", "number", "arch"}, "sums": {"version", "number", "arch", "url"}}
+
+
+@dataclass(frozen=True)
+class UpstreamFile:
+    """One part of a line's runtime at its project's own release: the file, and the checksum file beside it."""
+
+    name: str
+    kind: Literal["archive", "binary"]
+    component: str
+    version: str
+    url: str
+    sums_url: str
+
+
+@dataclass(frozen=True)
+class UpstreamRuntime:
+    """Where a line's runtime comes from when neither its release nor a product bundle names one
+    (config/release-channels.yaml ``upstream_runtime`` and ``runc_pins``)."""
+
+    #: artifact name -> (URL template, checksum file URL template)
+    templates: tuple[tuple[str, str, str], ...]
+    #: containerd version -> the runc it pins
+    runc_pins: tuple[tuple[str, str], ...]
+
+    def files(self, runtime: Runtime, arch: str = "amd64") -> tuple[UpstreamFile, ...]:
+        versions = {"containerd": runtime.containerd, "crictl": runtime.crictl,
+                    "runc": dict(self.runc_pins)[runtime.containerd]}  # fmt: skip
+        out = []
+        for name, url_t, sums_t in self.templates:
+            kind, component = UPSTREAM_PARTS[name]
+            values = {"version": versions[name], "number": versions[name].lstrip("v"), "arch": arch}
+            url = url_t.format(**values)
+            out.append(UpstreamFile(name, kind, component, versions[name], url, sums_t.format(url=url, **values)))
+        return tuple(out)
+
+
+def _upstream_runtime(doc: dict[str, Any], path: Path, runtimes: set[str]) -> UpstreamRuntime:
+    """The ``upstream_runtime`` and ``runc_pins`` of release-channels.yaml, checked: every part named once, https
+    templates with known placeholders only, a runc pinned for every containerd a line names."""
+    raw = doc.get("upstream_runtime")
+    if not isinstance(raw, dict) or set(raw) != set(UPSTREAM_PARTS):
+        raise InputError("upstream_runtime must name containerd, runc and crictl", source=path,
+                         field="upstream_runtime", expected="containerd, runc, crictl: {url, sums}")  # fmt: skip
+    templates = []
+    for name, entry in raw.items():
+        if not isinstance(entry, dict) or set(entry) != set(_TEMPLATE_FIELDS):
+            raise InputError("needs url and sums", source=path, field=f"upstream_runtime.{name}")
+        for key, allowed in _TEMPLATE_FIELDS.items():
+            value = entry[key]
+            if (not isinstance(value, str) or not re.fullmatch(r"(https://|\{url\})[A-Za-z0-9._~/%+{}-]+", value)
+                    or not set(_PLACEHOLDER.findall(value)) <= allowed):  # fmt: skip
+                raise InputError(f"{str(value)[:120]!r}", source=path, field=f"upstream_runtime.{name}.{key}",
+                                 expected=f"an https URL template with {', '.join(sorted(allowed))}")  # fmt: skip
+        templates.append((str(name), entry["url"], entry["sums"]))
+    pins = doc.get("runc_pins")
+    if not isinstance(pins, dict):
+        raise InputError("missing", source=path, field="runc_pins", expected="containerd version: runc version")
+    for containerd, runc in pins.items():
+        if not RUNTIME_VERSION.fullmatch(str(containerd)) or not RUNTIME_VERSION.fullmatch(str(runc)):
+            raise InputError(f"{containerd!r}: {runc!r}", source=path, field="runc_pins",
+                             expected="v2.3.1: v1.4.2")  # fmt: skip
+    missing = sorted(runtimes - {str(c) for c in pins})
+    if missing:
+        raise InputError(f"no runc pinned for containerd {', '.join(missing)}", source=path, field="runc_pins",
+                         expected="the runc pinned by each containerd a line names")  # fmt: skip
+    return UpstreamRuntime(tuple(templates), tuple((str(c), str(r)) for c, r in pins.items()))
+
+
 def runtime_problem(containerd: str, minor: int) -> str | None:
     """Why containerd ``containerd`` (``v1.7.28``, ``1.6.20``) cannot run Kubernetes 1.``minor``, or None."""
     m = re.match(r"v?([0-9]{1,6})\.", containerd)
@@ -268,6 +345,7 @@ class Catalog:
     ami_defaults: dict[str, Any] = field(default_factory=dict)
     nutanix_defaults: dict[str, Any] = field(default_factory=dict)
     build_vm: dict[str, int] = field(default_factory=dict)
+    upstream_runtime: UpstreamRuntime = UpstreamRuntime((), ())
 
     # --- name resolution -------------------------------------------------------------------------------------
     def os(self, value: str, flag: str = "--os") -> OperatingSystem:
@@ -466,4 +544,5 @@ def load_catalog() -> Catalog:
         ami_defaults=dict(raw.get("ami_defaults", {})),
         nutanix_defaults=dict(raw.get("nutanix_defaults", {})),
         build_vm={k: int(v) for k, v in raw["build_vm"].items()},
+        upstream_runtime=_upstream_runtime(chan_doc, chan_path, {c.runtime.containerd for c in channels.values()}),
     )

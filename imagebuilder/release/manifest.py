@@ -36,6 +36,9 @@ ARCHIVES = {"cni-plugins": "cni-plugins", "etcd": "etcd"}  # artifact -> compone
 OPTIONAL_ARCHIVES = {"crictl": "cri-tools", "containerd": "containerd"}
 #: the components whose version (gitTag) an image is checked against when the release names it
 RUNTIME_COMPONENTS = ("containerd", "runc", "cri-tools")
+#: binaries of the runtime that come as files of their own (runc's release, beside containerd's tarball, which holds
+#: none): the containerd role installs them (/usr/local/sbin), not the kubernetes role (/usr/bin)
+RUNTIME_BINARIES = ("runc",)
 #: an image reference as registries and containerd take it: host[:port]/path[:tag][@sha256:digest], lowercase path
 IMAGE_REF = re.compile(
     r"[a-z0-9]+(?:[.-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+"
@@ -84,6 +87,12 @@ class ReleaseManifest:
 
     def version_of(self, component: str) -> str | None:
         return dict(self.versions).get(component)
+
+    @property
+    def ships_runtime(self) -> bool:
+        """The release carries the node's runtime (a containerd tarball), as release.build's releases do; the
+        distro's own do not."""
+        return any(a.kind == "archive" and a.name == "containerd" for a in self.artifacts)
 
     @property
     def distro(self) -> str | None:

@@ -106,10 +106,10 @@ def test_mirror_create_verifies_converges_and_rejects_tampering(
 ) -> None:
     make_standin_release(mirror_dir, CHANNEL)  # the HTTP server serves mirror_dir
     dest = tmp_path / "copy"
-    manifest, items = create_mirror(CHANNEL.manifest_url, dest, source=Mirror.parse(http_server))
+    manifest, items = create_mirror(CHANNEL.manifest_url, dest, runtime=None, source=Mirror.parse(http_server))
     assert len(items) == 12 and {i.status for i in items} == {"downloaded"}
     assert (dest / "kubernetes-1-24" / "kubernetes-1-24-eks-36.yaml").is_file()
-    _, again = create_mirror(CHANNEL.manifest_url, dest, source=Mirror.parse(http_server))
+    _, again = create_mirror(CHANNEL.manifest_url, dest, runtime=None, source=Mirror.parse(http_server))
     assert {i.status for i in again} == {"verified"}
     # tamper with one artifact at the source: refused, and nothing lands at its final path
     kubelet_uri = manifest.artifact("kubelet", "binary").uri
@@ -117,7 +117,7 @@ def test_mirror_create_verifies_converges_and_rejects_tampering(
     target = Path(Mirror(str(dest)).locate(kubelet_uri))
     target.unlink()
     with pytest.raises(ExternalError, match="failed verification"):
-        create_mirror(CHANNEL.manifest_url, dest, source=Mirror.parse(http_server))
+        create_mirror(CHANNEL.manifest_url, dest, runtime=None, source=Mirror.parse(http_server))
     assert not target.exists()
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]
 

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from imagebuilder.core.files import sha256_file
+from imagebuilder.release.source import RuntimeBuild
 from imagebuilder.release.standin import ReleaseRuntime
 from tests.support.common import (
     BIN,
@@ -334,11 +335,17 @@ def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_matrix_shares_one_os_layer_and_skips_what_is_built(
-    offline_ns: str, home: Path, base_image: tuple[Path, str], tmp_path: Path, runtime_of_a_1_7_line: ReleaseRuntime
+    offline_ns: str,
+    home: Path,
+    base_image: tuple[Path, str],
+    tmp_path: Path,
+    runtime_of_a_1_7_line: ReleaseRuntime,
+    upstream_runtime_1_7: RuntimeBuild,
 ) -> None:
     """Two lines from one OS layer: 1-33's release carries the real runtime of a containerd 1.7 line in the
     reference bundle's tarball layout (checked on disk: containerd v1.7.28, config version 2, runc, crictl, the
-    tarball's bytes), 1-24's names none (the OS's containerd; that image boots)."""
+    tarball's bytes); 1-24's names none, so its image gets the line's runtime from containerd's, runc's and
+    cri-tools' own releases (issue 42), mirrored with their checksum files, and that image boots."""
     from imagebuilder.attest.keys import generate, public_path
     from imagebuilder.attest.packages import collect
     from imagebuilder.attest.sbom import package_names
@@ -350,12 +357,18 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     from imagebuilder.release.standin import make_standin_release
     from tests.support.attest import check_provenance, check_sbom
     from tests.support.offline import in_ns
+    from tests.support.runtime import write_upstream_runtime
 
     upstream, mirror = tmp_path / "upstream", tmp_path / "mirror"
+    line_24 = load_catalog().channel("1-24")
+    upstream_files = write_upstream_runtime(upstream, line_24, upstream_runtime_1_7)
     for channel in ("1-33", "1-24"):
         runtime = runtime_of_a_1_7_line if channel == "1-33" else None
         release = make_standin_release(upstream, load_catalog().channel(channel), runtime)
-        create_mirror(release.manifest_url, mirror, source=Mirror(str(upstream)))
+        create_mirror(release.manifest_url, mirror, runtime=load_catalog().channel(channel).runtime,
+                      source=Mirror(str(upstream)))  # fmt: skip
+    for name, path in upstream_files.items():  # the mirror carries the line's upstream runtime, byte for byte
+        assert (mirror / path.relative_to(upstream)).read_bytes() == path.read_bytes(), name
     image, digest = base_image
     config = tmp_path / "bm.json"
     config.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}"}))
@@ -410,7 +423,14 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
                 assert (root / "sbin").is_symlink(), "the tarball's ./sbin did not replace the /sbin link"
                 assert "Delegate=yes" in (root / "etc/systemd/system/containerd.service").read_text()
         else:
-            assert "containerd version" not in found, "a release that names no runtime: the OS's"
+            # a release that names no runtime: the line's, as containerd, runc and cri-tools publish theirs
+            assert "v1.7.28" in found["containerd version"] and "1.36.0" in found["crictl version"], found
+            assert upstream_runtime_1_7.runc.lstrip("v") in found["runc version"], found
+            assert "matches" in found["runc binary"] and "opencontainers/runc" in found["runc binary"], found
+            assert "/usr/local/bin/containerd" in found["containerd binaries"], found
+            assert "no OS containerd or runc" in found["one runtime"], found
+            with raw_view(out / name, work_dir=tmp_path / "raw") as raw, mounted_root(raw) as root:
+                assert "Delegate=yes" in (root / "etc/systemd/system/containerd.service").read_text()
         # issue 31: each has its SBOM (the packages of its own database, its Kubernetes artifacts, its source
         # image) and its provenance, signed by the key given, naming the SBOM
         stem = name.removesuffix(".gz")

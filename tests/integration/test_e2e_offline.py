@@ -434,7 +434,8 @@ def test_verify_fails_an_image_that_was_not_provisioned(base_image: tuple[Path, 
 
     mirror_root = tmp_path / "m"
     make_standin_release(mirror_root, load_catalog().channel("1-24"))
-    plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", mirror=str(mirror_root)))
+    plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", mirror=str(mirror_root),
+                                  runtime="os"))  # fmt: skip
     manifest = tmp_path / "expected.json"
     manifest.write_text(json.dumps({"plan": plan.to_json()}))
     findings = {f.name: f for f in verify_image(base_image[0], manifest=manifest, boot=False)}

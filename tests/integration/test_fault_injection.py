@@ -148,7 +148,8 @@ def test_a_mirror_killed_mid_download_is_completed_by_the_rerun_and_leaves_no_pa
     upstream = tmp_path / "upstream"
     make_standin_release(upstream, channel)
     dest = tmp_path / "mirror"
-    args = [str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24", "--dest", str(dest)]
+    args = [str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24", "--dest", str(dest),
+            "--runtime", "os"]  # fmt: skip
     with serve(upstream, stall=frozenset({"kubeadm"})) as url:
         proc = subprocess.Popen([*args, "--source", url], cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
@@ -204,7 +205,8 @@ def test_a_full_output_filesystem_is_a_clear_failure_and_leaves_nothing(
     make_standin_release(upstream, load_catalog().channel("1-24"))
     with small_filesystem(tmp_path / "small", free_kib=120) as small, serve(upstream) as url:
         dest = small / "mirror"
-        argv = [str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24", "--dest", str(dest)]
+        argv = [str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24", "--dest", str(dest),
+                "--runtime", "os"]  # fmt: skip
         res = subprocess.run([*argv, "--source", url], cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
         assert "Traceback" not in res.stderr
@@ -218,7 +220,8 @@ def test_a_full_output_filesystem_is_a_clear_failure_and_leaves_nothing(
         out = small / "out"
         res = subprocess.run([str(BIN / "image-builder"), "build", "--os", "ubuntu", "--hypervisor", "baremetal",
                               "--release-channel", "1-24", "--baremetal-config", str(config), "--mirror", str(upstream),
-                              "--offline", "--engine", "chroot", "--disk-gb", "4", "--output-dir", str(out)],
+                              "--offline", "--engine", "chroot", "--disk-gb", "4", "--output-dir", str(out),
+                              "--runtime", "os"],
                              cwd=ROOT, capture_output=True, text=True, timeout=300,
                              env={**os.environ, "IMAGE_BUILDER_WORKSPACE": str(tmp_path / "work")})  # fmt: skip
         assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
@@ -241,7 +244,9 @@ def test_verify_killed_by_the_oom_killer_leaves_its_guest_and_mount_to_host_clea
 
     make_standin_release(tmp_path / "m", load_catalog().channel("1-24"))
     plan = make_plan(
-        BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", mirror=str(tmp_path / "m"))
+        BuildRequest(
+            os="ubuntu", hypervisor="baremetal", release_channel="1-24", mirror=str(tmp_path / "m"), runtime="os"
+        )
     )
     manifest = tmp_path / "expected.json"
     manifest.write_text(json.dumps({"plan": plan.to_json()}))

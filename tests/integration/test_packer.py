@@ -171,7 +171,9 @@ def test_ansible_vars_from_a_resolved_plan(tmp_path: Path, mirror_dir: Path) -> 
     data = json.loads((tmp_path / "b" / "ansible-vars.json").read_text())
     assert [b["name"] for b in data["kubernetes_binaries"]] == ["kubelet", "kubeadm", "kubectl"]
     assert all(len(b["sha256"]) == 64 and b["src"].startswith(str(mirror_dir)) for b in data["kubernetes_binaries"])
-    assert [a["name"] for a in data["kubernetes_archives"]] == ["cni-plugins", "etcd"]
+    # the distro's manifest names no runtime: the line's, from its projects' releases (runc for the containerd role)
+    assert [a["name"] for a in data["kubernetes_archives"]] == ["cni-plugins", "etcd", "containerd", "crictl"]
+    assert data["kubernetes_runtime_binaries"] == ["runc"]
     apiserver = next(i for i in data["kubernetes_images"] if i["name"] == "kube-apiserver")
     assert apiserver["archive"]["src"].endswith("/bin/linux/amd64/kube-apiserver.tar")
     assert data["kubernetes_version"] == "v1.24.17" and data["redhat_subscription"] is False

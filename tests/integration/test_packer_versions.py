@@ -168,16 +168,16 @@ def test_a_mirror_carries_the_plugins(modern: PackerInfo, tmp_path: Path, served
     root, url = served
     newest = packers.newest_plugins()
     dry = run("mirror.create", "--release-channel", "1-24", "--source", str(upstream), "--dest", str(root),
-              "--packer-plugins", str(newest), "--dry-run")  # fmt: skip
+              "--packer-plugins", str(newest), "--dry-run", "--runtime", "os")  # fmt: skip
     assert dry.code == 0 and dry.out.count("would copy") == 6 and not (root / "packer-plugins").exists()
     made = run("mirror.create", "--release-channel", "1-24", "--source", str(upstream), "--dest", str(root),
-               "--packer-plugins", str(newest))  # fmt: skip
+               "--packer-plugins", str(newest), "--runtime", "os")  # fmt: skip
     assert made.code == 0, made.err
     assert "plugin" in made.out and (root / "packer-plugins" / "index.json").is_file()
     index = json.loads((root / "packer-plugins" / "index.json").read_text())
     assert index["qemu"]["version"] == "1.1.4" and index["qemu"]["source"] == "github.com/hashicorp/qemu"
     build = ("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--packer",
-             modern.path, "--dry-run")  # fmt: skip
+             modern.path, "--dry-run", "--runtime", "os")  # fmt: skip
     local = run(*build, "--mirror", str(root))
     assert local.code == 0, local.err
     assert f"qemu: will install 1.1.4 from {root}/packer-plugins/packer-plugin-qemu" in local.out, local.out

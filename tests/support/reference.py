@@ -52,4 +52,7 @@ def pinned_mirror(tmp_path: Path) -> Path:
     (mirror / "kubernetes-1-21").mkdir()
     real = reference("eksd", "kubernetes-1-21-eks-4.yaml").read_text()
     (mirror / "kubernetes-1-21" / "kubernetes-1-21-eks-4.yaml").write_text(real)
+    from tests.support.runtime_cases import standin_upstream_runtime
+
+    standin_upstream_runtime(mirror, "1-21")  # its bundle names no runtime for 1.21: the line's own, from upstream
     return mirror

@@ -35,3 +35,27 @@ def runtime_tarball(path: Path, members: dict[str, bytes], links: dict[str, str]
 #: aws/eks-anywhere-build-tooling projects/containerd/containerd/build/create_tarballs.sh: usr/local/bin, sbin/runc
 REFERENCE = {**{f"usr/local/bin/{b}": b.encode() for b in BINARIES}, "sbin/runc": b"runc",
              "usr/local/bin/CONTAINERD_ATTRIBUTION.txt": b"a", "sbin/RUNC_ATTRIBUTION.txt": b"r"}  # fmt: skip
+
+
+def standin_upstream_runtime(root: Path, channel: str, sums: dict[str, str] | None = None) -> dict[str, bytes]:
+    """Line ``channel``'s runtime files at their upstream paths under ``root`` (a directory mirror), stand-in bytes,
+    each with the checksum file its project publishes beside it (``sums``: a checksum file's text instead):
+    artifact name -> bytes. For plans and mirrors; the real binaries are tests/support/runtime.py's."""
+    import hashlib
+
+    from imagebuilder.core.fetch import Mirror
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.upstream import upstream_files
+
+    mirror = Mirror(str(root))
+    data = {}
+    for part in upstream_files(load_catalog().channel(channel).runtime):
+        body = f"{part.name} {part.version} as published".encode()
+        path = Path(mirror.locate(part.url))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
+        name = part.url.rsplit("/", 1)[-1]
+        text = (sums or {}).get(part.name, f"{hashlib.sha256(body).hexdigest()}  {name}\n")
+        Path(mirror.locate(part.sums_url)).write_text(text)
+        data[part.name] = body
+    return data
