@@ -271,6 +271,8 @@ class ReleaseChannel:
     #: other releases of the line a build may name explicitly (``--release-channel 1-24-eks-5``): number ->
     #: Kubernetes version; the spec's historic numbers of 1-21 .. 1-24 among them
     releases: tuple[tuple[int, str], ...] = ()
+    #: a minor upstream has released and the distro has not (1-37): built only from a release made by release.build
+    upstream_only: bool = False
 
     @property
     def minor_number(self) -> int:
@@ -311,6 +313,13 @@ class ReleaseChannel:
 
     @property
     def manifest_url(self) -> str:
+        if self.upstream_only:
+            raise InputError(
+                f"the distro publishes no release of {self.name} yet (upstream has Kubernetes {self.minor})",
+                field="--release-manifest",
+                expected=f"a release built from source: image-builder release.build --kubernetes v{self.minor}.N, "
+                "then its manifest's URL",
+            )
         from imagebuilder.release.profile import (
             load_profile,  # pydantic: imported when a manifest is named, not at start-up
         )
@@ -346,6 +355,9 @@ class Catalog:
     nutanix_defaults: dict[str, Any] = field(default_factory=dict)
     build_vm: dict[str, int] = field(default_factory=dict)
     upstream_runtime: UpstreamRuntime = UpstreamRuntime((), ())
+    #: the newest minor upstream has released (``upstream_newest``): lines past the distro's up to it are
+    #: upstream-only (:meth:`channel`)
+    upstream_newest: int = 0
 
     # --- name resolution -------------------------------------------------------------------------------------
     def os(self, value: str, flag: str = "--os") -> OperatingSystem:
@@ -373,9 +385,24 @@ class Catalog:
             names = ", ".join(line.release_name_of(n).removeprefix("kubernetes-") for n in sorted(known))
             raise InputError(f"'{value[:60]}' is not a release of line {line.name} this tool knows", field=flag,
                              expected=f"one of {names}, or --release-manifest URL for another")  # fmt: skip
+        upstream = self.upstream_line(value)
+        if upstream is not None:
+            return upstream
         valid = ", ".join(self.channels)
         raise InputError(f"'{value[:60]}' is not a supported release channel", field=flag,
                          expected=f"one of {valid}, or one release of a line (1-24-eks-5)")  # fmt: skip
+
+    def upstream_line(self, value: str) -> ReleaseChannel | None:
+        """``1-37`` (or ``1.37``) when upstream has released that minor and the distro has not: the newest line's
+        OS versions and runtime, supported, and built only from a release made by release.build (its manifest names
+        the Kubernetes version; :attr:`ReleaseChannel.manifest_url` says so otherwise)."""
+        m = re.fullmatch(r"1[-.]([0-9]{1,3})", value)
+        newest = self.newest_channel()
+        if m is None or not newest.minor_number < int(m.group(1)) <= self.upstream_newest:
+            return None
+        minor = int(m.group(1))
+        return dataclasses.replace(newest, name=f"1-{minor}", kubernetes_version=f"v1.{minor}.0", release=0,
+                                   support="supported", releases=(), upstream_only=True)  # fmt: skip
 
     def newest_channel(self) -> ReleaseChannel:
         return max(self.channels.values(), key=lambda c: c.minor_number)
@@ -545,4 +572,5 @@ def load_catalog() -> Catalog:
         nutanix_defaults=dict(raw.get("nutanix_defaults", {})),
         build_vm={k: int(v) for k, v in raw["build_vm"].items()},
         upstream_runtime=_upstream_runtime(chan_doc, chan_path, {c.runtime.containerd for c in channels.values()}),
+        upstream_newest=newest[1],
     )

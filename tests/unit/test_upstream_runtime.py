@@ -3,6 +3,7 @@ projects' own releases at the catalog's versions, vouched for by the checksum fi
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import string
 from pathlib import Path
@@ -184,3 +185,37 @@ def test_a_checksum_file_that_vouches_for_nothing_stops_the_build_without_quotin
     with pytest.raises(ExternalError, match="runtime's files are unknown") as exc:
         check_buildable(plan)  # type: ignore[arg-type]
     assert "s3cr3t" not in str(exc.value) and "--runtime os" in str(exc.value)
+
+
+# --- a minor upstream has and the distro has not (1-37): built from release.build's release only -----------------
+
+
+def test_a_minor_only_upstream_has_is_a_line_built_from_source_only(tmp_path: Path) -> None:
+    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.standin import ReleaseRuntime, make_standin_release
+    from tests.support.runtime_cases import REFERENCE, runtime_tarball
+
+    catalog = load_catalog()
+    newest = catalog.newest_channel()
+    line = catalog.channel(f"1.{catalog.upstream_newest}")
+    assert line.upstream_only and line.name == f"1-{catalog.upstream_newest}" and line.support == "supported"
+    assert line.runtime == newest.runtime and line.os_versions == newest.os_versions
+    for beyond in (f"1-{catalog.upstream_newest + 1}", "1-370", "1-"):
+        with pytest.raises(InputError, match="not a supported release channel"):
+            catalog.channel(beyond)
+    with pytest.raises(InputError, match=r"release\.build") as exc:  # the distro has no manifest of it to fetch
+        make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel=line.name, offline=True,
+                               mirror=str(tmp_path)))  # fmt: skip
+    assert exc.value.field == "--release-manifest"
+    # a release of it (as release.build writes one: a runtime in it) is planned, on the newest line's OS versions
+    containerd = runtime_tarball(tmp_path / "c.tar.gz", REFERENCE).read_bytes()
+    runtime = ReleaseRuntime(containerd, b"crictl", "v2.3.1", "v1.4.2", "v1.36.0")
+    version = f"v1.{catalog.upstream_newest}.2"
+    as_written = dataclasses.replace(line, kubernetes_version=version, release=3, upstream_only=False)
+    release = make_standin_release(tmp_path / "m", as_written, runtime)
+    plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel=line.name, offline=True,
+                                  mirror=str(tmp_path / "m"), release_manifest=release.manifest_url))  # fmt: skip
+    assert plan.kubernetes_version == version and plan.runtime.containerd == "v2.3.1"
+    assert plan.os_version.version in dict(newest.os_versions)["ubuntu"]
