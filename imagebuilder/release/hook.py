@@ -81,11 +81,14 @@ def _dig(data: Any, *keys: str) -> Any:
 
 
 def _sidecar(uri: str) -> dict[str, str]:
+    """The digest a checksum file published beside ``uri`` gives for it (``.sha512`` first), read as every published
+    checksum file is (:func:`grammar.digest_in_sums`): one that vouches for nothing is not taken."""
+    name = uri.rsplit("/", 1)[-1]
     for alg in ("sha512", "sha256"):
         data = fetch.read_optional(f"{uri}.{alg}")
-        words = data.decode(errors="replace").split() if data is not None else []
-        if words:
-            return {alg: words[0].lower()}
+        digest = grammar.digest_in_sums(data.decode(errors="replace"), name, alg) if data is not None else None
+        if digest:
+            return {alg: digest}
     return {}
 
 

@@ -26,10 +26,6 @@ class UpstreamRuntime:
     artifacts: tuple[NodeArtifact, ...]
     #: (url, bytes) of each checksum file read
     sums: tuple[tuple[str, bytes], ...]
-    versions: tuple[tuple[str, str], ...]
-
-    def version_of(self, name: str) -> str | None:
-        return dict(self.versions).get(name)
 
 
 def upstream_files(runtime: Runtime, arch: str = "amd64") -> tuple[UpstreamFile, ...]:
@@ -57,8 +53,7 @@ def upstream_runtime(runtime: Runtime, mirror: Mirror | None, arch: str = "amd64
                                 hint="check the mirror's copy of it, or build with --runtime os")  # fmt: skip
         artifacts.append(NodeArtifact(part.name, part.kind, part.component, part.url, digest))
         sums.append((part.sums_url, data))
-    versions = tuple((p.name, p.version) for p in upstream_files(runtime, arch))
-    return UpstreamRuntime(tuple(artifacts), tuple(sums), versions)
+    return UpstreamRuntime(tuple(artifacts), tuple(sums))
 
 
 __all__ = ["UpstreamRuntime", "upstream_files", "upstream_runtime"]
