@@ -55,6 +55,8 @@ TEST_APT_PACKAGES=(
   dbus-daemon python3-dbus python3-gi
   # release.build's tests: file(1) tells a static binary
   file
+  # the emitted CI pipelines run for real (issue 44): gitlab-ci-local copies each job's checkout with rsync
+  rsync
 )
 [ "$TEST" -eq 0 ] || APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 missing=()
@@ -145,6 +147,29 @@ for tool in vcsim govc; do
   fi
 done
 
+# actionlint (the emitted GitHub workflow is checked by it, issue 44), from the Go module proxy, pinned as above
+ACTIONLINT_VERSION=v1.7.12
+stamp="$TOOLS_BIN/.actionlint-$ACTIONLINT_VERSION"
+if [ ! -x "$TOOLS_BIN/actionlint" ] || [ ! -e "$stamp" ]; then
+  echo "==> go install github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+  GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+  rm -f "$TOOLS_BIN/.actionlint-"*
+  touch "$stamp"
+fi
+# gitlab-ci-local (the emitted GitLab pipeline runs for real, its jobs in the shell, issue 44), from the npm registry,
+# pinned: 4.69.0 is the newest that runs on Node 20 (4.70 and later use Node 22's Set methods)
+GITLAB_CI_LOCAL_VERSION=4.69.0
+GCL_PREFIX="$PWD/.tools/gitlab-ci-local-$GITLAB_CI_LOCAL_VERSION"
+if [ ! -x "$GCL_PREFIX/node_modules/.bin/gitlab-ci-local" ]; then
+  if ! command -v npm >/dev/null; then  # Node and npm: Debian's, unless the machine has its own
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+  fi
+  echo "==> npm install gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION"
+  npm install --silent --no-audit --no-fund --prefix "$GCL_PREFIX" "gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION"
+fi
+ln -sf "$GCL_PREFIX/node_modules/.bin/gitlab-ci-local" "$TOOLS_BIN/gitlab-ci-local"
+
 # The long builds of the test setup run side by side (measured on a fresh machine of this kind: done 33 minutes
 # after the setup began, where one after the other took 80.6), each into its own log, cached across clones so that
 # a rerun finds them and takes seconds:
@@ -158,8 +183,10 @@ done
 TUFTOOL_VERSION=0.17.0
 TUFTOOL_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/image-builder/tuftool-$TUFTOOL_VERSION"
 install_tuftool() {
+  # a cargo that cannot run is none (rustup's proxy on PATH with no toolchain for this user: another HOME's)
   CARGO=$(command -v cargo || true)
-  [ -n "$CARGO" ] || [ ! -x "$HOME/.cargo/bin/cargo" ] || CARGO="$HOME/.cargo/bin/cargo"
+  [ -z "$CARGO" ] || "$CARGO" --version >/dev/null 2>&1 || CARGO=""
+  [ -n "$CARGO" ] || ! "$HOME/.cargo/bin/cargo" --version >/dev/null 2>&1 || CARGO="$HOME/.cargo/bin/cargo"
   if [ -z "$CARGO" ]; then
     echo "installing Rust (rustup, minimal profile) for cargo"
     curl --proto '=https' -sSfL -o /tmp/rustup-init \

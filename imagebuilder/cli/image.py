@@ -153,7 +153,8 @@ def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:
 
 @task(
     help={
-        "image": "the image to publish (its .sha256, .spdx.json and .intoto.json beside it, as a build writes them)",
+        "image": "the image to publish (its .sha256, .spdx.json and .intoto.json beside it, as a build writes them);"
+        " give it again for more images, all published in one repository version",
         "repo": "the TUF repository: a folder, or s3://bucket/prefix (endpoint and credentials from the environment)",
         "keys": "folder of the repository's private keys: targets.pem, snapshot.pem, timestamp.pem (mode 0600)",
         "target_name": "the image's name in the repository (default: its file name; the SBOM and provenance are named"
@@ -163,27 +164,33 @@ def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:
         "timestamp=1)",
         "dry_run": "check everything (image, SBOM, provenance, keys, repository); upload and sign nothing",
     },
+    iterable=["image"],
     auto_shortflags=False,
 )
 @cli_task
-def publish(c: Context, image: str = "", repo: str = "", keys: str = "", target_name: str = "", public_key: str = "",
-            expires: str = "", dry_run: bool = False) -> None:  # fmt: skip
-    """Add an image, its SBOM and its provenance to a TUF repository (a rerun of the same image changes nothing)."""
+def publish(c: Context, image: list[str] | None = None, repo: str = "", keys: str = "", target_name: str = "",
+            public_key: str = "", expires: str = "", dry_run: bool = False) -> None:  # fmt: skip
+    """Add images, with their SBOMs and provenances, to a TUF repository in one new version (a rerun of the same
+    images changes nothing)."""
     from imagebuilder.cli._common import transfer_bars
     from imagebuilder.cli.repo import print_change
 
-    path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
+    given = [i for i in (image or []) if i] or [flags.required("", "--image", "a built image")]
+    paths = [flags.existing_file(i, "--image") for i in given]
+    if target_name and len(paths) > 1:
+        raise InputError("--target-name names one image, and several are given", field="--target-name",
+                         expected="one --image, or no --target-name")  # fmt: skip
     location = flags.required(repo, "--repo", "a folder or s3://bucket/prefix")
     key_dir = flags.existing_dir(flags.required(keys, "--keys", "the repository's keys folder"), "--keys")
     from imagebuilder.attest.keys import load_public_key
-    from imagebuilder.publish.images import publish_image
+    from imagebuilder.publish.images import publish_images
     from imagebuilder.publish.repository import expiry
 
     key = load_public_key(flags.existing_file(public_key, "--public-key")) if public_key else None
     days = expiry(expires)
     with transfer_bars() as transfers:
-        result = publish_image(path, location, key_dir, name=target_name, public_key=key, days=days,
-                               dry_run=dry_run, transfers=transfers, say=print)  # fmt: skip
+        result = publish_images(paths, location, key_dir, names=[target_name] if target_name else None,
+                                public_key=key, days=days, dry_run=dry_run, transfers=transfers, say=print)  # fmt: skip
     if not result.signature_checked:
         print("note: the provenance's signature was not checked (give --public-key)")
     print_change(result.change)

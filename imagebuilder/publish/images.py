@@ -86,6 +86,12 @@ def publish_image(
 ) -> Publication:
     """Check ``image`` and its companions, then add all three to the repository ``repo`` (see the module), the
     image as ``name`` (default: its file name) and its companions named after it."""
+    return publish_images([image], repo, keys_dir, names=[name] if name else None, public_key=public_key,
+                          days=days, dry_run=dry_run, transfers=transfers, say=say)  # fmt: skip
+
+
+def image_targets(image: Path, name: str, public_key: Key | None) -> tuple[NewTarget, ...]:
+    """The three targets of one image (the image, its SBOM, its provenance), each checked (the module's list)."""
     published = repository.target_name(name) if name else repository.target_name(image.name, "--image")
     digest = check_checksum(image)
     sbom, prov = companions(image)
@@ -95,10 +101,35 @@ def publish_image(
         raise InputError(str(exc).splitlines()[0], source=prov, field="--image",
                          expected="the provenance the build of this very image wrote, signed") from None  # fmt: skip
     base = provenance.stem(published)
-    targets = (NewTarget(published, image, digest), NewTarget(f"{base}.spdx.json", sbom),
-               NewTarget(f"{base}{provenance.SUFFIX}", prov))  # fmt: skip
+    return (NewTarget(published, image, digest), NewTarget(f"{base}.spdx.json", sbom),
+            NewTarget(f"{base}{provenance.SUFFIX}", prov))  # fmt: skip
+
+
+def publish_images(
+    images: list[Path],
+    repo: str,
+    keys_dir: Path,
+    *,
+    names: list[str] | None = None,
+    public_key: Key | None = None,
+    days: dict[str, int] | None = None,
+    dry_run: bool = False,
+    transfers: Transfers | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Publication:
+    """Every image of ``images`` with its companions, all checked first, in ONE new version of the repository (a
+    pipeline's images reach a fleet together). Two images under one name are refused."""
+    targets: list[NewTarget] = []
+    for i, image in enumerate(images):
+        targets += image_targets(image, names[i] if names else "", public_key)
+    seen: set[str] = set()
+    for t in targets:
+        if t.name in seen:
+            raise InputError(f"two images would be published as {t.name}", field="--image",
+                             expected="images of distinct names")  # fmt: skip
+        seen.add(t.name)
     keys = repository.load_keys(keys_dir, ("targets", "snapshot", "timestamp"))
     store = open_store(repo)
-    change = repository.publish(store, keys, list(targets), days or repository.expiry(None), dry_run=dry_run,
+    change = repository.publish(store, keys, targets, days or repository.expiry(None), dry_run=dry_run,
                                 transfers=transfers, say=say)  # fmt: skip
-    return Publication(targets, change, public_key is not None)
+    return Publication(tuple(targets), change, public_key is not None)
