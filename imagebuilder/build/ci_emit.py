@@ -1,49 +1,138 @@
-"""``build.matrix --emit``: the CI definition that runs a matrix on the user's own runners, one build per job.
+"""``build.matrix --emit``: the CI definition that runs a matrix on the user's own runners, shaped like the matrix.
 
 Why: one machine builds a matrix with bounded parallelism; a release team with a pool of runners wants each image
-on its own runner. The emitted definition has one job per OS layer (``build.matrix --layer-only``, the layer cache
-uploaded as a job artifact) and one job per image that downloads its OS layer and runs ``build.matrix`` for that
-single entry, so each job is the same command a user runs by hand and the layer is built once, not per job. Builds
-the chroot engine does not make (a VM is needed) get a job of their own without a layer.
+on its own runner, the OS layer built once for all of them, and one publish at the end. The pipeline is one model
+(:func:`pipeline`: jobs, what each needs, its commands, its secrets by name) written out by two renderers, so the
+GitHub workflow and the GitLab pipeline are the same graph running the same commands:
 
-Every value comes from the user's flags and lands in a shell command (quoted with :func:`shlex.quote`) inside YAML
-(written by the YAML emitter, which escapes it), and in a GitHub workflow with ``${{`` made literal (GitHub
-evaluates its expressions before the shell runs); job names are made of the OS, provider and channel, whose grammar
-the catalog enforces. No secret is ever written: config files are referred to by path, credentials stay in the
-runner's environment. The output is checked against the official schemas in the tests (check-jsonschema).
+- ``os-layer`` jobs, one per OS layer (``build.matrix --layer-only``), cached by the CI under the layer's inputs
+  digest (the key ``build.matrix`` files the layer under), so a rerun with unchanged inputs finds it and builds
+  nothing; the layer goes to the image jobs as the job's artifact;
+- ``build`` jobs, one per OS, provider, firmware and engine, fanned out over the release lines with the CI's own
+  matrix syntax (``strategy.matrix``, ``parallel: matrix:``), each image on the layer its ``needs`` hands it;
+- ``publish``, when asked (``--publish``): every image with its SBOM and provenance in one ``image.publish``, so a
+  fleet sees one new repository version per pipeline.
+
+Every job installs image-builder from the pipeline's own checkout (``./scripts/setup.sh``) and runs ``preflight``
+first. Every value comes from the user's flags and lands in a shell command (quoted with :func:`shlex.quote`) inside
+YAML (written by the YAML emitter, which escapes it), and in a GitHub workflow with ``${{`` made literal (GitHub
+evaluates its expressions before the shell runs). No secret is ever written: the signing key, the repository's keys,
+a provider config that holds a password and cloud credentials come from the CI's secret store by name, are written
+to 0600 files in the job and removed after it; the file's header lists them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import yaml
 
+from imagebuilder.build.inputs import digest, layer_inputs
 from imagebuilder.build.plan import BuildPlan, BuildRequest
+from imagebuilder.providers import registry
 
 LAYER_DIR = "layers"
 OUTPUT_DIR = "output"
+IMAGE_BUILDER = ".venv/bin/image-builder"
+#: the matrix variable the image jobs fan out over
+CHANNEL_VAR = "RELEASE_CHANNEL"
+#: GitLab's failures a retry can help with (the runner, not the build); a failing build is not retried
+RETRY_WHEN = ("runner_system_failure", "stuck_or_timeout_failure", "scheduler_failure", "api_failure")
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A value the jobs take from the CI's secret store, by name: a file's content (a key, a config holding a
+    password), made a 0600 file whose path is ``$<name>_FILE`` in the job, or a variable of the environment."""
+
+    name: str
+    kind: Literal["file", "env"]
+    why: str
+
+
+@dataclass(frozen=True)
+class CiOptions:
+    runs_on: tuple[str, ...] = ("self-hosted", "linux", "x64")
+    #: where the publish job publishes (a folder, or s3://bucket/prefix); None: no publish job
+    publish: str | None = None
+    #: image jobs at once (GitHub's max-parallel); None: as many as there are runners
+    concurrency: int | None = None
+    #: the jobs sign each provenance with the key in the secret store
+    sign: bool = False
+    #: free disk the jobs' preflight asks for (build.matrix's --min-disk-gb)
+    min_disk_gb: int | None = None
+    retries: int = 1
+
+
+@dataclass(frozen=True)
+class CiJob:
+    id: str
+    stage: Literal["os-layer", "build", "publish"]
+    commands: tuple[str, ...]
+    needs: tuple[str, ...] = ()
+    #: values of $RELEASE_CHANNEL the job fans out over (empty: one job)
+    channels: tuple[str, ...] = ()
+    #: the OS layer's cache key (the layer's inputs digest): the layer job's cache
+    cache_key: str | None = None
+    #: the folder this job hands to the jobs that need it
+    hands: str | None = None
+    secrets: tuple[Secret, ...] = field(default=())
+    comment: str = ""
 
 
 def _job_id(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", "-".join(parts))
 
 
-def _flags(plan: BuildPlan, request: BuildRequest, customize: str | None) -> list[str]:
-    """The flags of one entry's command: its own provider's config, the shared flags, and the engine this entry
-    resolved to (pinned, so that a runner with another KVM answer than this host builds what the jobs expect)."""
-    out: list[str] = []
+def _q(args: Iterable[str]) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def _secret_path(name: str) -> str:
+    return f'"${name}_FILE"'
+
+
+def _config_secret(provider: str) -> Secret:
+    return Secret(f"IMAGE_BUILDER_{provider.upper()}_CONFIG", "file",
+                  f"the {provider} build config (it holds the password)")  # fmt: skip
+
+
+SIGNING_KEY = Secret("IMAGE_BUILDER_SIGNING_KEY", "file", "the PEM key every build signs its provenance with")
+#: the repository's keys image.publish reads (role -> the secret holding its PEM)
+TUF_KEYS = {role: Secret(f"IMAGE_BUILDER_TUF_{role.upper()}_KEY", "file", f"the repository's {role} key (PEM)")
+            for role in ("targets", "snapshot", "timestamp")}  # fmt: skip
+S3_SECRETS = (Secret("AWS_ACCESS_KEY_ID", "env", "the S3 repository's credentials"),
+              Secret("AWS_SECRET_ACCESS_KEY", "env", "the S3 repository's credentials"))  # fmt: skip
+
+
+def _config_args(plan: BuildPlan, request: BuildRequest) -> tuple[list[str | Var], tuple[Secret, ...]]:
+    """The provider config flag of ``plan``'s entry: its path (a file in the repository), or, for a provider whose
+    config holds a password, the secret file the job writes."""
     path = request.configs.get(plan.provider)
-    if path:
-        out += [f"--{plan.provider}-config", path]
+    if not path:
+        return [], ()
+    if registry.get(plan.provider).secret_variables:
+        secret = _config_secret(plan.provider)
+        return [f"--{plan.provider}-config", Var(f"{secret.name}_FILE")], (secret,)
+    return [f"--{plan.provider}-config", path], ()
+
+
+def _flags(plan: BuildPlan, request: BuildRequest, customize: str | None) -> list[str]:
+    """The shared flags of one entry's command, and the engine this entry resolved to (pinned, so that a runner with
+    another KVM answer than this host builds what the jobs expect)."""
+    out: list[str] = []
     for flag, value in (
         ("--os-version", request.os_version),
         ("--mirror", request.mirror),
         ("--disk-gb", str(request.disk_gb) if request.disk_gb is not None else None),
-        ("--firmware", request.firmware),
+        ("--firmware", plan.firmware),
         ("--engine", plan.engine),
+        ("--runtime", request.runtime),
         ("--files-config", request.files_config),
         ("--customize", customize),
     ):
@@ -54,14 +143,178 @@ def _flags(plan: BuildPlan, request: BuildRequest, customize: str | None) -> lis
     return out
 
 
-def _command(plan: BuildPlan, request: BuildRequest, customize: str | None, *extra: str) -> str:
-    args = ["image-builder", "build.matrix", "--pairs", f"{plan.os}:{plan.provider}",
-            "--release-channel", plan.channel.name, *_flags(plan, request, customize), *extra]  # fmt: skip
-    return " ".join(shlex.quote(a) for a in args)
+@dataclass(frozen=True)
+class Var:
+    """An argument the job's shell expands: the variable ``name`` (``"$name"``). Only this module makes one, from
+    names it chose; a flag's text is always a plain string, quoted."""
+
+    name: str
 
 
-def _layer_key(plan: BuildPlan) -> str | None:
-    return _job_id("os-layer", plan.os, plan.os_version.version) if plan.engine == "chroot" else None
+def _command(args: list[str | Var]) -> str:
+    """``args`` as one shell command line: strings shell-quoted, :class:`Var` expanded by the shell."""
+    return " ".join(f'"${a.name}"' if isinstance(a, Var) else shlex.quote(a) for a in args)
+
+
+def layer_key(plan: BuildPlan) -> str | None:
+    """The cache key of ``plan``'s OS layer: the layer's file stem in ``build.matrix``'s layer cache (its OS, version
+    and inputs digest); None for a build that makes no layer (the Packer engine)."""
+    if plan.engine != "chroot":
+        return None
+    return f"os-{plan.os}-{plan.os_version.version}-{digest(layer_inputs(plan))[:32]}"
+
+
+def pipeline(plans: list[BuildPlan], request: BuildRequest, customize: str | None, options: CiOptions) -> list[CiJob]:
+    """The jobs that build ``plans`` (see the module), in order: layers, image jobs, publish."""
+    jobs: list[CiJob] = []
+    layer_jobs: dict[str, str] = {}
+    preflight_min = ["--min-disk-gb", str(options.min_disk_gb)] if options.min_disk_gb else []
+    sign: list[str | Var] = ["--signing-key", Var(f"{SIGNING_KEY.name}_FILE")] if options.sign else []
+    groups: dict[tuple[str, str, str, str, str | None], list[BuildPlan]] = {}
+    for plan in plans:
+        groups.setdefault((plan.os, plan.provider, plan.firmware, plan.engine, layer_key(plan)), []).append(plan)
+    for (os_name, provider, _fw, _engine, key), members in groups.items():
+        first = members[0]
+        config, secrets = _config_args(first, request)
+        base = [IMAGE_BUILDER, "build.matrix", "--pairs", f"{os_name}:{provider}"]
+        preflight = _command([IMAGE_BUILDER, "preflight", "--os", os_name, "--hypervisor", provider, *preflight_min])
+        flags = _flags(first, request, customize)
+        needs: tuple[str, ...] = ()
+        if key is not None:
+            layer_id = _job_id("os-layer", os_name, first.os_version.version)
+            if key in layer_jobs:
+                layer_id = layer_jobs[key]
+            else:
+                if layer_id in layer_jobs.values():
+                    layer_id = _job_id("os-layer", key)
+                layer_jobs[key] = layer_id
+                command = _command([*base, "--release-channel", first.channel.name, *config, *flags,
+                                    "--layer-cache", LAYER_DIR, "--layer-only"])  # fmt: skip
+                jobs.append(CiJob(layer_id, "os-layer", (preflight, command), cache_key=key, hands=LAYER_DIR,
+                                  secrets=secrets, comment=f"the {os_name} {first.os_version.version} OS layer, "
+                                  "built once (a rerun with the same inputs finds it in the cache)"))  # fmt: skip
+            needs = (layer_id,)
+        command = _command([*base, "--release-channel", Var(CHANNEL_VAR), *config, *flags, "--layer-cache",
+                            LAYER_DIR, "--output-dir", OUTPUT_DIR, *sign])  # fmt: skip
+        job_id = _job_id("build", os_name, provider, first.firmware, first.engine)
+        engine = "root and loop devices (chroot engine)" if first.engine == "chroot" else "QEMU (Packer engine)"
+        jobs.append(CiJob(job_id, "build", (preflight, command), needs=needs,
+                          channels=tuple(p.channel.name for p in members), hands=OUTPUT_DIR,
+                          secrets=secrets + ((SIGNING_KEY,) if options.sign else ()),
+                          comment=f"{os_name} on {provider}, one image per release line; needs {engine}"))  # fmt: skip
+    if options.publish:
+        images = [a for p in plans if p.output_name for a in ("--image", f"{OUTPUT_DIR}/{p.output_name}")]
+        secrets = tuple(TUF_KEYS.values()) + (S3_SECRETS if options.publish.startswith("s3://") else ())
+        keys = ('keys=$(mktemp -d) && trap \'rm -rf -- "$keys"\' EXIT && '
+                + " && ".join(f'install -m 0600 {_secret_path(s.name)} "$keys/{role}.pem"'
+                              for role, s in TUF_KEYS.items()))  # fmt: skip
+        publish = _command([IMAGE_BUILDER, "image.publish", *images, "--repo", options.publish, "--keys", Var("keys")])
+        jobs.append(CiJob("publish", "publish", (f"{keys} && {publish}",),
+                          needs=tuple(j.id for j in jobs if j.stage == "build"), secrets=secrets,
+                          comment="every image, its SBOM and provenance, in one new repository version"))  # fmt: skip
+    return jobs
+
+
+# --- the two renderers ----------------------------------------------------------------------------------------------
+
+INSTALL = "./scripts/setup.sh"
+
+
+def _header(kind: str, jobs: list[CiJob], options: CiOptions) -> str:
+    secrets: dict[str, Secret] = {}
+    for job in jobs:
+        for s in job.secrets:
+            secrets.setdefault(s.name, s)
+    lines = [f"written by image-builder build.matrix --emit {kind}: the matrix as a pipeline (docs/ci.md)",
+             "each job installs image-builder from this checkout (./scripts/setup.sh) and runs preflight first;",
+             "a chroot-engine job needs a runner with root and loop devices, a Packer job QEMU"]  # fmt: skip
+    if secrets:
+        store = "repository secrets" if kind == "github-actions" else "CI/CD variables (masked; 'File' for files)"
+        lines.append(f"secrets it needs, from the {store}; none is written here:")
+        lines += [f"  {s.name} ({'a file' if s.kind == 'file' else 'a value'}): {s.why}" for s in secrets.values()]
+    if options.concurrency and kind == "gitlab-ci":
+        lines.append(f"at most {options.concurrency} image jobs at once: set the runners' 'limit' (GitLab has no "
+                     "per-pipeline limit)")  # fmt: skip
+    return "".join(f"# {ln}\n" for ln in lines)
+
+
+def _materialize(job: CiJob, kind: str) -> list[str]:
+    """Shell lines that make each file secret a 0600 file at ``$<NAME>_FILE`` (GitLab hands a path, GitHub the
+    content in the environment)."""
+    out = []
+    for s in job.secrets:
+        if s.kind != "file":
+            continue
+        if kind == "gitlab-ci":
+            out.append(f'export {s.name}_FILE="${s.name}" && chmod 0600 "${s.name}_FILE"')
+        else:
+            out.append(f'export {s.name}_FILE="$RUNNER_TEMP/{s.name.lower()}" && (umask 077 && printf \'%s\\n\' '
+                       f'"${s.name}" > "${s.name}_FILE")')  # fmt: skip
+    return out
+
+
+def _gitlab(jobs: list[CiJob], options: CiOptions) -> dict[str, Any]:
+    doc: dict[str, Any] = {"stages": [s for s in ("os-layer", "build", "publish") if any(j.stage == s for j in jobs)]}
+    for job in jobs:
+        entry: dict[str, Any] = {"stage": job.stage, "tags": list(options.runs_on)}
+        if job.cache_key:
+            entry["cache"] = {"key": job.cache_key, "paths": [f"{LAYER_DIR}/"]}
+        entry["needs"] = [{"job": n, "artifacts": True} for n in job.needs]
+        if job.channels:
+            entry["parallel"] = {"matrix": [{CHANNEL_VAR: list(job.channels)}]}
+        entry["retry"] = {"max": options.retries, "when": list(RETRY_WHEN)}
+        entry["script"] = [INSTALL, *_materialize(job, "gitlab-ci"), *job.commands]
+        files = [s for s in job.secrets if s.kind == "file"]
+        if files:
+            entry["after_script"] = [f'rm -f -- "${s.name}"' for s in files]
+        if job.hands:
+            entry["artifacts"] = {"paths": [f"{job.hands}/"], "expire_in": "1 day"}
+        doc[job.id] = entry
+    return doc
+
+
+def _github(jobs: list[CiJob], options: CiOptions) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    checkout = {"uses": "actions/checkout@v4"}
+    for job in jobs:
+        steps: list[dict[str, Any]] = [checkout]
+        if job.cache_key:
+            steps.append({"uses": "actions/cache@v4", "with": {"path": LAYER_DIR, "key": job.cache_key}})
+        for need in job.needs:
+            steps.append({"uses": "actions/download-artifact@v4", "with": {"name": need, "path": LAYER_DIR}})
+        if job.stage == "publish":
+            steps.append({"uses": "actions/download-artifact@v4",
+                          "with": {"pattern": "images-*", "path": OUTPUT_DIR, "merge-multiple": True}})  # fmt: skip
+        steps.append({"name": "install image-builder", "run": INSTALL})
+        env = {s.name: f"${{{{ secrets.{s.name} }}}}" for s in job.secrets}
+        if job.channels:
+            env[CHANNEL_VAR] = "${{ matrix.release-channel }}"
+        # the commands carry the user's values: made literal here, before the workflow's own expressions go in
+        lines = [*_materialize(job, "github-actions"), *(_github_literal(c) for c in job.commands)]
+        run: dict[str, Any] = {"name": job.stage, "run": "\n".join(lines)}
+        if env:
+            run["env"] = env
+        steps.append(run)
+        if job.hands and job.stage == "os-layer":
+            steps.append({"uses": "actions/upload-artifact@v4", "with": {"name": job.id, "path": job.hands}})
+        elif job.hands:
+            name = f"images-{job.id}-${{{{ matrix.release-channel }}}}" if job.channels else f"images-{job.id}"
+            steps.append({"uses": "actions/upload-artifact@v4", "with": {"name": name, "path": job.hands}})
+        files = [s for s in job.secrets if s.kind == "file"]
+        if files:
+            remove = "rm -f -- " + " ".join(f'"$RUNNER_TEMP/{s.name.lower()}"' for s in files)
+            steps.append({"name": "remove the secret files", "if": "always()", "run": remove})
+        entry: dict[str, Any] = {"runs-on": [_github_literal(label) for label in options.runs_on]}
+        if job.needs:
+            entry["needs"] = list(job.needs)
+        if job.channels:
+            strategy: dict[str, Any] = {"fail-fast": False, "matrix": {"release-channel": list(job.channels)}}
+            if options.concurrency:
+                strategy["max-parallel"] = options.concurrency
+            entry["strategy"] = strategy
+        entry["steps"] = steps
+        out[job.id] = entry
+    return out
 
 
 def emit_ci(
@@ -70,63 +323,19 @@ def emit_ci(
     *,
     request: BuildRequest,
     customize: str | None,
-    runs_on: list[str],
+    runs_on: list[str] | None = None,
+    options: CiOptions | None = None,
 ) -> str:
     """The ``github-actions`` workflow or ``.gitlab-ci.yml`` (text) that builds ``plans``."""
-    layers: dict[str, BuildPlan] = {}
-    for plan in plans:
-        key = _layer_key(plan)
-        if key and key not in layers:
-            layers[key] = plan
-    cache = ["--layer-cache", LAYER_DIR]
-    doc: dict[str, Any]
+    options = options or CiOptions()
+    if runs_on is not None:
+        options = dataclasses.replace(options, runs_on=tuple(runs_on))
+    jobs = pipeline(plans, request, customize, options)
     if kind == "github-actions":
-        jobs: dict[str, Any] = {}
-        checkout = {"uses": "actions/checkout@v4"}
-        for key, plan in layers.items():
-            jobs[key] = {
-                "runs-on": list(runs_on),
-                "steps": [
-                    checkout,
-                    {"name": "OS layer", "run": _command(plan, request, customize, *cache, "--layer-only")},
-                    {"uses": "actions/upload-artifact@v4", "with": {"name": key, "path": LAYER_DIR}},
-                ],
-            }
-        for plan in plans:
-            key = _layer_key(plan)
-            steps: list[dict[str, Any]] = [checkout]
-            if key:
-                steps.append({"uses": "actions/download-artifact@v4", "with": {"name": key, "path": LAYER_DIR}})
-            build = _command(plan, request, customize, *cache, "--output-dir", OUTPUT_DIR)
-            steps.append({"name": "build", "run": build})
-            steps.append({"uses": "actions/upload-artifact@v4",
-                          "with": {"name": plan.output_stem, "path": OUTPUT_DIR}})  # fmt: skip
-            job: dict[str, Any] = {"runs-on": list(runs_on), "steps": steps}
-            if key:
-                job["needs"] = [key]
-            jobs[_job_id("build", plan.os, plan.provider, plan.channel.name)] = job
-        doc = _github_literal({"name": "node images", "on": {"workflow_dispatch": {}}, "jobs": jobs})
+        doc = {"name": "node images", "on": {"workflow_dispatch": {}}, "jobs": _github(jobs, options)}
     else:
-        doc = {"stages": ["os-layer", "build"]}
-        for key, plan in layers.items():
-            doc[key] = {
-                "stage": "os-layer",
-                "tags": list(runs_on),
-                "script": [_command(plan, request, customize, *cache, "--layer-only")],
-                "artifacts": {"paths": [f"{LAYER_DIR}/"], "expire_in": "1 day"},
-            }
-        for plan in plans:
-            key = _layer_key(plan)
-            job = {
-                "stage": "build",
-                "tags": list(runs_on),
-                "script": [_command(plan, request, customize, *cache, "--output-dir", OUTPUT_DIR)],
-                "artifacts": {"paths": [f"{OUTPUT_DIR}/"]},
-            }
-            job["needs"] = [{"job": key, "artifacts": True}] if key else []
-            doc[_job_id("build", plan.os, plan.provider, plan.channel.name)] = job
-    header = f"# written by image-builder build.matrix --emit {kind}; each job runs the command a user would\n"
-    return header + yaml.dump(doc, Dumper=_Plain, sort_keys=False, width=100_000)
+        doc = _gitlab(jobs, options)
+    return _header(kind, jobs, options) + yaml.dump(doc, Dumper=_Plain, sort_keys=False, width=100_000)
 
 
 def _github_literal(value: Any) -> Any:

@@ -250,6 +250,11 @@ MATRIX_HELP = {
     "emit": "github-actions or gitlab-ci: write the CI definition that runs this matrix, one build per job",
     "emit_file": "where --emit writes (default: stdout)",
     "runs_on": "runner labels of the emitted jobs, comma-separated (default self-hosted,linux,x64)",
+    "ci_publish": "with --emit: a last job publishes every image in one repository version (image.publish) to this"
+    " folder or s3://bucket/prefix (credentials from the CI's secrets, never in the URL)",
+    "ci_concurrency": "with --emit: image jobs at once (GitHub's max-parallel; GitLab: the runners' limit)",
+    "ci_sign": "with --emit: every build signs its provenance with the key in the CI's secret"
+    " IMAGE_BUILDER_SIGNING_KEY",
     "dry_run": "validate every entry and print the matrix; build nothing",
 }
 
@@ -289,6 +294,9 @@ def matrix(
     emit: str | None = None,
     emit_file: str | None = None,
     runs_on: str | None = None,
+    ci_publish: str | None = None,
+    ci_concurrency: str | None = None,
+    ci_sign: bool = False,
     dry_run: bool = False,
     skip_check: list[str] | None = None,
     min_disk_gb: str | None = None,
@@ -326,6 +334,12 @@ def matrix(
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     if emit:
         flags.choice(emit, "--emit", ("github-actions", "gitlab-ci"))
+    for name, value in (("--ci-publish", ci_publish), ("--ci-concurrency", ci_concurrency),
+                        ("--ci-sign", ci_sign or None)):  # fmt: skip
+        if value is not None and not emit:
+            raise InputError(f"{name} shapes the emitted pipeline", field=name, expected="--emit too, or no " + name)
+    concurrency = flags.integer(ci_concurrency, "--ci-concurrency", 1, 1000) if ci_concurrency is not None else None
+    publish_to = flags.publish_destination(ci_publish, "--ci-publish") if ci_publish is not None else None
     labels = parse_list(runs_on, "--runs-on") if runs_on else ["self-hosted", "linux", "x64"]
     if emit_file:
         flags.dest_file(emit_file, "--emit-file")
@@ -355,7 +369,11 @@ def matrix(
 
     customization = load_customization(customize_file) if customize_file else None
     if emit:
-        text = flows.emit_matrix(emit, request, pair_list, channels, customize=customize, runs_on=labels)
+        from imagebuilder.build.ci_emit import CiOptions
+
+        options = CiOptions(runs_on=tuple(labels), publish=publish_to, concurrency=concurrency, sign=ci_sign,
+                            min_disk_gb=min_disk)  # fmt: skip
+        text = flows.emit_matrix(emit, request, pair_list, channels, customize=customize, options=options)
         if emit_file:
             from imagebuilder.core.files import atomic_write
 

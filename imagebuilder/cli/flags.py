@@ -55,6 +55,19 @@ def url(value: str, flag: str, schemes: tuple[str, ...] = ("https",), *, credent
     return _typed(flag, value, lambda v: grammar.url(v, schemes, credentials=credentials))
 
 
+def publish_destination(value: str, flag: str) -> str:
+    """Where a TUF repository is published: s3://bucket/prefix (no credentials, query or fragment: those come from
+    the environment), or a folder path (on the machine that publishes, so not checked here beyond its text)."""
+    if "://" in value:
+        parts = url(value, flag, ("s3",))
+        if parts.query or parts.fragment:
+            raise InputError("an S3 location has no query or fragment", field=flag, expected="s3://bucket/prefix")
+        return parts.geturl()
+    if not value or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value) or len(value) > 4096:
+        raise InputError("not a folder path", field=flag, expected="a folder, or s3://bucket/prefix")
+    return value
+
+
 def url_or_file(value: str, flag: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
     """A URL with one of ``schemes``, or an existing file."""
     if "://" in value:

@@ -18,6 +18,7 @@ from imagebuilder.host.preflight import require
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
 
+    from imagebuilder.build.ci_emit import CiOptions
     from imagebuilder.build.packer_plugins import PluginCheck
     from imagebuilder.build.plan import BuildPlan, BuildRequest
     from imagebuilder.customization.model import Customization
@@ -63,13 +64,13 @@ def prepare_matrix(
 
 def emit_matrix(
     kind: str, request: BuildRequest, pairs: list[tuple[str, str]], channels: list[str], *, customize: str | None,
-    runs_on: list[str]
+    options: CiOptions
 ) -> str:  # fmt: skip
     """The CI definition (``github-actions`` or ``gitlab-ci``) that runs this matrix, its plans validated first."""
     from imagebuilder.build.ci_emit import emit_ci
 
     return emit_ci(kind, matrix.expand(request, pairs, channels), request=request, customize=customize,
-                   runs_on=runs_on)  # fmt: skip
+                   options=options)  # fmt: skip
 
 
 def run_matrix(

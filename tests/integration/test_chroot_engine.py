@@ -100,35 +100,106 @@ def test_emitted_ci_definitions_follow_the_official_schemas(
         )
     )
     vsphere = EXAMPLES / "vsphere-ubuntu.json"
-    out = emitted(tmp_path, kind, "--baremetal-config", str(hostile), "--vsphere-config", str(vsphere))
+    out = emitted(tmp_path, kind, "--baremetal-config", str(hostile), "--vsphere-config", str(vsphere),
+                  "--ci-publish", "s3://node-images/repo", "--ci-sign")  # fmt: skip
     check = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", schema, str(out)],
                            capture_output=True, text=True, check=False)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     doc = yaml.safe_load(out.read_text())
-    if kind == "github-actions":
-        jobs = doc["jobs"]
-        commands = [s["run"] for j in jobs.values() for s in j["steps"] if "run" in s]
-        layer_jobs = [k for k in jobs if k.startswith("os-layer")]
-        builds = {k: j for k, j in jobs.items() if k.startswith("build-")}
-        # the bare-metal builds (chroot: an image-based build without KVM) share one OS layer job
-        assert layer_jobs == ["os-layer-ubuntu-20-04"]
-        assert builds["build-ubuntu-baremetal-1-24"]["needs"] == layer_jobs
-        assert "needs" not in builds["build-ubuntu-vsphere-1-24"], "a vSphere build has no layer"
-    else:
-        jobs = {k: v for k, v in doc.items() if isinstance(v, dict)}
-        commands = [c for j in jobs.values() for c in j["script"]]
-        assert jobs["build-ubuntu-baremetal-1-23"]["needs"] == [{"job": "os-layer-ubuntu-20-04", "artifacts": True}]
-    assert len([c for c in commands if "--layer-only" not in c]) == 4  # 2 pairs x 2 channels, one job each
+    graph = ci_graph(doc, kind)
+    # the bare-metal builds (chroot: an image-based build without KVM) share one OS layer job, cached by the
+    # layer's inputs digest; the vSphere builds (Packer) need none; one publish job needs every image job
+    assert graph["build-ubuntu-baremetal-efi-chroot"][0] == ["os-layer-ubuntu-20-04"]
+    assert graph["build-ubuntu-vsphere-bios-packer"][0] == []
+    assert graph["publish"][0] == ["build-ubuntu-baremetal-efi-chroot", "build-ubuntu-vsphere-bios-packer"]
+    commands = [c for _needs, lines in graph.values() for c in lines if " build.matrix " in c]
+    assert len(commands) == 3  # the layer's, and one per pair fanned out over both lines
     for command in commands:
         argv = shlex.split(command)
-        assert argv[:2] == ["image-builder", "build.matrix"]
+        assert argv[:2] == [".venv/bin/image-builder", "build.matrix"]
         if "--baremetal-config" in argv:
             assert argv[argv.index("--baremetal-config") + 1] == str(hostile)
             assert argv[argv.index("--engine") + 1] == "chroot"
+        if "--vsphere-config" in argv:  # its config holds a password: a secret file, never the path given
+            assert argv[argv.index("--vsphere-config") + 1] == "$IMAGE_BUILDER_VSPHERE_CONFIG_FILE"
+    assert "IMAGE_BUILDER_VSPHERE_CONFIG (a file)" in out.read_text() and str(vsphere) not in out.read_text()
     # the quoted command runs nothing: its substitution stays text
     subprocess.run(["sh", "-c", "printf '%s\\n' " + shlex.quote(str(hostile))], cwd=tmp_path, check=True,
                    capture_output=True)  # fmt: skip
     assert not (tmp_path / "pwned").exists()
+
+
+def ci_graph(doc: dict[str, object], kind: str) -> dict[str, tuple[list[str], list[str]]]:
+    """job -> (the jobs it needs, its command lines with the matrix's variable as the shell sees it), from either
+    file: what the two CI systems would run."""
+    graph: dict[str, tuple[list[str], list[str]]] = {}
+    if kind == "github-actions":
+        for job_id, job in doc["jobs"].items():  # type: ignore[attr-defined]
+            lines = [ln for step in job["steps"] if "run" in step for ln in step["run"].split("\n")]
+            graph[job_id] = (list(job.get("needs", [])), lines)
+    else:
+        for job_id, job in doc.items():
+            if job_id != "stages":
+                graph[job_id] = ([n["job"] for n in job["needs"]], list(job["script"]))  # type: ignore[index]
+    return graph
+
+
+def test_the_github_workflow_and_the_gitlab_pipeline_are_one_graph_running_the_same_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44: the same jobs, the same needs, the same image-builder commands (the secret files' and the removal
+    lines are each system's own), and the workflow passes actionlint (rhysd/actionlint, the real one)."""
+    monkeypatch.setenv("IMAGE_BUILDER_ACCEL", "tcg")
+    config = write_config(tmp_path)
+    flags = ("--baremetal-config", str(config), "--vsphere-config", str(EXAMPLES / "vsphere-ubuntu.json"),
+             "--ci-publish", "s3://node-images/repo", "--ci-sign", "--ci-concurrency", "3")  # fmt: skip
+    graphs = {kind: ci_graph(yaml.safe_load(emitted(tmp_path, kind, *flags).read_text()), kind)
+              for kind in ("github-actions", "gitlab-ci")}  # fmt: skip
+    github, gitlab = graphs["github-actions"], graphs["gitlab-ci"]
+    assert list(github) == list(gitlab) and len(github) == 4  # a layer, two image jobs, the publish
+
+    def commands(lines: list[str]) -> list[str]:
+        return [ln for ln in lines if ln.startswith((".venv/bin/image-builder ", "./scripts/setup.sh", "keys="))]
+
+    for job in github:
+        assert github[job][0] == gitlab[job][0], job
+        assert commands(github[job][1]) == commands(gitlab[job][1]), job
+    workflow = tmp_path / "github-actions.yml"
+    lint = subprocess.run([str(ROOT / ".tools/bin/actionlint"), "-no-color", str(workflow)], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    doc = yaml.safe_load(workflow.read_text())
+    build = doc["jobs"]["build-ubuntu-baremetal-efi-chroot"]
+    assert build["strategy"]["max-parallel"] == 3 and build["strategy"]["matrix"]["release-channel"] == ["1-23", "1-24"]
+    layer = doc["jobs"]["os-layer-ubuntu-20-04"]
+    (cache,) = [s for s in layer["steps"] if s.get("uses", "").startswith("actions/cache@")]
+    assert (
+        cache["with"]["key"].startswith("os-ubuntu-20.04-")
+        and len(cache["with"]["key"]) == len("os-ubuntu-20.04-") + 32
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (("--emit", "gitlab-ci", "--ci-concurrency", "0"), "--ci-concurrency"),
+        (("--emit", "gitlab-ci", "--ci-concurrency", "²"), "--ci-concurrency"),
+        (("--emit", "gitlab-ci", "--ci-publish", "s3://AKIA:s3cr3t@bucket/repo"), "--ci-publish"),
+        (("--emit", "gitlab-ci", "--ci-publish", "s3://bucket/repo?X-Amz-Signature=s3cr3t"), "--ci-publish"),
+        (("--emit", "gitlab-ci", "--ci-publish", "repo\nInjected: 1"), "--ci-publish"),
+        (("--ci-publish", "/srv/repo"), "--ci-publish"),  # shapes an emitted pipeline only
+        (("--emit", "jenkins"), "--emit"),
+    ],
+)
+def test_bad_pipeline_flags_exit_2_naming_the_flag_and_write_nothing(
+    tmp_path: Path, flags: tuple[str, ...], field: str
+) -> None:
+    out = tmp_path / "ci.yml"
+    res = run("build.matrix", "--pairs", "ubuntu:baremetal", "--release-channel", "1-24", "--offline",
+              *flags, "--emit-file", str(out))  # fmt: skip
+    assert res.code == 2 and field in res.err and "Traceback" not in res.err, res.err
+    assert "s3cr3t" not in res.err and "\nInjected" not in res.err
+    assert not out.exists()
 
 
 def test_matrix_flags_are_checked(tmp_path: Path) -> None:

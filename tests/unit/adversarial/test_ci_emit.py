@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagebuilder.build.ci_emit import emit_ci
+from imagebuilder.build.ci_emit import CiOptions, emit_ci, pipeline
 from imagebuilder.build.plan import BuildRequest
 from imagebuilder.build.resolve import make_plan
 
@@ -33,27 +33,53 @@ def evaluated_by_github(value: str) -> str:
     return held.replace("\x00", "${{")
 
 
+def _scripts(doc: dict[str, object], kind: str) -> dict[str, str]:
+    """Each job's commands as the shell gets them (GitHub's ``run:`` as GitHub evaluates it), without the install
+    and the secret files' lines (the renderer's own): job id -> its lines."""
+    out: dict[str, str] = {}
+    own = ("rm -f -- ", "./scripts/setup.sh", "export ")
+    if kind == "github-actions":
+        for job_id, job in doc["jobs"].items():  # type: ignore[attr-defined]
+            runs = [evaluated_by_github(step["run"]) for step in job["steps"] if "run" in step]
+            text = "\n".join(r for r in runs if not r.startswith(own[:2]))
+            out[job_id] = "\n".join(ln for ln in text.split("\n") if not ln.startswith(own[2]))
+    else:
+        for job_id, job in doc.items():
+            if job_id != "stages":
+                out[job_id] = "\n".join(c for c in job["script"] if not c.startswith(own))  # type: ignore[index]
+    return out
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(mirror=VALUES, kind=st.sampled_from(["github-actions", "gitlab-ci"]), label=VALUES)
-def test_emitted_commands_carry_any_value_inertly(tmp_path: Path, mirror: str, kind: str, label: str) -> None:
+@given(mirror=VALUES, kind=st.sampled_from(["github-actions", "gitlab-ci"]), label=VALUES, folder=VALUES)
+def test_emitted_commands_carry_any_value_inertly(
+    tmp_path: Path, mirror: str, kind: str, label: str, folder: str
+) -> None:
+    """The file says exactly the pipeline's commands (no key, step or job injected; GitHub evaluates nothing of a
+    flag's), and each command gives every value back as one argument."""
     config = tmp_path / "bm.json"
     config.write_text(json.dumps({"source_image_url": "http://images.example/base.qcow2",
                                   "source_image_checksum": "sha256:" + "a" * 64}))  # fmt: skip
     request = BuildRequest(os=None, hypervisor=None, release_channel=None, offline=True, engine="chroot",
                            configs={"baremetal": str(config)})  # fmt: skip
     plan = make_plan(dataclasses.replace(request, os="ubuntu", hypervisor="baremetal", release_channel="1-24"))
-    text = emit_ci(kind, [plan], request=dataclasses.replace(request, mirror=mirror), customize=None,
-                   runs_on=[label])  # fmt: skip
+    options = CiOptions(runs_on=(label,), publish=folder)
+    hostile = dataclasses.replace(request, mirror=mirror)
+    text = emit_ci(kind, [plan], request=hostile, customize=None, options=options)
     doc = yaml.safe_load(text)
     if kind == "github-actions":
-        assert set(doc) == {"name", "on", "jobs"} and len(doc["jobs"]) == 2
-        commands = [evaluated_by_github(s["run"]) for j in doc["jobs"].values() for s in j["steps"] if "run" in s]
+        assert set(doc) == {"name", "on", "jobs"} and len(doc["jobs"]) == 3  # layer, image, publish
         assert all([evaluated_by_github(x) for x in j["runs-on"]] == [label] for j in doc["jobs"].values())
     else:
-        assert len(doc) == 3
-        commands = [c for k, j in doc.items() if k != "stages" for c in j["script"]]
+        assert len(doc) == 4  # stages and the three jobs
         assert all(j["tags"] == [label] for k, j in doc.items() if k != "stages")
-    assert len(commands) == 2
-    for command in commands:
+    jobs = pipeline([plan], hostile, None, options)
+    assert _scripts(doc, kind) == {j.id: "\n".join(j.commands) for j in jobs}
+    matrix = [c for j in jobs for c in j.commands if " build.matrix " in c]
+    assert len(matrix) == 2  # the layer's and the image's
+    for command in matrix:
         argv = shlex.split(command)
         assert argv[argv.index("--mirror") + 1] == mirror
+    (publish,) = [c for j in jobs for c in j.commands if " image.publish " in c]
+    argv = shlex.split(publish.split(" && ")[-1])
+    assert argv[argv.index("--repo") + 1] == folder
