@@ -263,10 +263,8 @@ def _gitlab(jobs: list[CiJob], options: CiOptions) -> dict[str, Any]:
         if job.channels:
             entry["parallel"] = {"matrix": [{CHANNEL_VAR: list(job.channels)}]}
         entry["retry"] = {"max": options.retries, "when": list(RETRY_WHEN)}
+        # GitLab writes a file variable to a temporary file of the job's and removes it when the job ends
         entry["script"] = [INSTALL, *_materialize(job, "gitlab-ci"), *job.commands]
-        files = [s for s in job.secrets if s.kind == "file"]
-        if files:
-            entry["after_script"] = [f'rm -f -- "${s.name}"' for s in files]
         if job.hands:
             entry["artifacts"] = {"paths": [f"{job.hands}/"], "expire_in": "1 day"}
         doc[job.id] = entry
@@ -280,7 +278,7 @@ def _github(jobs: list[CiJob], options: CiOptions) -> dict[str, Any]:
         steps: list[dict[str, Any]] = [checkout]
         if job.cache_key:
             steps.append({"uses": "actions/cache@v4", "with": {"path": LAYER_DIR, "key": job.cache_key}})
-        for need in job.needs:
+        for need in job.needs if job.stage == "build" else ():  # the OS layer its layer job uploaded
             steps.append({"uses": "actions/download-artifact@v4", "with": {"name": need, "path": LAYER_DIR}})
         if job.stage == "publish":
             steps.append({"uses": "actions/download-artifact@v4",

@@ -250,8 +250,8 @@ MATRIX_HELP = {
     "emit": "github-actions or gitlab-ci: write the CI definition that runs this matrix, one build per job",
     "emit_file": "where --emit writes (default: stdout)",
     "runs_on": "runner labels of the emitted jobs, comma-separated (default self-hosted,linux,x64)",
-    "ci_publish": "with --emit: a last job publishes every image in one repository version (image.publish) to this"
-    " folder or s3://bucket/prefix (credentials from the CI's secrets, never in the URL)",
+    "ci_publish": "with --emit and --ci-sign: a last job publishes every image in one repository version"
+    " (image.publish) to this folder or s3://bucket/prefix (credentials from the CI's secrets, never in the URL)",
     "ci_concurrency": "with --emit: image jobs at once (GitHub's max-parallel; GitLab: the runners' limit)",
     "ci_sign": "with --emit: every build signs its provenance with the key in the CI's secret"
     " IMAGE_BUILDER_SIGNING_KEY",
@@ -340,6 +340,12 @@ def matrix(
             raise InputError(f"{name} shapes the emitted pipeline", field=name, expected="--emit too, or no " + name)
     concurrency = flags.integer(ci_concurrency, "--ci-concurrency", 1, 1000) if ci_concurrency is not None else None
     publish_to = flags.publish_destination(ci_publish, "--ci-publish") if ci_publish is not None else None
+    if publish_to and not ci_sign:  # image.publish takes signed provenance only
+        raise InputError(
+            "a published image's provenance must be signed",
+            field="--ci-publish",
+            expected="--ci-sign too (the jobs sign with the secret IMAGE_BUILDER_SIGNING_KEY)",
+        )
     labels = parse_list(runs_on, "--runs-on") if runs_on else ["self-hosted", "linux", "x64"]
     if emit_file:
         flags.dest_file(emit_file, "--emit-file")

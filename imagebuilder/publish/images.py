@@ -72,24 +72,6 @@ def check_checksum(image: Path) -> str:
     return got
 
 
-def publish_image(
-    image: Path,
-    repo: str,
-    keys_dir: Path,
-    *,
-    name: str = "",
-    public_key: Key | None = None,
-    days: dict[str, int] | None = None,
-    dry_run: bool = False,
-    transfers: Transfers | None = None,
-    say: Callable[[str], None] | None = None,
-) -> Publication:
-    """Check ``image`` and its companions, then add all three to the repository ``repo`` (see the module), the
-    image as ``name`` (default: its file name) and its companions named after it."""
-    return publish_images([image], repo, keys_dir, names=[name] if name else None, public_key=public_key,
-                          days=days, dry_run=dry_run, transfers=transfers, say=say)  # fmt: skip
-
-
 def image_targets(image: Path, name: str, public_key: Key | None) -> tuple[NewTarget, ...]:
     """The three targets of one image (the image, its SBOM, its provenance), each checked (the module's list)."""
     published = repository.target_name(name) if name else repository.target_name(image.name, "--image")

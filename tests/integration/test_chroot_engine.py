@@ -184,6 +184,7 @@ def test_the_github_workflow_and_the_gitlab_pipeline_are_one_graph_running_the_s
     [
         (("--emit", "gitlab-ci", "--ci-concurrency", "0"), "--ci-concurrency"),
         (("--emit", "gitlab-ci", "--ci-concurrency", "²"), "--ci-concurrency"),
+        (("--emit", "gitlab-ci", "--ci-publish", "/srv/repo"), "--ci-publish"),  # unsigned: image.publish refuses it
         (("--emit", "gitlab-ci", "--ci-publish", "s3://AKIA:s3cr3t@bucket/repo"), "--ci-publish"),
         (("--emit", "gitlab-ci", "--ci-publish", "s3://bucket/repo?X-Amz-Signature=s3cr3t"), "--ci-publish"),
         (("--emit", "gitlab-ci", "--ci-publish", "repo\nInjected: 1"), "--ci-publish"),

@@ -31,6 +31,7 @@ HEAVY = (
     "test_e2e_packers.py",
     "test_customize_guest.py",
     "test_chroot_engine.py",
+    "test_ci_pipeline.py",
     "test_fault_injection.py",
     "test_hostprep.py",
     "test_packer_versions.py",

@@ -81,5 +81,5 @@ def test_emitted_commands_carry_any_value_inertly(
         argv = shlex.split(command)
         assert argv[argv.index("--mirror") + 1] == mirror
     (publish,) = [c for j in jobs for c in j.commands if " image.publish " in c]
-    argv = shlex.split(publish.split(" && ")[-1])
+    argv = shlex.split(publish)  # the keys' folder first, then the command: one shell line, split as the shell does
     assert argv[argv.index("--repo") + 1] == folder
