@@ -333,7 +333,20 @@ def emit_ci(
         doc = {"name": "node images", "on": {"workflow_dispatch": {}}, "jobs": _github(jobs, options)}
     else:
         doc = _gitlab(jobs, options)
-    return _header(kind, jobs, options) + yaml.dump(doc, Dumper=_Plain, sort_keys=False, width=100_000)
+    text = yaml.dump(doc, Dumper=_Plain, sort_keys=False, width=100_000)
+    return _header(kind, jobs, options) + _job_comments(text, jobs, "  " if kind == "github-actions" else "")
+
+
+def _job_comments(text: str, jobs: list[CiJob], indent: str) -> str:
+    """Each job's comment (what it builds and what its runner needs) on the line above the job's key. The comments
+    are this module's own text of catalog names (no flag's text), one line each."""
+    lines = text.split("\n")
+    for job in jobs:
+        key = f"{indent}{job.id}:"
+        if job.comment and key in lines and "\n" not in job.comment:
+            i = lines.index(key)
+            lines.insert(i, f"{indent}# {job.comment}")
+    return "\n".join(lines)
 
 
 def _github_literal(value: Any) -> Any:
