@@ -129,13 +129,13 @@ def test_os_version_and_name_override() -> None:
         (["build", "--hypervisor", "vsphere", "--release-channel", "1-24"], "--os"),
         (["build", "--os", "ubuntu", "--release-channel", "1-24"], "--hypervisor"),
         (["build", "--os", "ubuntu", "--hypervisor", "baremetal"], "--release-channel"),
-        (["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1.37"], "1-21, 1-22"),
+        (["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1.38"], "1-21, 1-22"),
         (
             ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "124"],
             "1-21, 1-22, 1-23, 1-24",
         ),
         (
-            ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-37"],
+            ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-38"],
             "1-21, 1-22, 1-23, 1-24",
         ),
         (
