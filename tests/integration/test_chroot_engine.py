@@ -640,7 +640,7 @@ def test_an_image_whose_fstab_leads_out_is_refused_and_nothing_is_left(
     make_standin_release(mirror, load_catalog().channel("1-24"))
     res = run("build", *BASE, "--baremetal-config", str(config), "--mirror", str(mirror), "--engine", "chroot",
               "--disk-gb", "4", "--output-dir", str(out), "--skip-check", "disk", "--skip-check", "kvm",
-              env={"IMAGE_BUILDER_WORKSPACE": str(work)})  # fmt: skip
+              "--runtime", "os", env={"IMAGE_BUILDER_WORKSPACE": str(work)})  # fmt: skip
     assert res.code == 2, (res.out[-2000:], res.err)
     assert "fstab mount point" in res.err and "source_image_url" in res.err
     assert not Path("/tmp/ib-hostile-esp").exists()
