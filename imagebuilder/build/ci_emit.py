@@ -23,10 +23,8 @@ to 0600 files in the job and removed after it; the file's header lists them.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -89,14 +87,6 @@ def _job_id(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", "-".join(parts))
 
 
-def _q(args: Iterable[str]) -> str:
-    return " ".join(shlex.quote(a) for a in args)
-
-
-def _secret_path(name: str) -> str:
-    return f'"${name}_FILE"'
-
-
 def _config_secret(provider: str) -> Secret:
     return Secret(f"IMAGE_BUILDER_{provider.upper()}_CONFIG", "file",
                   f"the {provider} build config (it holds the password)")  # fmt: skip
@@ -118,7 +108,7 @@ def _config_args(plan: BuildPlan, request: BuildRequest) -> tuple[list[str | Var
         return [], ()
     if registry.get(plan.provider).secret_variables:
         secret = _config_secret(plan.provider)
-        return [f"--{plan.provider}-config", Var(f"{secret.name}_FILE")], (secret,)
+        return [f"--{plan.provider}-config", _file_of(secret)], (secret,)
     return [f"--{plan.provider}-config", path], ()
 
 
@@ -150,10 +140,23 @@ class Var:
 
     name: str
 
+    def expand(self) -> str:
+        return f'"${self.name}"'
+
+
+def _file_of(secret: Secret) -> Var:
+    """The variable holding the path of ``secret``'s 0600 file in the job (:func:`_materialize` makes it)."""
+    return Var(f"{secret.name}_FILE")
+
+
+def _github_file(secret: Secret) -> str:
+    """Where a GitHub job writes ``secret``'s file (removed by the job's last step)."""
+    return f"$RUNNER_TEMP/{secret.name.lower()}"
+
 
 def _command(args: list[str | Var]) -> str:
     """``args`` as one shell command line: strings shell-quoted, :class:`Var` expanded by the shell."""
-    return " ".join(f'"${a.name}"' if isinstance(a, Var) else shlex.quote(a) for a in args)
+    return " ".join(a.expand() if isinstance(a, Var) else shlex.quote(a) for a in args)
 
 
 def layer_key(plan: BuildPlan) -> str | None:
@@ -169,7 +172,7 @@ def pipeline(plans: list[BuildPlan], request: BuildRequest, customize: str | Non
     jobs: list[CiJob] = []
     layer_jobs: dict[str, str] = {}
     preflight_min = ["--min-disk-gb", str(options.min_disk_gb)] if options.min_disk_gb else []
-    sign: list[str | Var] = ["--signing-key", Var(f"{SIGNING_KEY.name}_FILE")] if options.sign else []
+    sign: list[str | Var] = ["--signing-key", _file_of(SIGNING_KEY)] if options.sign else []
     groups: dict[tuple[str, str, str, str, str | None], list[BuildPlan]] = {}
     for plan in plans:
         groups.setdefault((plan.os, plan.provider, plan.firmware, plan.engine, layer_key(plan)), []).append(plan)
@@ -206,7 +209,7 @@ def pipeline(plans: list[BuildPlan], request: BuildRequest, customize: str | Non
         images = [a for p in plans if p.output_name for a in ("--image", f"{OUTPUT_DIR}/{p.output_name}")]
         secrets = tuple(TUF_KEYS.values()) + (S3_SECRETS if options.publish.startswith("s3://") else ())
         keys = ('keys=$(mktemp -d) && trap \'rm -rf -- "$keys"\' EXIT && '
-                + " && ".join(f'install -m 0600 {_secret_path(s.name)} "$keys/{role}.pem"'
+                + " && ".join(f'install -m 0600 {_file_of(s).expand()} "$keys/{role}.pem"'
                               for role, s in TUF_KEYS.items()))  # fmt: skip
         publish = _command([IMAGE_BUILDER, "image.publish", *images, "--repo", options.publish, "--keys", Var("keys")])
         jobs.append(CiJob("publish", "publish", (f"{keys} && {publish}",),
@@ -245,11 +248,12 @@ def _materialize(job: CiJob, kind: str) -> list[str]:
     for s in job.secrets:
         if s.kind != "file":
             continue
+        path = _file_of(s)
         if kind == "gitlab-ci":
-            out.append(f'export {s.name}_FILE="${s.name}" && chmod 0600 "${s.name}_FILE"')
+            out.append(f'export {path.name}="${s.name}" && chmod 0600 {path.expand()}')
         else:
-            out.append(f'export {s.name}_FILE="$RUNNER_TEMP/{s.name.lower()}" && (umask 077 && printf \'%s\\n\' '
-                       f'"${s.name}" > "${s.name}_FILE")')  # fmt: skip
+            out.append(f'export {path.name}="{_github_file(s)}" && (umask 077 && printf \'%s\\n\' "${s.name}" > '
+                       f'{path.expand()})')  # fmt: skip
     return out
 
 
@@ -300,7 +304,7 @@ def _github(jobs: list[CiJob], options: CiOptions) -> dict[str, Any]:
             steps.append({"uses": "actions/upload-artifact@v4", "with": {"name": name, "path": job.hands}})
         files = [s for s in job.secrets if s.kind == "file"]
         if files:
-            remove = "rm -f -- " + " ".join(f'"$RUNNER_TEMP/{s.name.lower()}"' for s in files)
+            remove = "rm -f -- " + " ".join(f'"{_github_file(s)}"' for s in files)
             steps.append({"name": "remove the secret files", "if": "always()", "run": remove})
         entry: dict[str, Any] = {"runs-on": [_github_literal(label) for label in options.runs_on]}
         if job.needs:
@@ -321,13 +325,10 @@ def emit_ci(
     *,
     request: BuildRequest,
     customize: str | None,
-    runs_on: list[str] | None = None,
     options: CiOptions | None = None,
 ) -> str:
     """The ``github-actions`` workflow or ``.gitlab-ci.yml`` (text) that builds ``plans``."""
     options = options or CiOptions()
-    if runs_on is not None:
-        options = dataclasses.replace(options, runs_on=tuple(runs_on))
     jobs = pipeline(plans, request, customize, options)
     if kind == "github-actions":
         doc = {"name": "node images", "on": {"workflow_dispatch": {}}, "jobs": _github(jobs, options)}
