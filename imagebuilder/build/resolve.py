@@ -144,6 +144,12 @@ def _steps(plan: BuildPlan) -> list[str]:
     return steps
 
 
+def _unreachable(exc: ExternalError) -> str:
+    """Why a document could not be fetched, in a few words (the fetcher's message's last part: "HTTP 404 ...",
+    "Name or service not known"): what a plan notes for what it could not resolve."""
+    return str(exc).splitlines()[0].rsplit(": ", 1)[-1]
+
+
 def _load_manifest_for(
     request: BuildRequest, channel: ReleaseChannel, mirror: Mirror | None
 ) -> tuple[ReleaseManifest | None, ManifestState]:
@@ -164,8 +170,7 @@ def _load_manifest_for(
     try:
         manifest = load_manifest(url, mirror, timeout=MANIFEST_TIMEOUT)
     except ExternalError as exc:
-        reason = str(exc).splitlines()[0].rsplit(": ", 1)[-1]
-        return None, ManifestState(location, False, f"not resolved offline ({reason})")
+        return None, ManifestState(location, False, f"not resolved offline ({_unreachable(exc)})")
     return manifest, ManifestState(manifest.source, True, sha256=manifest.sha256, upstream=url)
 
 
@@ -320,7 +325,7 @@ def _runtime(
     ships = manifest is not None and manifest.ships_runtime
     if value == "os":
         return RuntimePlan("os", None, None, None, "build --runtime os"), ()
-    if pinned is not None and any(a.name == "containerd" for a in pinned.runtime):
+    if pinned is not None and pinned.ships_runtime:
         containerd = pinned.version_of("containerd")
         kubernetes = manifest.kubernetes_version if manifest else channel.kubernetes_version
         problem = runtime_problem(containerd, int(kubernetes.split(".")[1])) if containerd else None
@@ -341,8 +346,7 @@ def _runtime(
         try:
             up = upstream_runtime(line, mirror)
         except ExternalError as exc:  # unreachable, as an unreachable manifest is: a real build stops on it
-            reason = str(exc).splitlines()[0].rsplit(": ", 1)[-1]
-            return RuntimePlan("release", line.containerd, runc, line.crictl, why, unresolved=reason), ()
+            return RuntimePlan("release", line.containerd, runc, line.crictl, why, unresolved=_unreachable(exc)), ()
         return RuntimePlan("release", line.containerd, runc, line.crictl, why), up.artifacts
     assert manifest is not None
     containerd = manifest.version_of("containerd")

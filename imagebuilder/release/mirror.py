@@ -55,7 +55,7 @@ def runtime_extras(
     the product bundle's runtime tarballs when it ships them, else nothing when the release ships its own, else
     the line's ``runtime`` from its projects' releases with the checksum files that vouch for it (as read); None:
     the builds from the mirror take the OS's runtime (``build --runtime os``)."""
-    if pinned is not None and any(a.name == "containerd" for a in pinned.runtime):
+    if pinned is not None and pinned.ships_runtime:
         return pinned.runtime, ()
     if manifest.ships_runtime or runtime is None:
         return (pinned.runtime if pinned else ()), ()

@@ -87,6 +87,11 @@ class Pinned:
     def version_of(self, component: str) -> str | None:
         return dict(self.versions).get(component)
 
+    @property
+    def ships_runtime(self) -> bool:
+        """The bundle ships the line's containerd (older bundles name none: the line's own is taken then)."""
+        return any(a.name == "containerd" for a in self.runtime)
+
 
 #: the bundle's runtime: field under ``eksD`` -> (artifact name, component: the URL's segment before the version)
 _BUNDLE_RUNTIME = {"containerd": ("containerd", "containerd"), "crictl": ("crictl", "cri-tools")}

@@ -19,7 +19,7 @@ from imagebuilder.release.manifest import NodeArtifact
 
 
 @dataclass(frozen=True)
-class UpstreamRuntime:
+class UpstreamArtifacts:
     """The line's runtime as node artifacts (containerd and crictl tarballs, runc's binary), with the checksum files
     that vouch for them as read (a mirror carries them beside the files)."""
 
@@ -33,7 +33,7 @@ def upstream_files(runtime: Runtime, arch: str = "amd64") -> tuple[UpstreamFile,
     return load_catalog().upstream_runtime.files(runtime, arch)
 
 
-def upstream_runtime(runtime: Runtime, mirror: Mirror | None, arch: str = "amd64") -> UpstreamRuntime:
+def upstream_runtime(runtime: Runtime, mirror: Mirror | None, arch: str = "amd64") -> UpstreamArtifacts:
     """Read the checksum file of each part of ``runtime`` (from ``mirror`` when given) and return the parts as node
     artifacts with those digests. Exit 1 when a checksum file cannot be read or gives no digest for its file."""
     artifacts: list[NodeArtifact] = []
@@ -53,7 +53,7 @@ def upstream_runtime(runtime: Runtime, mirror: Mirror | None, arch: str = "amd64
                                 hint="check the mirror's copy of it, or build with --runtime os")  # fmt: skip
         artifacts.append(NodeArtifact(part.name, part.kind, part.component, part.url, digest))
         sums.append((part.sums_url, data))
-    return UpstreamRuntime(tuple(artifacts), tuple(sums))
+    return UpstreamArtifacts(tuple(artifacts), tuple(sums))
 
 
-__all__ = ["UpstreamRuntime", "upstream_files", "upstream_runtime"]
+__all__ = ["UpstreamArtifacts", "upstream_files", "upstream_runtime"]

@@ -188,6 +188,8 @@ def test_the_github_workflow_and_the_gitlab_pipeline_are_one_graph_running_the_s
         (("--emit", "gitlab-ci", "--ci-publish", "s3://AKIA:s3cr3t@bucket/repo"), "--ci-publish"),
         (("--emit", "gitlab-ci", "--ci-publish", "s3://bucket/repo?X-Amz-Signature=s3cr3t"), "--ci-publish"),
         (("--emit", "gitlab-ci", "--ci-publish", "repo\nInjected: 1"), "--ci-publish"),
+        (("--emit", "gitlab-ci", "--ci-sign", "--ci-publish", "r" * 10_000), "--ci-publish"),
+        (("--emit", "gitlab-ci", "--ci-concurrency", "9" * 10_000), "--ci-concurrency"),
         (("--ci-publish", "/srv/repo"), "--ci-publish"),  # shapes an emitted pipeline only
         (("--emit", "jenkins"), "--emit"),
         (("--emit", "gitlab-ci", "--pairs", "bottlerocket:vsphere"), "--os"),  # no buildable pair: OS-1 is downloaded
