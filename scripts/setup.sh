@@ -57,6 +57,8 @@ TEST_APT_PACKAGES=(
   file
   # the emitted CI pipelines run for real (issue 44): gitlab-ci-local copies each job's checkout with rsync
   rsync
+  # keys on a PKCS#11 token (issue 45): SoftHSM2, a real PKCS#11 module, and its softhsm2-util
+  softhsm2
 )
 [ "$TEST" -eq 0 ] || APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 missing=()
@@ -154,6 +156,16 @@ if [ ! -x "$TOOLS_BIN/actionlint" ] || [ ! -e "$stamp" ]; then
   echo "==> go install github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
   GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
   rm -f "$TOOLS_BIN/.actionlint-"*
+  touch "$stamp"
+fi
+# local-kms (issue 45): a KMS-compatible server for the KMS signing tests, because moto does not implement Sign with
+# MessageType=DIGEST (what securesystemslib's AWSSigner sends); from source through the Go module proxy, pinned
+LOCAL_KMS_VERSION=v0.0.0-20260228092603-2a5e92d09ab6
+stamp="$TOOLS_BIN/.local-kms-$LOCAL_KMS_VERSION"
+if [ ! -x "$TOOLS_BIN/local-kms" ] || [ ! -e "$stamp" ]; then
+  echo "==> go install github.com/nsmithuk/local-kms@$LOCAL_KMS_VERSION"
+  GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "github.com/nsmithuk/local-kms@$LOCAL_KMS_VERSION"
+  rm -f "$TOOLS_BIN/.local-kms-"*
   touch "$stamp"
 fi
 # gitlab-ci-local (the emitted GitLab pipeline runs for real, its jobs in the shell, issue 44), from the npm registry,

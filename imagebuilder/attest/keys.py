@@ -1,4 +1,5 @@
-"""Signing keys from files, as securesystemslib reads them: PEM private keys (PKCS#8 or the algorithm's own form)
+"""Signing keys: in a KMS or on a token (``awskms:``, ``hsm:``, ``pkcs11:`` references, :mod:`.signers`), or in
+files, as securesystemslib reads them: PEM private keys (PKCS#8 or the algorithm's own form)
 of ed25519, ECDSA (P-256, P-384) or RSA, public keys as PEM SubjectPublicKeyInfo.
 
 Why so strict: a key is the one secret that makes every signature mean something. A private key file readable by
@@ -18,7 +19,7 @@ from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import atomic_write
 
 if TYPE_CHECKING:
-    from securesystemslib.signer import CryptoSigner, SSlibKey
+    from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
 
 #: the environment variable an encrypted private key's password comes from
 PASSWORD_ENV = "IMAGE_BUILDER_KEY_PASSWORD"  # noqa: S105 (a variable name, not a password)
@@ -46,7 +47,17 @@ def _read_key_file(path: Path, flag: str, *, private: bool) -> bytes:
     return path.read_bytes()
 
 
-def load_signer(path: Path, flag: str = "--signing-key") -> CryptoSigner:
+def load_signer(key: str | Path, flag: str = "--signing-key") -> Signer:
+    """The signer of ``key``: a KMS or token reference (checked by one signature), or a private key file (exit 2
+    naming the file when it is not one)."""
+    from imagebuilder.attest.signers import is_reference, remote_signer
+
+    if is_reference(key):
+        return remote_signer(str(key), flag)
+    return load_file_signer(Path(key), flag)
+
+
+def load_file_signer(path: Path, flag: str = "--signing-key") -> CryptoSigner:
     """The private key in ``path`` as a securesystemslib signer (exit 2 naming the file when it is not one)."""
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -71,11 +82,17 @@ def load_signer(path: Path, flag: str = "--signing-key") -> CryptoSigner:
     return CryptoSigner(key)
 
 
-def load_public_key(path: Path, flag: str = "--public-key") -> SSlibKey:
-    """A PEM public key (or the public half of a private key file given by mistake is refused: never read it)."""
+def load_public_key(key: str | Path, flag: str = "--public-key") -> SSlibKey:
+    """A PEM public key file (a private key file given by mistake is refused: never read it), or the public key of
+    a KMS or token reference, read from the KMS or token."""
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
     from securesystemslib.signer import SSlibKey
 
+    from imagebuilder.attest.signers import is_reference, remote_public_key
+
+    if is_reference(key):
+        return remote_public_key(str(key), flag)
+    path = Path(key)
     data = _read_key_file(path, flag, private=False)
     if b"PRIVATE KEY" in data:
         raise InputError("is a private key", source=path, field=flag, expected="the public key (a .pub file)")
@@ -84,6 +101,32 @@ def load_public_key(path: Path, flag: str = "--public-key") -> SSlibKey:
     except (ValueError, TypeError) as exc:
         raise InputError(f"is not a PEM public key ({exc})", source=path, field=flag,
                          expected="a PEM ed25519, ECDSA or RSA public key") from None  # fmt: skip
+
+
+def public_pem(key: SSlibKey) -> bytes:
+    """``key`` as a PEM SubjectPublicKeyInfo (what :func:`load_public_key` reads back)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    public = str(key.keyval["public"])
+    if key.keytype == "ed25519":  # securesystemslib keeps ed25519 keys as hex; the others as PEM already
+        raw = Ed25519PublicKey.from_public_bytes(bytes.fromhex(public))
+        return raw.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return public.encode()
+
+
+def export_public_key(key: SSlibKey, dest: Path) -> bool:
+    """Write ``key`` as PEM to ``dest``; False when ``dest`` already holds it (a rerun), exit 2 when it holds
+    another key (a public key file is never silently replaced: verifiers trust it)."""
+    pem = public_pem(key)
+    if dest.exists():
+        if load_public_key(dest, "--dest").keyid == key.keyid:
+            return False
+        raise InputError("holds another public key", source=dest, field="--dest",
+                         expected="a new file name, or the old file moved away")  # fmt: skip
+    with atomic_write(dest, "wb", perm=0o644) as fh:
+        fh.write(pem)
+    return True
 
 
 def public_path(private: Path) -> Path:

@@ -153,13 +153,9 @@ def _bad(path: Path, detail: str) -> ExternalError:
     return ExternalError(f"the provenance {path} {detail}", hint="do not trust this image; rebuild or re-download it")
 
 
-def verify(path: Path, public_key: Key | None, image: Path, sha256: str | None = None) -> dict[str, Any]:
-    """Check ``path`` (a DSSE envelope) against ``public_key``, ``image`` and the SBOM it names; returns the
-    statement. Bad input (a file that is no envelope) exits 2; a signature or digest that does not match exits 1.
-    Without a key the envelope must still carry a signature (``image.publish`` without ``--public-key``). ``sha256``
-    is the image's digest when the caller has just computed it (an image is gigabytes: read once)."""
+def _read_envelope(path: Path) -> Envelope:
+    """The DSSE envelope of in-toto JSON in ``path`` (exit 2 when the file is none)."""
     from securesystemslib.dsse import Envelope
-    from securesystemslib.exceptions import VerificationError
 
     text = read_text(path, "provenance")
     try:
@@ -169,26 +165,29 @@ def verify(path: Path, public_key: Key | None, image: Path, sha256: str | None =
                          expected="the <name>.intoto.json a build wrote") from None  # fmt: skip
     if envelope.payload_type != PAYLOAD_TYPE:
         raise _bad(path, f"has payload type {envelope.payload_type!r}, not {PAYLOAD_TYPE}")
-    if not envelope.signatures:
-        raise _bad(path, "is not signed")
-    if public_key is not None:
-        try:
-            envelope.verify([public_key], 1)
-        except VerificationError:
-            raise _bad(path, f"is not signed by the key {public_key.keyid[:16]}... (--public-key)") from None
+    return envelope
+
+
+def _statement(path: Path, envelope: Envelope) -> dict[str, Any]:
     try:
         doc = json.loads(envelope.payload)
-        subject = doc["subject"]
-        predicate = doc["predicate"]
-    except (ValueError, KeyError, TypeError):
+        if not isinstance(doc.get("subject"), list) or not isinstance(doc.get("predicate"), dict):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise _bad(path, "holds no in-toto statement") from None
     if doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != PREDICATE_TYPE:
         raise _bad(path, f"is a {doc.get('_type')} of {doc.get('predicateType')}, not SLSA provenance v1")
+    return dict(doc)
+
+
+def _check_subject(path: Path, doc: dict[str, Any], image: Path, sha256: str | None) -> None:
+    """The statement is about ``image`` (its digest), and the SBOM it names is the file beside it."""
+    subject = doc["subject"]
     digest = sha256 or sha256_file(image)
     if not any(isinstance(s, dict) and s.get("digest", {}).get("sha256") == digest for s in subject):
         raise _bad(path, f"is about {[s.get('name') for s in subject if isinstance(s, dict)]}, not {image.name} "
                          f"(sha256 {digest})")  # fmt: skip
-    for item in predicate.get("runDetails", {}).get("byproducts", []):
+    for item in doc["predicate"].get("runDetails", {}).get("byproducts", []):
         sbom = path.parent / Path(str(item.get("name", ""))).name
         want = item.get("digest", {}).get("sha256")
         if not sbom.is_file():
@@ -196,7 +195,74 @@ def verify(path: Path, public_key: Key | None, image: Path, sha256: str | None =
         got = sha256_file(sbom)
         if got != want:
             raise _bad(path, f"names the SBOM {sbom.name} with sha256 {want}; the file has {got}")
-    return dict(doc)
+
+
+def verify(path: Path, public_key: Key | None, image: Path, sha256: str | None = None) -> dict[str, Any]:
+    """Check ``path`` (a DSSE envelope) against ``public_key``, ``image`` and the SBOM it names; returns the
+    statement. Bad input (a file that is no envelope) exits 2; a signature or digest that does not match exits 1.
+    Without a key the envelope must still carry a signature (``image.publish`` without ``--public-key``). ``sha256``
+    is the image's digest when the caller has just computed it (an image is gigabytes: read once)."""
+    from securesystemslib.exceptions import VerificationError
+
+    envelope = _read_envelope(path)
+    if not envelope.signatures:
+        raise _bad(path, "is not signed")
+    if public_key is not None:
+        try:
+            envelope.verify([public_key], 1)
+        except VerificationError:
+            raise _bad(path, f"is not signed by the key {public_key.keyid[:16]}... (--public-key)") from None
+    doc = _statement(path, envelope)
+    _check_subject(path, doc, image, sha256)
+    return doc
+
+
+def subject_image(path: Path) -> Path:
+    """The image a provenance is about, where a build put it: beside the provenance, under the subject's name."""
+    doc = _statement(path, _read_envelope(path))
+    names = [Path(str(s.get("name", ""))).name for s in doc["subject"] if isinstance(s, dict)]
+    if len(names) != 1 or not names[0] or names[0] in (".", ".."):
+        raise _bad(path, f"names {len(names)} subjects, not the one image a build writes")
+    return path.parent / names[0]
+
+
+@dataclass(frozen=True)
+class Signing:
+    """What :func:`sign_statement` did: the key, and whether the file changed (a rerun with the same key does
+    not)."""
+
+    keyid: str
+    written: bool
+    subject: str
+
+
+def sign_statement(path: Path, signer: Signer, image: Path | None = None, *, dry_run: bool = False) -> Signing:
+    """Sign the statement in ``path`` with ``signer``, in place (``attest.sign``): a build job without a key wrote it
+    unsigned, a later job with the KMS or token signs it.
+
+    Nothing is signed that does not describe the files beside it: the statement's subject must be the image (by
+    digest) and its SBOM the file it names, as :func:`verify` checks, else exit 1 and the file is left as it was.
+    A signature this key already made is kept (a rerun changes nothing); other keys' signatures stay beside it."""
+    envelope = _read_envelope(path)
+    doc = _statement(path, envelope)
+    target = image or subject_image(path)
+    if not target.is_file():
+        raise InputError(f"the image {target.name} it is about is not beside it", source=path, field="--image",
+                         expected="the image the build wrote, or its path in --image")  # fmt: skip
+    _check_subject(path, doc, target, None)
+    from securesystemslib.exceptions import VerificationError
+
+    keyid = signer.public_key.keyid
+    if keyid in envelope.signatures:
+        try:
+            envelope.verify([signer.public_key], 1)
+            return Signing(keyid, False, target.name)
+        except VerificationError:  # a broken signature by this key: replaced
+            del envelope.signatures[keyid]
+    if not dry_run:
+        envelope.sign(signer)
+        write(path, envelope.to_dict())
+    return Signing(keyid, not dry_run, target.name)
 
 
 def payload_of(envelope: dict[str, Any]) -> dict[str, Any]:

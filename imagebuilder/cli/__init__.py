@@ -13,6 +13,7 @@ from invoke.collection import Collection
 
 from imagebuilder.cli import (
     ami,
+    attest,
     build,
     cloudstack,
     cluster,
@@ -37,6 +38,7 @@ from imagebuilder.cli import (
 TOP_LEVEL: tuple[ModuleType, ...] = (demo, dev, docs, preflight, serve)
 NAMESPACES: tuple[ModuleType, ...] = (
     ami,
+    attest,
     build,  # build (its default task) and build.matrix
     cloudstack,
     cluster,

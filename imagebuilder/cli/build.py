@@ -56,8 +56,9 @@ HELP = {
     "packer_plugins": "folder of Packer plugin binaries (packer-plugin-<name>) to install missing plugins from, for"
     " air-gapped sites (default: the mirror's copy, else 'packer init'); Packer 1.7+",
     "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
-    "signing_key": "private key (PEM: ed25519, ECDSA or RSA; mode 0600) that signs the build's provenance "
-    "(default: $IMAGE_BUILDER_SIGNING_KEY; none: the provenance is written unsigned)",
+    "signing_key": "key that signs the build's provenance: a private key file (PEM: ed25519, ECDSA or RSA; mode"
+    " 0600), awskms:<key id|alias/name|ARN>, or hsm:<id>[?label=<token>] / pkcs11:token=<label>;id=<id> (PIN in"
+    " $IMAGE_BUILDER_HSM_PIN) (default: $IMAGE_BUILDER_SIGNING_KEY; none: the provenance is written unsigned)",
 }
 
 

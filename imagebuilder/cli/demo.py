@@ -22,6 +22,8 @@ from imagebuilder.core.errors import ExternalError
         "skip_check": "preflight check to skip (repeatable)",
         "dry_run": "print the steps; do nothing",
         "engine": "auto (default: the fastest this host supports), chroot or packer",
+        "signing_key": "key that signs the image's provenance, as build takes it (a PEM file, awskms:..., hsm:... or"
+        " pkcs11:...; default: $IMAGE_BUILDER_SIGNING_KEY; none: unsigned)",
     },
     iterable=["skip_check"],
     auto_shortflags=False,
@@ -38,6 +40,7 @@ def demo(
     skip_check: list[str] | None = None,
     dry_run: bool = False,
     engine: str = "auto",
+    signing_key: str = "",
 ) -> None:
     """Run the offline flow end to end: base image, Kubernetes built from source, mirror, bare-metal build, and a
     node brought up on the image (--standin: a stand-in release, verified to a login prompt)."""
@@ -48,6 +51,9 @@ def demo(
     size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
     flags.choice(engine, "--engine", ("auto", "chroot", "packer"))
     check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
+    from imagebuilder.cli.build import signer_for
+
+    signer = signer_for(signing_key or None)  # read now: a bad key exits 2 before the base image is made
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.k8sversion import parse_version
 
@@ -82,6 +88,7 @@ def demo(
             boot=not no_boot,
             skip_checks=tuple(skip_check or ()),
             engine=engine,
+            signer=signer,
             say=clock,
             status=status,
         )

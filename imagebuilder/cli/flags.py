@@ -194,8 +194,17 @@ def secret(value: str, flag: str) -> str:
 SIGNING_KEY_ENV = "IMAGE_BUILDER_SIGNING_KEY"
 
 
-def signing_key(value: str | None, flag: str = "--signing-key") -> Path | None:
-    """The private key file to sign with (the flag, else ``$IMAGE_BUILDER_SIGNING_KEY``), or None. Only its path
-    travels; the key is read (and its file's mode checked) by :func:`imagebuilder.attest.keys.load_signer`."""
+def key(value: str, flag: str) -> str | Path:
+    """A key: a reference to a KMS or token key (``awskms:``, ``hsm:``, ``pkcs11:``; parsed when it is loaded), else
+    an existing file."""
+    from imagebuilder.attest.signers import is_reference
+
+    return value if is_reference(value) else existing_file(value, flag)
+
+
+def signing_key(value: str | None, flag: str = "--signing-key") -> str | Path | None:
+    """The key to sign with (the flag, else ``$IMAGE_BUILDER_SIGNING_KEY``), or None. Only its path or reference
+    travels; the key is read (and its file's mode checked, or the KMS or token asked) by
+    :func:`imagebuilder.attest.keys.load_signer`."""
     given = value or os.environ.get(SIGNING_KEY_ENV) or None
-    return existing_file(given, flag if value else SIGNING_KEY_ENV) if given else None
+    return key(given, flag if value else SIGNING_KEY_ENV) if given else None

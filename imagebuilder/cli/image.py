@@ -81,7 +81,8 @@ def print_findings(findings: list[Finding]) -> None:
         "private wire between the two guests) and the test pod runs there",
         "provenance": "check this provenance (<name>.intoto.json) instead of the image's contents: its signature by"
         " --public-key, its subject against the image, the SBOM it names against the file beside it",
-        "public_key": "with --provenance: the PEM public key the build signed with",
+        "public_key": "with --provenance: the PEM public key the build signed with (or the signing key's"
+        " awskms:/hsm:/pkcs11: reference: its public key is read from the KMS or token)",
     },
     auto_shortflags=False,
 )
@@ -138,8 +139,8 @@ def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:
 
     statement_file = flags.existing_file(flags.required(provenance, "--provenance", "<name>.intoto.json"),
                                          "--provenance")  # fmt: skip
-    key = load_public_key(flags.existing_file(flags.required(public_key, "--public-key", "a PEM public key"),
-                                              "--public-key"))  # fmt: skip
+    key = load_public_key(flags.key(flags.required(public_key, "--public-key", "a PEM public key or a KMS or token"
+                                                   " key reference"), "--public-key"))  # fmt: skip
     statement = verify_provenance(statement_file, key, image)
     predicate = statement["predicate"]
     print(f"[ok  ] signature            by key {key.keyid}")
@@ -159,7 +160,8 @@ def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:
         "keys": "folder of the repository's private keys: targets.pem, snapshot.pem, timestamp.pem (mode 0600)",
         "target_name": "the image's name in the repository (default: its file name; the SBOM and provenance are named"
         " after it); one file name, no folders",
-        "public_key": "the PEM public key the build signed the provenance with: checked before publishing",
+        "public_key": "the PEM public key (or awskms:/hsm:/pkcs11: reference) the build signed the provenance with:"
+        " checked before publishing",
         "expires": "days the new metadata stays valid, role=days comma-separated (default targets=90,snapshot=7,"
         "timestamp=1)",
         "dry_run": "check everything (image, SBOM, provenance, keys, repository); upload and sign nothing",
@@ -186,7 +188,7 @@ def publish(c: Context, image: list[str] | None = None, repo: str = "", keys: st
     from imagebuilder.publish.images import publish_images
     from imagebuilder.publish.repository import expiry
 
-    key = load_public_key(flags.existing_file(public_key, "--public-key")) if public_key else None
+    key = load_public_key(flags.key(public_key, "--public-key")) if public_key else None
     days = expiry(expires)
     with transfer_bars() as transfers:
         result = publish_images(paths, location, key_dir, names=[target_name] if target_name else None,
@@ -242,7 +244,8 @@ def diff(c: Context, image: str = "", against: str = "", output: str = "text") -
         "force": "replace an existing --dest (default: an existing one is left alone)",
         "timeout": "seconds to wait for the guest to boot and accept the login (default 1800; TCG is slow)",
         "dry_run": "check the image, the customization file and the host; change nothing",
-        "signing_key": "private key (PEM, mode 0600) that signs the customized image's provenance (default:"
+        "signing_key": "key (PEM file, mode 0600, or awskms:/hsm:/pkcs11: reference) that signs the customized image's"
+        " provenance (default:"
         " $IMAGE_BUILDER_SIGNING_KEY; none: no provenance, the SBOM is still written)",
     },
     auto_shortflags=False,

@@ -3,7 +3,6 @@ rotation. Publishing itself is ``image.publish``; reading is ``download.image``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from invoke.context import Context
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 
 REPO_HELP = "the repository: a folder, or s3://bucket/prefix (endpoint and credentials from the environment)"
 KEYS_HELP = "folder of private keys named for their role: root.pem or root-<n>.pem, targets.pem, snapshot.pem, "
-KEYS_HELP += "timestamp.pem (mode 0600; made by repo.keygen)"
+KEYS_HELP += "timestamp.pem (mode 0600; made by repo.keygen), or <role>.uri files holding a KMS or token key reference"
 EXPIRES_HELP = "days each role's new metadata stays valid, role=days comma-separated (default root=365,targets=90,"
 EXPIRES_HELP += "snapshot=7,timestamp=1)"
 
@@ -128,8 +127,8 @@ def refresh(c: Context, repo: str = "", keys: str = "", expires: str = "", targe
         "repo": REPO_HELP,
         "keys": KEYS_HELP + "; the current root keys sign the new root",
         "role": "the role whose keys change: root, targets, snapshot or timestamp",
-        "new_key": "a new private key of the role (repeatable, each key counted once); every old key of the role"
-        " that is not among them is revoked",
+        "new_key": "a new key of the role: a private key file, or a KMS or token key (awskms:..., hsm:..., pkcs11:...)"
+        " (repeatable, each key counted once); every old key of the role that is not among them is revoked",
         "threshold": "signatures the role needs from now on (default 1)",
         "expires": EXPIRES_HELP,
         "dry_run": "check the keys and the repository; write nothing",
@@ -150,7 +149,7 @@ def rotate(c: Context, repo: str = "", keys: str = "", role: str = "", new_key: 
     flags.choice(flags.required(role, "--role", "root, targets, snapshot or timestamp"), "--role", r.ROLES)
     if not new_key:
         raise InputError("no new key given", field="--new-key", expected="a private key file (repo.keygen makes one)")
-    new = [load_signer(flags.existing_file(k, "--new-key"), "--new-key") for k in new_key]
+    new = [load_signer(flags.key(k, "--new-key"), "--new-key") for k in new_key]
     count = flags.integer(threshold, "--threshold", 1, 16)
     days = r.expiry(expires)
     needed = ("root", "snapshot", "timestamp", *(("targets",) if role == "targets" else ()))
@@ -160,5 +159,5 @@ def rotate(c: Context, repo: str = "", keys: str = "", role: str = "", new_key: 
     revoked = ", ".join(k[:12] for k in change.revoked) or "none (every old key is among the new ones)"
     print(f"{'would revoke' if dry_run else 'revoked'} {role} key(s): {revoked}")
     if not dry_run:
-        print(f"the {role} keys are now {', '.join(str(Path(k)) for k in new_key)}: put them in {key_dir} in place of"
-              f" the old ones")  # fmt: skip
+        print(f"the {role} keys are now {', '.join(new_key)}: put them in {key_dir} in place of the old ones (a key"
+              f" in a KMS or on a token as a {role}.uri file holding its reference)")  # fmt: skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuilder.build.plan import BuildRequest
 from imagebuilder.build.runner import BuildResult
@@ -27,6 +28,9 @@ from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.mirror import create_mirror, file_sha256
 from imagebuilder.release.source import DEFAULT_BASE_URL, build_release, manifest_url, parse_version
 from imagebuilder.release.standin import make_standin_release
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Signer
 
 
 @dataclass
@@ -99,6 +103,7 @@ def run_demo(
     engine: str = "auto",
     standin: bool = False,
     kubernetes: str = DEMO_KUBERNETES,
+    signer: Signer | None = None,
 ) -> DemoResult:
     """The offline flow end to end; ``say`` reports each step (kept), ``status`` the build's finer progress.
     ``standin``: the stand-in release of ``channel``; else Kubernetes ``kubernetes`` built from source and the
@@ -152,7 +157,7 @@ def run_demo(
     plan = prepared.plan
     how = "Packer + QEMU + Ansible" if plan.engine == "packer" else "Ansible in a chroot, no VM"
     say(f"build: {plan.output_name} ({how}, offline); engine {plan.engine}: {plan.engine_reason}")
-    build = run_build(prepared, skip_checks=skip_checks, say=say, status=status)  # the same gate as 'build'
+    build = run_build(prepared, skip_checks=skip_checks, say=say, status=status, signer=signer)  # as 'build'
     assert build.artifact is not None
     say(f"image: {build.artifact}  sha256 {build.sha256}")
     if boot and not standin:

@@ -26,11 +26,12 @@ from imagebuilder.attest.keys import load_signer
 from imagebuilder.core import grammar
 from imagebuilder.core import progress as _progress
 from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.files import read_text
 from imagebuilder.core.progress import Transfers
 from imagebuilder.publish.storage import SENT, Store
 
 if TYPE_CHECKING:
-    from securesystemslib.signer import CryptoSigner
+    from securesystemslib.signer import Signer
     from tuf.api.metadata import Metadata, Root, Snapshot, Targets, Timestamp
 
 ROLES = ("root", "targets", "snapshot", "timestamp")
@@ -77,34 +78,51 @@ def role_numbers(items: Iterable[str], flag: str, defaults: dict[str, int], lo: 
 
 @dataclass
 class Keys:
-    """The private keys of each role, read from a folder (``<role>.pem`` / ``<role>-<n>.pem``, mode 0600)."""
+    """The signers of each role, from a folder: private key files (``<role>.pem`` / ``<role>-<n>.pem``, mode 0600)
+    and references to keys in a KMS or on a token (``<role>.uri`` / ``<role>-<n>.uri``, one line each)."""
 
     folder: Path
-    signers: dict[str, list[CryptoSigner]] = field(default_factory=dict)
+    signers: dict[str, list[Signer]] = field(default_factory=dict)
 
-    def of(self, role: str) -> list[CryptoSigner]:
+    def of(self, role: str) -> list[Signer]:
         return self.signers.get(role, [])
 
 
-def distinct(signers: Iterable[CryptoSigner]) -> list[CryptoSigner]:
+def distinct(signers: Iterable[Signer]) -> list[Signer]:
     """``signers`` with each key ID once, in their order: two files of one key are one key to a client, so they
     count once toward a threshold (counted twice, they would make a repository that no client accepts)."""
     return list({s.public_key.keyid: s for s in signers}.values())
 
 
+def key_reference(path: Path, flag: str = "--keys") -> str:
+    """The KMS or token reference a ``.uri`` file of the keys folder holds (one line; no secret: a PIN is never
+    in it)."""
+    from imagebuilder.attest.signers import is_reference
+
+    lines = read_text(path, "key reference").splitlines()
+    ref = lines[0].strip() if len(lines) == 1 else ""
+    if not is_reference(ref):
+        raise InputError("is not one key reference on one line", source=path, field=flag,
+                         expected="awskms:<key>, hsm:<id>[?label=<token>] or pkcs11:token=<label>;id=<id>")  # fmt: skip
+    return ref
+
+
 def load_keys(folder: Path, roles: Iterable[str], flag: str = "--keys") -> Keys:
-    """The keys of ``roles`` from ``folder``; a role without a key file exits 2 naming the files looked for."""
+    """The keys of ``roles`` from ``folder``; a role without a key exits 2 naming the files looked for."""
     keys = Keys(folder)
     for role in roles:
         files = sorted({*folder.glob(f"{role}.pem"), *folder.glob(f"{role}-*.pem")})
-        if not files:
+        refs = sorted({*folder.glob(f"{role}.uri"), *folder.glob(f"{role}-*.uri")})
+        if not files and not refs:
             raise InputError(
                 f"no {role} key",
                 source=folder,
                 field=flag,
-                expected=f"{role}.pem or {role}-<n>.pem (make keys with 'image-builder repo.keygen')",
+                expected=f"{role}.pem or {role}-<n>.pem (make keys with 'image-builder repo.keygen'), or {role}.uri"
+                " holding a KMS or token key reference",
             )
-        keys.signers[role] = distinct(load_signer(f, flag) for f in files)
+        keys.signers[role] = distinct([*(load_signer(f, flag) for f in files),
+                                       *(load_signer(key_reference(f, flag), flag) for f in refs)])  # fmt: skip
     return keys
 
 
@@ -187,13 +205,13 @@ def load(store: Store, *, purpose: str = "publish") -> State:
     return State(root, targets, snapshot, timestamp)
 
 
-def _sign(md: Metadata[Any], signers: list[CryptoSigner]) -> None:
+def _sign(md: Metadata[Any], signers: list[Signer]) -> None:
     md.signatures.clear()
     for signer in signers:
         md.sign(signer, append=True)
 
 
-def _check_signers(root: Root, role: str, signers: list[CryptoSigner]) -> None:
+def _check_signers(root: Root, role: str, signers: list[Signer]) -> None:
     """Enough of ``role``'s trusted keys among the given ones to meet its threshold: else exit 2, before signing."""
     trusted = set(root.roles[role].keyids)
     usable = [s for s in signers if s.public_key.keyid in trusted]
@@ -254,6 +272,20 @@ def _write_targets(store: Store, state: State, keys: Keys, days: dict[str, int],
     change.versions["targets"] = t.signed.version
 
 
+#: the signature schemes every client of the repository verifies: python-tuf verifies more, but tuftool (tough,
+#: Bottlerocket's) reads ECDSA keys of P-256 only (a P-384 key in root.json fails its parse of the whole root)
+CLIENT_SCHEMES = ("ed25519", "ecdsa-sha2-nistp256", "rsassa-pss-sha256")
+
+
+def check_schemes(signers: Iterable[Signer], flag: str) -> None:
+    """Refuse a key that a client of the repository could not verify, before it goes into a root."""
+    for signer in signers:
+        scheme = signer.public_key.scheme
+        if scheme not in CLIENT_SCHEMES:
+            raise InputError(f"key {signer.public_key.keyid[:16]}... signs {scheme}, which tuftool cannot verify",
+                             field=flag, expected=f"a key of {', '.join(CLIENT_SCHEMES)}")  # fmt: skip
+
+
 def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False,
          asked: Collection[str] = ROLES) -> tuple[bytes, Change]:  # fmt: skip
     """A new repository (root, empty targets, snapshot, timestamp, all version 1). Returns root.json's bytes. A
@@ -262,6 +294,7 @@ def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, i
     from tuf.api.metadata import Metadata, MetaFile, Root, Snapshot, Targets, Timestamp
 
     for role in ROLES:
+        check_schemes(keys.of(role), "--keys")
         if thresholds.get(role, 1) > len(keys.of(role)):
             raise InputError(f"the {role} threshold is {thresholds[role]}, with {len(keys.of(role))} key(s) given",
                              field="--threshold", expected=f"at most the number of {role} key files")  # fmt: skip
@@ -367,7 +400,7 @@ def refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = F
     return change
 
 
-def rotate(store: Store, keys: Keys, role: str, new: list[CryptoSigner], threshold: int, days: dict[str, int],
+def rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: int, days: dict[str, int],
            *, dry_run: bool = False) -> Change:  # fmt: skip
     """Replace every key of ``role`` with ``new`` in a new root version, signed by the current root keys (and the
     new ones, for a root rotation: a client holding the old root follows it to the new); the rotated role's metadata
@@ -375,6 +408,7 @@ def rotate(store: Store, keys: Keys, role: str, new: list[CryptoSigner], thresho
     if role not in ROLES:
         raise InputError(f"'{role}' is not a role", field="--role", expected=", ".join(ROLES))
     new = distinct(new)  # one key given twice is one key
+    check_schemes(new, "--new-key")
     if not 1 <= threshold <= len(new):
         raise InputError(f"the threshold is {threshold} with {len(new)} distinct new key(s)", field="--threshold",
                          expected=f"1 to {len(new)}")  # fmt: skip

@@ -34,9 +34,9 @@ Version: 1.0
 """
 
 
-def companions(image: Path, key: Path) -> None:
-    """``image``'s .sha256, SBOM and signed provenance, as :func:`imagebuilder.build.attestations.write_attestations`
-    writes them after a build."""
+def companions(image: Path, key: Path | None) -> None:
+    """``image``'s .sha256, SBOM and provenance (signed by ``key``, else unsigned), as
+    :func:`imagebuilder.build.attestations.write_attestations` writes them after a build."""
     sha = sha256_file(image)
     image.with_name(image.name + ".sha256").write_text(f"{sha}  {image.name}\n")
     stem = image.name.removesuffix(".gz")
@@ -48,10 +48,11 @@ def companions(image: Path, key: Path) -> None:
         image=image, sha256=sha, parameters={"os": "ubuntu", "provider": "baremetal"}, dependencies=[],
         tools={"image-builder": "test"}, invocation=f"{stem}-test", started=now, finished=now, sbom=doc_path,
     )  # fmt: skip
-    provenance.write(image.with_name(stem + provenance.SUFFIX), provenance.sign(statement, load_signer(key)))
+    envelope = provenance.sign(statement, load_signer(key)) if key else provenance.unsigned(statement)
+    provenance.write(image.with_name(stem + provenance.SUFFIX), envelope)
 
 
-def make_image(folder: Path, name: str, key: Path, size: int = 200 * 1024) -> Path:
+def make_image(folder: Path, name: str, key: Path | None, size: int = 200 * 1024) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     image = folder / f"{name}.gz"
     image.write_bytes(os.urandom(size))

@@ -1,0 +1,69 @@
+"""``attest.*``: signing as its own step (issue 45). A CI's build job has no key and writes its provenance unsigned;
+a later job that may use the KMS or token signs it with ``attest.sign``. ``attest.public-key`` writes the PEM public
+key of a KMS or token key, for those who verify without access to the KMS (``image.verify --public-key``)."""
+
+from __future__ import annotations
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from imagebuilder.cli import flags
+from imagebuilder.cli._common import cli_task
+from imagebuilder.core.errors import InputError
+from imagebuilder.core.grammar import printable
+
+KEY_HELP = "a private key file (PEM, mode 0600), awskms:<key id|alias/name|ARN>, or hsm:<id>[?label=<token>] /"
+KEY_HELP += " pkcs11:token=<label>;id=<id> (PIN in $IMAGE_BUILDER_HSM_PIN; default: $IMAGE_BUILDER_SIGNING_KEY)"
+
+
+@task(
+    help={
+        "provenance": "the <name>.intoto.json a build wrote (signed in place)",
+        "signing_key": "the key that signs it: " + KEY_HELP,
+        "image": "the image it is about (default: the file its subject names, beside it)",
+        "dry_run": "check the statement against the image and SBOM, and the key by one signature; write nothing",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def sign(c: Context, provenance: str = "", signing_key: str = "", image: str = "", dry_run: bool = False) -> None:
+    """Sign a provenance a build wrote unsigned (refused when it does not describe the image and SBOM beside it)."""
+    from imagebuilder.attest.keys import load_signer
+    from imagebuilder.attest.provenance import sign_statement
+
+    path = flags.existing_file(flags.required(provenance, "--provenance", "<name>.intoto.json"), "--provenance")
+    target = flags.existing_file(image, "--image") if image else None
+    key = flags.signing_key(signing_key or None)
+    if key is None:
+        raise InputError("no key given", field="--signing-key", expected=KEY_HELP)
+    signer = load_signer(key, "--signing-key" if signing_key else flags.SIGNING_KEY_ENV)
+    done = sign_statement(path, signer, target, dry_run=dry_run)
+    if done.written:
+        print(f"signed {path} ({done.subject}) with key {done.keyid}")
+    elif dry_run:
+        print(f"would sign {path} ({done.subject}) with key {done.keyid} (--dry-run)")
+    else:
+        print(f"unchanged {path}: already signed by key {done.keyid}")
+
+
+@task(
+    help={
+        "key": "the key: awskms:..., hsm:... or pkcs11:... (its public half is read from the KMS or token)",
+        "dest": "where to write the PEM public key (refused if it exists and holds another key)",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def public_key(c: Context, key: str = "", dest: str = "") -> None:
+    """Write the PEM public key of a key in a KMS or on a token (for image.verify --public-key elsewhere)."""
+    from imagebuilder.attest.keys import export_public_key, load_public_key
+    from imagebuilder.attest.signers import is_reference
+
+    ref = flags.required(key, "--key", "awskms:<key>, hsm:<id> or pkcs11:token=<label>;id=<id>")
+    if not is_reference(ref):
+        raise InputError(f"'{printable(ref, 120)}' is not a KMS or token key reference", field="--key",
+                         expected="awskms:<key>, hsm:<id> or pkcs11:token=<label>;id=<id>")  # fmt: skip
+    out = flags.dest_file(flags.required(dest, "--dest", "a file for the PEM public key"), "--dest")
+    public = load_public_key(ref, "--key")
+    written = export_public_key(public, out)
+    print(f"{'wrote' if written else 'unchanged'} {out}: key {public.keyid} ({public.scheme})")
