@@ -125,6 +125,16 @@ if ! go_ok; then
   go_ok || { echo "error: $(command -v go) is not Go 1.21 or newer" >&2; exit 1; }
 fi
 
+# bbolt (issue 45): a reproducible chroot build compacts containerd's bbolt databases with bbolt's own tool; from the
+# Go module proxy, pinned, into .venv/bin where the tasks look first
+BBOLT_VERSION=v1.4.3
+if [ ! -x .venv/bin/bbolt ] || [ ! -e ".venv/bin/.bbolt-$BBOLT_VERSION" ]; then
+  echo "==> go install go.etcd.io/bbolt/cmd/bbolt@$BBOLT_VERSION"
+  GOBIN="$PWD/.venv/bin" GOFLAGS=-mod=mod go install "go.etcd.io/bbolt/cmd/bbolt@$BBOLT_VERSION"
+  rm -f .venv/bin/.bbolt-*
+  touch ".venv/bin/.bbolt-$BBOLT_VERSION"
+fi
+
 if [ "$TEST" -eq 0 ]; then
   echo "==> setup done: the user tasks are ready (.venv/bin/invoke --list); ./scripts/setup.sh --test adds the test tools"
   exit 0

@@ -62,6 +62,15 @@ SEAL = "/usr/local/sbin/image-builder-seal"
 
 
 @dataclass(frozen=True)
+class Reproducible:
+    """What makes a chroot build's image the same bytes on every run: SOURCE_DATE_EPOCH and the filesystem's hash
+    seed (from the inputs digest)."""
+
+    epoch: int
+    seed: str
+
+
+@dataclass(frozen=True)
 class OsLayer:
     """A cached OS layer (:mod:`imagebuilder.build.matrix`) a chroot build starts from instead of its source image.
 
@@ -175,8 +184,10 @@ def provision(
     status: Say,
     layers: tuple[str, ...] = ("os", "kubernetes"),
     facts: Path | None = None,
+    reproducible: Reproducible | None = None,
 ) -> None:
-    """Mount ``raw``, run the node playbook in it (and the seal script when the build ends here), unmount.
+    """Mount ``raw``, run the node playbook in it (and the seal script when the build ends here), unmount; with
+    ``reproducible``, the sealed root filesystem is made again from its tree (:mod:`imagebuilder.image.reproducible`).
 
     All of it runs in a child process in a mount namespace of its own (``unshare --mount``, private
     propagation): the image's mounts exist nowhere else, so a mount namespace that another program creates on this
@@ -189,8 +200,11 @@ def provision(
     if "kubernetes" in layers:
         commands.append([str(_chroot_wrapper(directory)), str(root), SEAL, "--offline"])
     spec = directory / "chroot-run.json"
+    again = None
+    if reproducible is not None and "kubernetes" in layers:  # the image's last run: what it seals is kept
+        again = {"epoch": reproducible.epoch, "seed": reproducible.seed, "work": str(directory / "reproducible")}
     with atomic_write(spec) as fh:
-        json.dump({"raw": str(raw), "root": str(root), "commands": commands}, fh)
+        json.dump({"raw": str(raw), "root": str(root), "commands": commands, "reproducible": again}, fh)
     unshare = shutil.which("unshare", path=tool_search_path()) or "unshare"
     inner = [
         unshare,
@@ -276,6 +290,7 @@ def run_chroot_build(
     source_format: str | None = None,
     prepared: Callable[[Path], object] | None = None,
     facts: Path | None = None,
+    reproducible: Reproducible | None = None,
 ) -> Path:
     """Build ``plan`` from ``source`` (of ``source_format`` where the caller knows it) in ``directory`` without a
     VM; returns the disk, written where the provider's packaging step finds Packer's (``directory/output/<vm
@@ -289,7 +304,7 @@ def run_chroot_build(
         prepared(raw)
     status("attaching the image (loop devices) and mounting it")
     provision(plan, raw, directory, customization=customization, log=log, redact=redact, status=status,
-              layers=layers, facts=facts)  # fmt: skip
+              layers=layers, facts=facts, reproducible=reproducible)  # fmt: skip
     provider = registry.get(plan.provider)
     dest = output or directory / "output" / plan.output_stem
     return finish_disk(raw, dest, output_format or provider.disk_format, status)

@@ -37,13 +37,16 @@ def _fstab_mounts(root: Path) -> list[tuple[str, str, str]]:
 
 
 @contextlib.contextmanager
-def attached(raw: Path, mountpoint: Path, *, log: Say) -> Iterator[Path]:
+def attached(raw: Path, mountpoint: Path, *, log: Say, devices_out: dict[int, str] | None = None) -> Iterator[Path]:
     """The image's root filesystem mounted read-write at ``mountpoint`` (grown to its partition first), with the
-    image's other partitions that its fstab mounts below it. Everything is released for real on the way out."""
+    image's other partitions that its fstab mounts below it. Everything is released for real on the way out.
+    ``devices_out`` is given each partition's loop device (by partition number)."""
     _, parts = disk.partitions(raw)
     root_part = disk.root_partition(raw)
     with contextlib.ExitStack() as stack:
         devices = {p.number: stack.enter_context(disk.loop_device(raw, p.offset, p.length)) for p in parts}
+        if devices_out is not None:
+            devices_out.update(devices)
         disk.grow_filesystem(devices[root_part.number])
         root = stack.enter_context(disk.mounted(devices[root_part.number], mountpoint, log=log))
         ids: dict[str, str] = {}
@@ -83,11 +86,28 @@ def _inner(spec_path: Path) -> int:
     def say(text: str) -> None:
         print(STATUS + text, flush=True)
 
-    with attached(Path(spec["raw"]), Path(spec["root"]), log=say) as root, disk.chroot_mounts(root, log=say):
-        for command in spec["commands"]:
-            say("sealing the image" if command[-1] == "--offline" else "running the node playbook in the chroot")
-            if subprocess.run(command, check=False).returncode != 0:
-                return 1
+    raw = Path(spec["raw"])
+    reproducible = spec.get("reproducible")
+    devices: dict[int, str] = {}
+    rebuilt: Path | None = None
+    with attached(raw, Path(spec["root"]), log=say, devices_out=devices) as root:
+        with disk.chroot_mounts(root, log=say):
+            for command in spec["commands"]:
+                say("sealing the image" if command[-1] == "--offline" else "running the node playbook in the chroot")
+                if subprocess.run(command, check=False).returncode != 0:
+                    return 1
+        if reproducible:
+            from imagebuilder.image.reproducible import rebuild_root
+
+            say("making the root filesystem again from the sealed tree (reproducible: sorted, clamped times)")
+            part = disk.root_partition(raw)
+            rebuilt = rebuild_root(raw, part, root, devices[part.number], Path(reproducible["work"]),
+                                   epoch=int(reproducible["epoch"]), seed=str(reproducible["seed"]),
+                                   log=lambda text: print(text, flush=True))  # fmt: skip
+    if rebuilt is not None:
+        part = disk.root_partition(raw)
+        disk.write_partition(rebuilt, raw, part.offset, part.length)
+        rebuilt.unlink()
     say("unmounted; the filesystem is released")
     return 0
 

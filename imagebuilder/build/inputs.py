@@ -52,6 +52,31 @@ def layer_inputs(plan: BuildPlan) -> dict[str, Any]:
     }
 
 
+#: the plan's keys that say where things are, not what they are: a rebuild elsewhere has other values of these
+_LOCATIONS = frozenset({"workspace", "steps", "engine_reason", "warnings", "fetch_from", "mirror", "path", "source",
+                        "source_image_url"})  # fmt: skip
+
+
+def _without_locations(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _without_locations(v) for k, v in data.items() if k not in _LOCATIONS}
+    if isinstance(data, list):
+        return [_without_locations(v) for v in data]
+    return data
+
+
+def content_digest(plan: BuildPlan, customization: Customization | None) -> str:
+    """What the image is made of, by content only: :func:`inputs_digest` without any path, folder or mirror (the
+    source image and the release are named by their checksums). Two builds of the same inputs in different folders
+    or from another copy of the mirror have the same one: a reproducible image's hash seed is made from it."""
+    return digest({
+        "plan": _without_locations(plan.to_json()),
+        "bundle": _files_digest([BUNDLE / "ansible", BUNDLE / "packer", BUNDLE / "cloud-init", BUNDLE / "templates"]),
+        "customization": customization.summary() if customization else None,
+        "image-builder": __version__,
+    })  # fmt: skip
+
+
 def inputs_digest(plan: BuildPlan, customization: Customization | None) -> str:
     """What decides a build's output, as one digest the build manifest records: the plan (without where it runs),
     the bundle's templates and roles, the customization (without its secrets: a changed password alone is not

@@ -49,6 +49,8 @@ class ManifestState:
     sha256: str | None = None
     #: the URL the manifest is known by (a mirror only changes where it was read from: ``source``)
     upstream: str | None = None
+    #: the release's date (``status.date``): a reproducible build's SOURCE_DATE_EPOCH
+    date: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,7 @@ class BuildPlan:
                 "resolved": self.manifest.resolved,
                 **({"sha256": self.manifest.sha256} if self.manifest.sha256 else {}),
                 **({"note": self.manifest.note} if self.manifest.note else {}),
+                **({"date": self.manifest.date} if self.manifest.date else {}),
             },
             "mirror": self.mirror.base if self.mirror else None,
             "artifacts": [artifact(a) for a in self.artifacts],

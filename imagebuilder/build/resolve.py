@@ -162,7 +162,9 @@ def _load_manifest_for(
                 field="spec.channel",
                 expected=f"a manifest of channel {channel.name}",
             )
-        return manifest, ManifestState(manifest.source, True, sha256=manifest.sha256, upstream=request.release_manifest)
+        return manifest, ManifestState(
+            manifest.source, True, sha256=manifest.sha256, upstream=request.release_manifest, date=manifest.date
+        )
     url = channel.manifest_url
     location = mirror.locate(url) if mirror else url
     if mirror is None and request.offline:
@@ -171,7 +173,7 @@ def _load_manifest_for(
         manifest = load_manifest(url, mirror, timeout=MANIFEST_TIMEOUT)
     except ExternalError as exc:
         return None, ManifestState(location, False, f"not resolved offline ({_unreachable(exc)})")
-    return manifest, ManifestState(manifest.source, True, sha256=manifest.sha256, upstream=url)
+    return manifest, ManifestState(manifest.source, True, sha256=manifest.sha256, upstream=url, date=manifest.date)
 
 
 #: what a caller checks once the plan's Packer builder is known and before the release manifest is fetched: the

@@ -23,8 +23,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from imagebuilder import __version__
 from imagebuilder.build.attestations import write_attestations
-from imagebuilder.build.chroot import OsLayer, check_engine, run_chroot_build
-from imagebuilder.build.inputs import inputs_digest
+from imagebuilder.build.chroot import OsLayer, Reproducible, check_engine, run_chroot_build
+from imagebuilder.build.inputs import content_digest, inputs_digest
 from imagebuilder.build.packer import (
     RenderedBuild,
     builder_for,
@@ -46,6 +46,7 @@ from imagebuilder.core.progress import Say, follow, silent
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.outputs import sharing
+from imagebuilder.image.reproducible import hash_seed, source_date_epoch
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import SourceImageFields
 
@@ -135,6 +136,8 @@ def run_build(
     writes the image's SBOM and provenance beside it (:mod:`imagebuilder.build.attestations`), the provenance signed
     by ``signer`` when one is given."""
     check_buildable(plan)  # bad input fails here, before anything is written
+    inputs_sha256 = inputs_sha256 or inputs_digest(plan, customization)
+    reproducible = reproducible_of(plan, content_digest(plan, customization))
     if os_layer is not None and plan.engine != "chroot":
         raise InputError("an OS layer is provisioned by the chroot engine only", field="--engine", expected="chroot")
     if plan.engine == "chroot":
@@ -184,7 +187,8 @@ def run_build(
                     run_chroot_build(plan, source, directory, customization=customization, log=log, redact=redact,
                                      status=status, layers=layers,
                                      source_format=os_layer.disk_format if os_layer else None,
-                                     facts=os_layer.facts if os_layer else None)  # fmt: skip
+                                     facts=os_layer.facts if os_layer else None,
+                                     reproducible=reproducible)  # fmt: skip
             else:
                 assert packer is not None
                 with _step(steps, "render"):
@@ -235,7 +239,8 @@ def run_build(
         "packer_plugins": [s.to_json() for s in plugins.states] if plugins and packer else [],
         "engine": plan.engine,
         "os_layer": os_layer.image.name if os_layer else None,
-        "inputs_sha256": inputs_sha256 or inputs_digest(plan, customization),
+        "inputs_sha256": inputs_sha256,
+        "source_date_epoch": reproducible.epoch if reproducible else None,
         "accelerator": kvm.accelerator if kvm else None,
         "artifact": {"name": artifact.name, "sha256": sha, "size": size} if artifact else None,
         "steps": steps,
@@ -246,6 +251,14 @@ def run_build(
     with atomic_write(manifest_path) as fh:
         fh.write(redact(json.dumps(manifest, indent=2)) + "\n")
     return BuildResult(build_id, artifact, sha, size, manifest_path, log_path, steps, result_extra)
+
+
+def reproducible_of(plan: BuildPlan, content_sha256: str) -> Reproducible | None:
+    """What makes the chroot engine's image the same bytes on every run of these inputs (None for Packer's: a VM
+    boot writes what no step after it can take back; ``image.diff`` tells what differs)."""
+    if plan.engine != "chroot":
+        return None
+    return Reproducible(source_date_epoch(plan.manifest.date), hash_seed(content_sha256))
 
 
 def source_image(plan: BuildPlan) -> tuple[str, str] | None:

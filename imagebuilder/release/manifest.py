@@ -13,6 +13,7 @@ artifact without a sha256 is an error, never a silent pass.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import re
 from dataclasses import dataclass
@@ -84,6 +85,8 @@ class ReleaseManifest:
     sha256: str | None = None
     #: component name -> its gitTag, for the runtime's components the release names (containerd, runc, cri-tools)
     versions: tuple[tuple[str, str], ...] = ()
+    #: the release's date (``status.date``, RFC 3339), when it has one
+    date: str | None = None
 
     def version_of(self, component: str) -> str | None:
         return dict(self.versions).get(component)
@@ -158,6 +161,8 @@ class _Component(ForeignModel):
 
 class _Status(ForeignModel):
     components: list[_Component] | None = None
+    #: when the distro released it (a YAML timestamp, or its text): a reproducible build's SOURCE_DATE_EPOCH
+    date: dt.datetime | StrictStr | None = None
 
 
 class _Spec(ForeignModel):
@@ -274,7 +279,9 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
         )
     versions = tuple((c.name, c.gitTag) for c in components if c.name in RUNTIME_COMPONENTS and c.gitTag
                      and re.fullmatch(r"v[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", c.gitTag))  # fmt: skip
-    return ReleaseManifest(name, channel, number, version, source, tuple(artifacts), versions=versions)
+    date = doc.status.date if doc.status else None
+    when = date.isoformat() if isinstance(date, dt.datetime) else date
+    return ReleaseManifest(name, channel, number, version, source, tuple(artifacts), versions=versions, date=when)
 
 
 def archive_asset(name: str, url: str, data: bytes, description: str) -> dict[str, Any]:

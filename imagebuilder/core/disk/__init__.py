@@ -56,7 +56,15 @@ from imagebuilder.core.disk.releasing import (
     unmount,
 )
 from imagebuilder.core.disk.scratch import SCRATCH_RESERVE, run_tempdir, scratch_dir, scratch_fits_in_memory
-from imagebuilder.core.disk.views import GzipMember, copy_sparse, data_extents, gunzip_sparse, image_format, raw_view
+from imagebuilder.core.disk.views import (
+    GzipMember,
+    copy_sparse,
+    data_extents,
+    gunzip_sparse,
+    image_format,
+    raw_view,
+    write_partition,
+)
 
 __all__ = [
     "CHROOT_MOUNTS",
@@ -104,4 +112,5 @@ __all__ = [
     "sweep_scratch",
     "unclaim",
     "unmount",
+    "write_partition",
 ]

@@ -4,6 +4,7 @@ qemu-img reads (never one that reads other files)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
@@ -87,6 +88,9 @@ def _put_block(fout: IO[bytes], block: bytearray) -> None:
     block.clear()
 
 
+_PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01  # fallocate(2)'s FALLOC_FL_PUNCH_HOLE and FALLOC_FL_KEEP_SIZE
+
+
 def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
     """(start, end) of the parts of an open file that hold data: a sparse disk's holes are never read. A
     filesystem that cannot say (no SEEK_DATA) gets the whole file as one extent."""
@@ -121,6 +125,35 @@ def copy_sparse(src: Path, dest: Path) -> None:
                     raise OSError(errno.EIO, f"{src} ended early")
                 offset += copied
         fout.truncate(size)
+
+
+def write_partition(fs_image: Path, raw: Path, offset: int, length: int) -> None:
+    """Replace ``length`` bytes of ``raw`` from ``offset`` (a partition) with the file ``fs_image`` of that size:
+    the range is made a hole first, then the image's data copied into it within the kernel, so every byte of the
+    partition is the image's (its holes read as zeros) and nothing outside it changes."""
+    if fs_image.stat().st_size != length:
+        raise ValueError(f"{fs_image} is {fs_image.stat().st_size} bytes, the partition {length}")
+    with fs_image.open("rb") as fin, raw.open("r+b") as fout:
+        try:
+            fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+            fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long)
+            punched = fallocate(fout.fileno(), _PUNCH_HOLE | _KEEP_SIZE, offset, length) == 0
+        except (OSError, AttributeError):
+            punched = False
+        if not punched:  # a filesystem that cannot punch holes: zeros written
+            zeros = bytes(1 << 20)
+            fout.seek(offset)
+            for at in range(0, length, len(zeros)):
+                fout.write(zeros[: min(len(zeros), length - at)])
+            fout.flush()
+        for start, end in data_extents(fin.fileno(), length):
+            at = start
+            while at < end:
+                copied = os.copy_file_range(fin.fileno(), fout.fileno(), end - at, at, offset + at)
+                if copied == 0:
+                    raise OSError(errno.EIO, f"{fs_image} ended early")
+                at += copied
+        os.fsync(fout.fileno())
 
 
 @contextlib.contextmanager
