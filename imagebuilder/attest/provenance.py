@@ -217,6 +217,20 @@ def verify(path: Path, public_key: Key | None, image: Path, sha256: str | None =
     return doc
 
 
+def read_statement(path: Path, public_key: Key | None = None) -> dict[str, Any]:
+    """The statement in ``path``, its signature checked against ``public_key`` when one is given (an unsigned
+    statement is read too: ``image.rebuild`` checks the builder's claim, not who signed it)."""
+    from securesystemslib.exceptions import VerificationError
+
+    envelope = _read_envelope(path)
+    if public_key is not None:
+        try:
+            envelope.verify([public_key], 1)
+        except VerificationError:
+            raise _bad(path, f"is not signed by the key {public_key.keyid[:16]}... (--public-key)") from None
+    return _statement(path, envelope)
+
+
 def subject_image(path: Path) -> Path:
     """The image a provenance is about, where a build put it: beside the provenance, under the subject's name."""
     doc = _statement(path, _read_envelope(path))

@@ -69,6 +69,28 @@ def _dependencies(plan: BuildPlan, customization: Customization | None) -> list[
     return deps
 
 
+#: what a masked secret reads as in a config's public form
+_MASKED = "********"
+
+
+def build_parameters(plan: BuildPlan, epoch: int | None, hash_seed: str | None) -> dict[str, Any]:
+    """The provenance's external parameters: everything ``image.rebuild`` needs besides the inputs named by digest
+    (the release manifest, the source image): the build's choices, the provider config's fields without its secrets
+    (a config that holds one is given again to a rebuild), SOURCE_DATE_EPOCH and the filesystem's hash seed."""
+    config = {k: v for k, v in (plan.config.public_dict() if plan.config else {}).items()
+              if v is not None and v != _MASKED}  # fmt: skip
+    secrets = sorted(k for k, v in (plan.config.public_dict() if plan.config else {}).items() if v == _MASKED)
+    return {
+        "os": plan.os, "os_version": plan.os_version.version, "provider": plan.provider,
+        "release_channel": plan.channel.name, "kubernetes_version": plan.kubernetes_version,
+        "engine": plan.engine, "firmware": plan.firmware, "name": plan.output_name, "disk_gb": plan.disk_gb,
+        "runtime": plan.runtime.source, "config": config,
+        **({"config_secrets": secrets} if secrets else {}),
+        **({"source_date_epoch": epoch} if epoch is not None else {}),
+        **({"hash_seed": hash_seed} if hash_seed else {}),
+    }  # fmt: skip
+
+
 def write_attestations(
     plan: BuildPlan,
     *,
@@ -81,6 +103,8 @@ def write_attestations(
     tools: dict[str, str | None],
     customization: Customization | None,
     signer: Signer | None,
+    epoch: int | None = None,
+    hash_seed: str | None = None,
 ) -> dict[str, Any]:
     """Write ``<stem>.spdx.json`` and (for a local artifact) ``<stem>.intoto.json``; returns what the build
     manifest records of them."""
@@ -113,9 +137,7 @@ def write_attestations(
         return recorded
     statement = provenance.statement(
         image=artifact, sha256=sha256,
-        parameters={"os": plan.os, "os_version": plan.os_version.version, "provider": plan.provider,
-                    "release_channel": plan.channel.name, "kubernetes_version": plan.kubernetes_version,
-                    "engine": plan.engine, "firmware": plan.firmware, "name": plan.output_name},
+        parameters=build_parameters(plan, epoch, hash_seed),
         dependencies=_dependencies(plan, customization), tools=tools, invocation=build_id,
         started=started, finished=dt.datetime.now(dt.UTC), sbom=sbom_path,
     )  # fmt: skip

@@ -54,7 +54,7 @@ def layer_inputs(plan: BuildPlan) -> dict[str, Any]:
 
 #: the plan's keys that say where things are, not what they are: a rebuild elsewhere has other values of these
 _LOCATIONS = frozenset({"workspace", "steps", "engine_reason", "warnings", "fetch_from", "mirror", "path", "source",
-                        "source_image_url"})  # fmt: skip
+                        "source_image_url", "config_file"})  # fmt: skip
 
 
 def _without_locations(data: Any) -> Any:

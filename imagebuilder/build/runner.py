@@ -46,7 +46,7 @@ from imagebuilder.core.progress import Say, follow, silent
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.outputs import sharing
-from imagebuilder.image.reproducible import hash_seed, source_date_epoch
+from imagebuilder.image.reproducible import dated, hash_seed, source_date_epoch
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import SourceImageFields
 
@@ -126,6 +126,7 @@ def run_build(
     inputs_sha256: str | None = None,
     plugins: PluginCheck | None = None,
     signer: Signer | None = None,
+    reproducible: Reproducible | None = None,
 ) -> BuildResult:
     """Execute ``plan``, saying each step as it starts (the progress protocol). Raises :class:`ExternalError` with
     the log's path when something outside us fails. ``customization`` (``build --customize``) adds the customize
@@ -137,7 +138,15 @@ def run_build(
     by ``signer`` when one is given."""
     check_buildable(plan)  # bad input fails here, before anything is written
     inputs_sha256 = inputs_sha256 or inputs_digest(plan, customization)
-    reproducible = reproducible_of(plan, content_digest(plan, customization))
+    started = dt.datetime.now(dt.UTC)
+    # the chroot engine's image is the same bytes on every run of these inputs; Packer's is not (a VM boot writes
+    # what no step after it takes back: image.diff tells what differs). A rebuild gives what the provenance recorded.
+    if reproducible is None:
+        epoch = source_date_epoch(plan.manifest.date, int(started.timestamp()))
+        if plan.engine == "chroot":
+            reproducible = Reproducible(epoch, hash_seed(content_digest(plan, customization)))
+    else:
+        epoch = reproducible.epoch
     if os_layer is not None and plan.engine != "chroot":
         raise InputError("an OS layer is provisioned by the chroot engine only", field="--engine", expected="chroot")
     if plan.engine == "chroot":
@@ -149,7 +158,6 @@ def run_build(
         packer = plugins.packer
     out_dir = plan.output_path.parent if plan.output_path else Path("output").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    started = dt.datetime.now(dt.UTC)
     build_id = f"{plan.output_name}-{started:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     workspace = plan.workspace / build_id
     # what runs killed before left here (no clean-up of theirs ran), then this run's own workspace, marked as its
@@ -205,7 +213,11 @@ def run_build(
                     _run_packer(rendered, packer, log, redact, status)
             # an image built on a cached OS layer shares the layer's compressed members with its sibling images
             store = os_layer.members if os_layer is not None else None
-            with _step(steps, "package"), sharing(store, os_layer.base if os_layer is not None else None):
+            with (
+                _step(steps, "package"),
+                sharing(store, os_layer.base if os_layer is not None else None),
+                dated(epoch),
+            ):
                 packaged = registry.get(plan.provider).package(plan, directory, status)
                 artifact, sha, size = packaged.artifact, packaged.sha256, packaged.size
                 result_extra.update(packaged.extra)
@@ -214,6 +226,7 @@ def run_build(
                 result_extra.update(write_attestations(
                     plan, directory=directory, out_dir=out_dir, artifact=artifact, sha256=sha, build_id=build_id,
                     started=started, tools=_tool_versions(packer), customization=applied, signer=signer,
+                    epoch=epoch, hash_seed=reproducible.seed if reproducible else None,
                 ))  # fmt: skip
         with (
             atomic_write(artifact.with_name(artifact.name + ".sha256")) if artifact else contextlib.nullcontext() as fh
@@ -240,7 +253,8 @@ def run_build(
         "engine": plan.engine,
         "os_layer": os_layer.image.name if os_layer else None,
         "inputs_sha256": inputs_sha256,
-        "source_date_epoch": reproducible.epoch if reproducible else None,
+        "source_date_epoch": epoch,
+        "reproducible": reproducible is not None,
         "accelerator": kvm.accelerator if kvm else None,
         "artifact": {"name": artifact.name, "sha256": sha, "size": size} if artifact else None,
         "steps": steps,
@@ -251,14 +265,6 @@ def run_build(
     with atomic_write(manifest_path) as fh:
         fh.write(redact(json.dumps(manifest, indent=2)) + "\n")
     return BuildResult(build_id, artifact, sha, size, manifest_path, log_path, steps, result_extra)
-
-
-def reproducible_of(plan: BuildPlan, content_sha256: str) -> Reproducible | None:
-    """What makes the chroot engine's image the same bytes on every run of these inputs (None for Packer's: a VM
-    boot writes what no step after it can take back; ``image.diff`` tells what differs)."""
-    if plan.engine != "chroot":
-        return None
-    return Reproducible(source_date_epoch(plan.manifest.date), hash_seed(content_sha256))
 
 
 def source_image(plan: BuildPlan) -> tuple[str, str] | None:

@@ -207,6 +207,62 @@ def publish(c: Context, image: list[str] | None = None, repo: str = "", keys: st
 
 @task(
     help={
+        "provenance": "the <name>.intoto.json of the image to rebuild (a chroot-engine build's)",
+        "mirror": "the mirror the release's files are read from (default: where the provenance says they were read)",
+        "source_image": "the source image file (default: where the provenance says the build read it)",
+        "config": "the provider config file the build read (needed when it held a secret; its digest must match)",
+        "output_dir": "where the rebuilt image goes (default ./rebuild; never the original's folder)",
+        "public_key": "check the provenance's signature with this PEM public key (or KMS/token reference) first",
+        "dry_run": "check the provenance and that every input is here with its recorded digest; build nothing",
+    },
+    auto_shortflags=False,
+)
+@cli_task
+def rebuild(c: Context, provenance: str = "", mirror: str = "", source_image: str = "", config: str = "",
+            output_dir: str = "rebuild", public_key: str = "", dry_run: bool = False) -> None:  # fmt: skip
+    """Build an image again from what its provenance records and compare: exit 0 "reproduced", exit 1 with the first
+    differing file."""
+    path = flags.existing_file(flags.required(provenance, "--provenance", "<name>.intoto.json"), "--provenance")
+    source = flags.existing_file(source_image, "--source-image") if source_image else None
+    given_config = flags.existing_file(config, "--config") if config else None
+    if mirror:
+        flags.existing_dir(mirror, "--mirror")
+    out = flags.dest_dir(output_dir, "--output-dir")
+    if out.resolve() == path.parent.resolve():
+        raise InputError("is the folder of the image being checked: the rebuild would replace it", field="--output-dir",
+                         expected="another folder")  # fmt: skip
+    from imagebuilder.attest.keys import load_public_key
+    from imagebuilder.flows.rebuild import rebuild as rebuild_image
+
+    key = load_public_key(flags.key(public_key, "--public-key")) if public_key else None
+    with status_line("image.rebuild") as status:
+        result = rebuild_image(path, output_dir=out, mirror=mirror or None, source_image=source, config=given_config,
+                               public_key=key, dry_run=dry_run, say=print, status=status)  # fmt: skip
+    recorded = result.recorded
+    if dry_run:
+        print(f"would rebuild {recorded.subject} (sha256 {recorded.sha256}): every input is here with its digest")
+        return
+    print(f"recorded: {recorded.subject}  sha256 {recorded.sha256}")
+    print(f"rebuilt:  {result.image}  sha256 {result.sha256}")
+    if result.reproduced:
+        print("reproduced: the rebuilt image is the same bytes")
+        return
+    if result.difference is not None:
+        d = result.difference
+        print(f"first differing file: /{d.path}\n  recorded image: {d.a}\n  rebuilt image:  {d.b}")
+    else:
+        print("no file differs (or the original image is not beside the provenance): the difference is in the"
+              " filesystem's own bytes")  # fmt: skip
+    if result.diffoscope:
+        print(result.diffoscope)
+    raise ExternalError(
+        f"not reproduced: the rebuilt image's sha256 is {result.sha256}, the provenance's {recorded.sha256}",
+        hint="compare the two with image.diff; report it with both images",
+    )
+
+
+@task(
+    help={
         "image": "an image (.gz, raw, qcow2 or OVA; never modified)",
         "against": "the image to compare it with",
         "output": "text (default) or json",

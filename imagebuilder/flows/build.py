@@ -18,6 +18,7 @@ from imagebuilder.host.preflight import require
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
 
+    from imagebuilder.build.chroot import Reproducible
     from imagebuilder.build.packer_plugins import PluginCheck
     from imagebuilder.build.plan import BuildPlan, BuildRequest
     from imagebuilder.build.runner import BuildResult
@@ -95,13 +96,14 @@ def run_build(
     signer: Signer | None = None,
     say: Say = silent,
     status: Say = silent,
+    reproducible: Reproducible | None = None,
 ) -> BuildResult:
     """Gate the build on this host's preflight (its report through ``say``), then run it (its progress through
-    ``status``)."""
+    ``status``). ``reproducible``: SOURCE_DATE_EPOCH and hash seed a rebuild takes from the provenance."""
     if prepared.dry_run:
         raise ValueError("a dry run's preparation is not run")  # a caller's mistake, never the user's
     plan = prepared.plan
     require(plan.os, plan.provider, preflight_skips(skip_checks, prepared.tools), min_disk_gb, say=say,
             checked=prepared.tools, need=prepared.need)  # fmt: skip
     return runner.run_build(plan, keep_on_error=keep_on_error, customization=prepared.customization, say=status,
-                            plugins=prepared.tools, signer=signer)  # fmt: skip
+                            plugins=prepared.tools, signer=signer, reproducible=reproducible)  # fmt: skip

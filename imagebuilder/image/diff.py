@@ -162,3 +162,52 @@ def diff_images(a: Path, b: Path, *, work_dir: Path | None = None) -> Report:
         with raw_view(image, work_dir=work_dir) as raw, mounted_root(raw) as root:
             inventories.append(inventory(root))
     return Report(str(a), str(b), compare(*inventories))
+
+
+def _entry(path: Path) -> str:
+    """A file as bytes and metadata see it: type, mode, owner, modification time, content digest or link target."""
+    st = path.lstat()
+    head = f"{stat.S_IFMT(st.st_mode):o} {stat.S_IMODE(st.st_mode):04o} {st.st_uid}:{st.st_gid} mtime {st.st_mtime_ns}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{head} -> {os.readlink(path)}"
+    if stat.S_ISREG(st.st_mode):
+        h = hashlib.sha256()
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return f"{head} size {st.st_size} sha256 {h.hexdigest()}"
+    return head
+
+
+def _walk(root: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    device = root.stat().st_dev
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if (Path(folder) / d).lstat().st_dev == device)
+        for name in sorted([*dirs, *files]):
+            path = Path(folder) / name
+            out[str(path.relative_to(root))] = _entry(path)
+    return out
+
+
+@dataclass(frozen=True)
+class FileDifference:
+    """The first path (in sorted order) whose bytes or metadata differ between two images' root filesystems."""
+
+    path: str
+    a: str | None
+    b: str | None
+
+
+def first_difference(a: Path, b: Path, *, work_dir: Path | None = None) -> FileDifference | None:
+    """Where two images' root filesystems first differ, file by file (content, type, mode, owner, mtime), or None
+    when every file is the same (the bytes may still differ: the filesystem's own layout)."""
+    trees = []
+    for image in (a, b):
+        with raw_view(image, work_dir=work_dir) as raw, mounted_root(raw) as root:
+            trees.append(_walk(root))
+    left, right = trees
+    for path in sorted(set(left) | set(right)):
+        if left.get(path) != right.get(path):
+            return FileDifference(path, left.get(path), right.get(path))
+    return None

@@ -14,6 +14,7 @@ import re
 import subprocess
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import partial_prefix, sha256_file
 from imagebuilder.core.render import template_env
 from imagebuilder.core.safepath import check_relative
+from imagebuilder.image.reproducible import source_date
 
 
 def disk_info(path: Path) -> dict[str, int | str]:
@@ -33,6 +35,24 @@ def disk_info(path: Path) -> dict[str, int | str]:
         raise ExternalError(f"qemu-img info {path} failed: {proc.stderr.strip()}")
     info: dict[str, int | str] = json.loads(proc.stdout)
     return info
+
+
+#: the descriptor line qemu-img writes with a random content ID
+_CID = re.compile(rb"\nCID=([0-9a-f]{8})\n")
+
+
+def _fixed_cid(vmdk: Path, name: str) -> None:
+    """Replace the random content ID qemu-img gives a new VMDK (``CID=`` in its embedded descriptor) with one made
+    from ``name``, in place and of the same length: the same disk converted twice gives the same bytes."""
+    cid = f"{zlib.crc32(name.encode()):08x}".encode()
+    with vmdk.open("r+b") as fh:
+        head = fh.read(64 * 1024)
+        match = _CID.search(head)
+        if match is None:
+            raise ExternalError(f"{vmdk.name}: qemu-img wrote no CID= line in the VMDK descriptor",
+                                hint="check qemu-img's version (streamOptimized VMDK)")  # fmt: skip
+        fh.seek(match.start(1))
+        fh.write(cid)
 
 
 def make_ova(
@@ -66,6 +86,7 @@ def make_ova(
             )
             if proc.returncode != 0:
                 raise ExternalError(f"converting {source} to a streamOptimized VMDK failed: {proc.stderr.strip()}")
+            _fixed_cid(vmdk, f"{name}-disk{n}")
             disks.append(
                 {
                     "n": n,
@@ -73,7 +94,9 @@ def make_ova(
                     "file": escape(vmdk.name),
                     "size": vmdk.stat().st_size,
                     "capacity": capacity,
-                    "populated": int(disk_info(vmdk).get("actual-size", 0)),
+                    # the stream's size, not the blocks it takes on this host's filesystem (which differ between
+                    # filesystems, and the OVA must not)
+                    "populated": vmdk.stat().st_size,
                 }
             )
         ovf = work / f"{name}.ovf"
@@ -100,6 +123,9 @@ def make_ova(
                 info.uid = info.gid = 0
                 info.uname = info.gname = "root"
                 info.mode = 0o644
+                # the build's SOURCE_DATE_EPOCH, not when this run wrote the file: the same disk, the same OVA
+                when = source_date()
+                info.mtime = when if when is not None else int(info.mtime)
                 with member.open("rb") as fh:
                     tar.addfile(info, fh)
         os.replace(tmp_ova, dest)

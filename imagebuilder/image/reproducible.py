@@ -40,6 +40,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from imagebuilder.core import disk
@@ -78,8 +79,28 @@ IMMUTABLE = 0x10
 EXTLINUX_DIRS = ("boot/extlinux", "boot/syslinux", "extlinux", "syslinux", "boot", "")
 
 
-def source_date_epoch(release_date: str | None) -> int:
-    """SOURCE_DATE_EPOCH: the environment's (reproducible-builds.org's convention), else the release's date."""
+#: SOURCE_DATE_EPOCH of the build whose outputs this thread packages (:func:`dated`); None elsewhere
+_EPOCH: ContextVar[int | None] = ContextVar("source_date_epoch", default=None)
+
+
+@contextmanager
+def dated(epoch: int | None) -> Iterator[None]:
+    """Within this block, what this thread packages (an OVA's members) carries ``epoch`` as its time."""
+    token = _EPOCH.set(epoch)
+    try:
+        yield
+    finally:
+        _EPOCH.reset(token)
+
+
+def source_date() -> int | None:
+    """The SOURCE_DATE_EPOCH of the build being packaged (:func:`dated`), or None."""
+    return _EPOCH.get()
+
+
+def source_date_epoch(release_date: str | None, fallback: int) -> int:
+    """SOURCE_DATE_EPOCH: the environment's (reproducible-builds.org's convention), else the release's date, else
+    ``fallback`` (the build's start: the provenance records it, and a rebuild sets it in the environment)."""
     given = os.environ.get("SOURCE_DATE_EPOCH", "")
     if given:
         if not given.isdigit() or not given.isascii() or int(given) >= 2**32:
@@ -87,8 +108,7 @@ def source_date_epoch(release_date: str | None) -> int:
                              expected="seconds since 1970 (an integer)")  # fmt: skip
         return int(given)
     if not release_date:
-        raise InputError("the release manifest has no date (status.date) to take SOURCE_DATE_EPOCH from",
-                         field="SOURCE_DATE_EPOCH", expected="SOURCE_DATE_EPOCH set for this build")  # fmt: skip
+        return fallback
     try:
         when = dt.datetime.fromisoformat(release_date.replace("Z", "+00:00"))
     except ValueError:
