@@ -108,11 +108,14 @@ def check_engine() -> None:
 
 
 def _chroot_wrapper(directory: Path) -> Path:
-    """The ``chroot`` Ansible runs: the real one, with an environment that holds nothing of the build host's."""
+    """The ``chroot`` Ansible runs: the real one, with an environment (and umask) that holds nothing of the build
+    host's."""
     chroot = shutil.which("chroot", path=tool_search_path()) or "/usr/sbin/chroot"
     path = directory / "chroot-clean-env"
     with atomic_write(path, perm=0o755) as fh:
-        fh.write(f'#!/bin/sh\nexec /usr/bin/env -i {" ".join(CLEAN_ENV)} {chroot} "$@"\n')
+        # umask 022 as on a booted system: the build host's umask (077 on a hardened one) must not become the
+        # image's file modes (reproducible builds found /etc/machine-id 0600 and /etc/cni 0700 from a 077 host)
+        fh.write(f'#!/bin/sh\numask 022\nexec /usr/bin/env -i {" ".join(CLEAN_ENV)} {chroot} "$@"\n')
     return path
 
 

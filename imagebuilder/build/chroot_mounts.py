@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -82,6 +83,7 @@ REFUSED = "refused: "
 def _inner(spec_path: Path) -> int:
     """The child of :func:`provision`, in its own mount namespace: attach and mount, run each command, release."""
     spec = json.loads(spec_path.read_text())
+    os.umask(0o022)  # what this process creates in the image (its mount points, a rewritten database) as any system
 
     def say(text: str) -> None:
         print(STATUS + text, flush=True)
