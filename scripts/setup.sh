@@ -125,16 +125,6 @@ if ! go_ok; then
   go_ok || { echo "error: $(command -v go) is not Go 1.21 or newer" >&2; exit 1; }
 fi
 
-# bbolt (issue 45): a reproducible chroot build compacts containerd's bbolt databases with bbolt's own tool; from the
-# Go module proxy, pinned, into .venv/bin where the tasks look first
-BBOLT_VERSION=v1.4.3
-if [ ! -x .venv/bin/bbolt ] || [ ! -e ".venv/bin/.bbolt-$BBOLT_VERSION" ]; then
-  echo "==> go install go.etcd.io/bbolt/cmd/bbolt@$BBOLT_VERSION"
-  GOBIN="$PWD/.venv/bin" GOFLAGS=-mod=mod go install "go.etcd.io/bbolt/cmd/bbolt@$BBOLT_VERSION"
-  rm -f .venv/bin/.bbolt-*
-  touch ".venv/bin/.bbolt-$BBOLT_VERSION"
-fi
-
 if [ "$TEST" -eq 0 ]; then
   echo "==> setup done: the user tasks are ready (.venv/bin/invoke --list); ./scripts/setup.sh --test adds the test tools"
   exit 0
@@ -176,6 +166,15 @@ if [ ! -x "$TOOLS_BIN/local-kms" ] || [ ! -e "$stamp" ]; then
   echo "==> go install github.com/nsmithuk/local-kms@$LOCAL_KMS_VERSION"
   GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "github.com/nsmithuk/local-kms@$LOCAL_KMS_VERSION"
   rm -f "$TOOLS_BIN/.local-kms-"*
+  touch "$stamp"
+fi
+# bbolt's own CLI (issue 45): the tests check with its `check` the containerd databases a reproducible build writes
+BBOLT_VERSION=v1.4.3
+stamp="$TOOLS_BIN/.bbolt-$BBOLT_VERSION"
+if [ ! -x "$TOOLS_BIN/bbolt" ] || [ ! -e "$stamp" ]; then
+  echo "==> go install go.etcd.io/bbolt/cmd/bbolt@$BBOLT_VERSION"
+  GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "go.etcd.io/bbolt/cmd/bbolt@$BBOLT_VERSION"
+  rm -f "$TOOLS_BIN/.bbolt-"*
   touch "$stamp"
 fi
 # gitlab-ci-local (the emitted GitLab pipeline runs for real, its jobs in the shell, issue 44), from the npm registry,

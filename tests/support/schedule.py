@@ -32,6 +32,7 @@ HEAVY = (
     "test_customize_guest.py",
     "test_chroot_engine.py",
     "test_ci_pipeline.py",
+    "test_reproducible.py",
     "test_fault_injection.py",
     "test_hostprep.py",
     "test_packer_versions.py",
