@@ -16,7 +16,10 @@ startup: CPU time of ``--list``, every task's ``--help`` and the first error of 
 dhcp: ``dhcp.render`` of 100,000 fixed leases spread over one range, each server, and the pool split against the
 per-address split it replaced (see bench/dhcp.py).
 
-``--only e2e|vsphere|os1|engines|startup|dhcp`` runs one and keeps the others' last results.
+reproducible: N chroot builds of the same inputs in different conditions, the number of distinct digests, and the
+time a rebuild takes against the first build (see bench/reproducible.py).
+
+``--only e2e|vsphere|os1|engines|startup|dhcp|reproducible`` runs one and keeps the others' last results.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from bench.dhcp import bench_dhcp  # noqa: E402
 from bench.engines import bench_engines  # noqa: E402
 from bench.os1 import bench_os1  # noqa: E402
+from bench.reproducible import bench_reproducible  # noqa: E402
 from bench.startup import TARGET_S, bench_startup  # noqa: E402
 from bench.vsphere import bench_vsphere  # noqa: E402
 from imagebuilder.core.hostinfo import kvm_status  # noqa: E402
@@ -150,6 +154,19 @@ def _dhcp_rows(d: dict[str, object]) -> list[str]:
     ]
 
 
+def _reproducible_rows(r: dict[str, object]) -> list[str]:
+    builds = r["build_s"]
+    assert isinstance(builds, list)
+    return [
+        f"| reproducibility: {r['builds']} chroot builds of the same inputs, each in its own folders with its own "
+        f"copies of the mirror and source image, under another host name, umask and time zone "
+        f"({'; '.join(map(str, r['conditions']))}) | **{r['distinct_digests']} distinct digest"
+        f"{'' if r['distinct_digests'] == 1 else 's'}** (goal 1); {', '.join(f'{b} s' for b in builds)} |",
+        f"| `image.rebuild` from the first build's provenance | {r['rebuild_s']} s: {r['rebuild_vs_first_build']}x "
+        f"the first build; {'reproduced' if r['rebuild_reproduced'] else 'NOT reproduced'} |",
+    ]
+
+
 def write_readme(results: dict[str, object]) -> None:
     e2e = results["e2e"]
     assert isinstance(e2e, dict)
@@ -158,6 +175,7 @@ def write_readme(results: dict[str, object]) -> None:
     engines = results.get("engines")
     startup = results.get("startup")
     dhcp = results.get("dhcp")
+    reproducible = results.get("reproducible")
     table = "\n".join(
         [
             START,
@@ -186,6 +204,7 @@ def write_readme(results: dict[str, object]) -> None:
             *(_engine_rows(engines) if isinstance(engines, dict) else []),
             *(_startup_rows(startup) if isinstance(startup, dict) else []),
             *(_dhcp_rows(dhcp) if isinstance(dhcp, dict) else []),
+            *(_reproducible_rows(reproducible) if isinstance(reproducible, dict) else []),
             "",
             END,
         ]
@@ -200,7 +219,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
     parser.add_argument("--readme-only", action="store_true", help="rewrite docs/benchmarks.md's table")
-    only = ("e2e", "vsphere", "os1", "engines", "startup", "dhcp")
+    only = ("e2e", "vsphere", "os1", "engines", "startup", "dhcp", "reproducible")
     parser.add_argument("--only", choices=only, help="run one benchmark, keep the others' results")
     args = parser.parse_args()
     saved = ROOT / "bench" / "results.json"
@@ -223,6 +242,8 @@ def main() -> None:
         results["startup"] = bench_startup()
     if args.only in (None, "dhcp"):
         results["dhcp"] = bench_dhcp(Path(args.work))
+    if args.only in (None, "reproducible"):
+        results["reproducible"] = bench_reproducible(Path(args.work))
     saved.write_text(json.dumps(results, indent=2) + "\n")
     write_readme(results)
     print(json.dumps(results, indent=2))

@@ -74,25 +74,47 @@ def read_recorded(path: Path, public_key: Key | None = None) -> Recorded:
     subject = statement["subject"]
     _need(len(subject) == 1 and isinstance(subject[0], dict), path, "does not name one image",
           "the provenance of one image")  # fmt: skip
-    name = str(subject[0].get("name", ""))
-    digest = str(subject[0].get("digest", {}).get("sha256", ""))
-    _need(is_hex_digest(digest, "sha256"), path, "names no SHA-256 of its image", "subject[0].digest.sha256")
-    definition = statement["predicate"].get("buildDefinition", {})
-    params = definition.get("externalParameters", {})
+    name = subject[0].get("name")
+    digests = subject[0].get("digest")
+    digest = digests.get("sha256") if isinstance(digests, dict) else None
+    _need(isinstance(name, str) and bool(name), path, "names no image", "subject[0].name")
+    _need(isinstance(digest, str) and is_hex_digest(digest, "sha256"), path, "names no SHA-256 of its image",
+          "subject[0].digest.sha256")  # fmt: skip
+    definition = statement["predicate"].get("buildDefinition")
+    definition = definition if isinstance(definition, dict) else {}
+    params = definition.get("externalParameters")
     _need(isinstance(params, dict), path, "has no external parameters", "buildDefinition.externalParameters")
+    assert isinstance(params, dict)
     _need(params.get("engine") == "chroot", path,
           f"records a build by the {printable(str(params.get('engine')), 40)} engine, whose images are not"
           " reproducible (a VM boot writes the run into them; image.diff tells what differs)",
           "the provenance of a chroot-engine build")  # fmt: skip
-    for key in ("os", "provider", "release_channel", "source_date_epoch", "hash_seed", "runtime", "disk_gb"):
+    kinds: dict[str, tuple[type, ...]] = {"os": (str,), "provider": (str,), "release_channel": (str,),
+                                          "source_date_epoch": (int,), "hash_seed": (str,), "runtime": (str,),
+                                          "disk_gb": (int,)}  # fmt: skip
+    for key, kind in kinds.items():
         _need(key in params, path, f"does not record {key}",
               "a provenance written by image-builder 0.1.2 or later (it records what a rebuild needs)")  # fmt: skip
+        value = params[key]
+        _need(isinstance(value, kind) and not isinstance(value, bool) and (not isinstance(value, int) or
+              0 <= value < 2**32) and (not isinstance(value, str) or 0 < len(value) <= 100),
+              path, f"records {key} as {printable(repr(value), 60)}", f"{key} as the build wrote it")  # fmt: skip
+    for key in ("os_version", "firmware"):
+        _need(params.get(key) is None or isinstance(params.get(key), str), path, f"records {key} oddly",
+              f"{key} as a text")  # fmt: skip
+    _need(isinstance(params.get("config", {}), dict), path, "records config oddly", "the config's fields")
     inputs: dict[str, tuple[str | None, str | None, str | None]] = {}
-    for dep in definition.get("resolvedDependencies", []):
-        if isinstance(dep, dict) and isinstance(dep.get("name"), str):
-            read_from = (dep.get("annotations") or {}).get("readFrom")
-            inputs[dep["name"]] = (dep.get("uri"), read_from, (dep.get("digest") or {}).get("sha256"))
-    return Recorded(name, digest, params, inputs)
+    deps = definition.get("resolvedDependencies", [])
+    for dep in deps if isinstance(deps, list) else []:
+        if not isinstance(dep, dict) or not isinstance(dep.get("name"), str):
+            continue
+        notes, dep_digests = dep.get("annotations"), dep.get("digest")
+        read_from = notes.get("readFrom") if isinstance(notes, dict) else None
+        sha = dep_digests.get("sha256") if isinstance(dep_digests, dict) else None
+        uri = dep.get("uri")
+        inputs[dep["name"]] = (uri if isinstance(uri, str) else None, read_from if isinstance(read_from, str) else None,
+                               sha if isinstance(sha, str) and is_hex_digest(sha, "sha256") else None)  # fmt: skip
+    return Recorded(str(name), str(digest), params, inputs)
 
 
 def _source_image(recorded: Recorded, given: Path | None, path: Path) -> Path:
