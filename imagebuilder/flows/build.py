@@ -14,6 +14,7 @@ from imagebuilder.build.packer import packer_check
 from imagebuilder.build.resolve import make_plan
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.host.preflight import require
+from imagebuilder.image.reproducible import source_date_epoch
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
@@ -60,6 +61,7 @@ def prepare_build(
                                    install=not dry_run, say=say))  # fmt: skip
 
     plan = make_plan(request, before_fetch=packer_first)
+    source_date_epoch(plan.manifest.date, 0)  # a bad SOURCE_DATE_EPOCH (or release date) exits 2 now, dry run too
     need = disk_need(plan)
     source_check = next(iter(dry_run_checks([plan])), None) if dry_run else None
     return PreparedBuild(plan, checks[0] if checks else None, need, source_check, customization, dry_run)

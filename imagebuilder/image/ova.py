@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import struct
 import subprocess
 import tarfile
 import tempfile
@@ -37,22 +38,31 @@ def disk_info(path: Path) -> dict[str, int | str]:
     return info
 
 
-#: the descriptor line qemu-img writes with a random content ID
-_CID = re.compile(rb"\nCID=([0-9a-f]{8})\n")
+#: the descriptor line qemu-img writes with a random content ID (printed without zero padding: 1 to 8 digits)
+_CID = re.compile(rb"\nCID=([0-9a-f]{1,8})\n")
+#: a sparse VMDK's header: magic, version, flags, capacity, grain size, descriptor offset and size (sectors)
+_VMDK_HEADER = struct.Struct("<4sIIQQQQ")
 
 
 def _fixed_cid(vmdk: Path, name: str) -> None:
     """Replace the random content ID qemu-img gives a new VMDK (``CID=`` in its embedded descriptor) with one made
-    from ``name``, in place and of the same length: the same disk converted twice gives the same bytes."""
+    from ``name``, in place: the same disk converted twice gives the same bytes. The descriptor is rewritten whole
+    within its area (qemu-img prints the CID without zero padding, so its length varies)."""
     cid = f"{zlib.crc32(name.encode()):08x}".encode()
     with vmdk.open("r+b") as fh:
-        head = fh.read(64 * 1024)
-        match = _CID.search(head)
-        if match is None:
+        magic, _, _, _, _, offset, size = _VMDK_HEADER.unpack(fh.read(_VMDK_HEADER.size))
+        if magic != b"KDMV" or not 0 < offset < 1024 or not 0 < size <= 1024:
+            raise ExternalError(f"{vmdk.name}: not a sparse VMDK with an embedded descriptor",
+                                hint="check qemu-img's version (streamOptimized VMDK)")  # fmt: skip
+        fh.seek(offset * 512)
+        area = fh.read(size * 512)
+        text = area.rstrip(b"\0")
+        fixed, count = _CID.subn(b"\nCID=" + cid + b"\n", text, count=1)
+        if count != 1 or len(fixed) > len(area):
             raise ExternalError(f"{vmdk.name}: qemu-img wrote no CID= line in the VMDK descriptor",
                                 hint="check qemu-img's version (streamOptimized VMDK)")  # fmt: skip
-        fh.seek(match.start(1))
-        fh.write(cid)
+        fh.seek(offset * 512)
+        fh.write(fixed.ljust(len(area), b"\0"))
 
 
 def make_ova(
