@@ -130,53 +130,33 @@ if [ "$TEST" -eq 0 ]; then
   exit 0
 fi
 
-# vcsim (the vCenter simulator the vSphere tests run against) and govc (the benchmark's peer), one pinned govmomi
-# release (>= v0.45: older ones lack the SSO admin simulator and reject ContentLibrary/Tagging privileges).
-GOVMOMI_VERSION=v0.46.0
 TOOLS_BIN="$PWD/.tools/bin"
 mkdir -p "$TOOLS_BIN"
-for tool in vcsim govc; do
-  stamp="$TOOLS_BIN/.$tool-$GOVMOMI_VERSION"
-  if [ ! -x "$TOOLS_BIN/$tool" ] || [ ! -e "$stamp" ]; then
-    command -v go >/dev/null || {
-      echo "error: Go is needed to install $tool (go install github.com/vmware/govmomi/$tool@$GOVMOMI_VERSION)" >&2
-      exit 1
-    }
-    echo "==> go install github.com/vmware/govmomi/$tool@$GOVMOMI_VERSION"
-    GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "github.com/vmware/govmomi/$tool@$GOVMOMI_VERSION"
-    rm -f "$TOOLS_BIN/.$tool-"*
+# go_tool NAME MODULE/PATH VERSION: a test tool built from source through the Go module proxy into .tools/bin, pinned
+# (a stamp names the version built; another version is built again)
+go_tool() {
+  local name=$1 package=$2 version=$3
+  local stamp="$TOOLS_BIN/.$name-$version"
+  if [ ! -x "$TOOLS_BIN/$name" ] || [ ! -e "$stamp" ]; then
+    command -v go >/dev/null || { echo "error: Go is needed to install $name (go install $package@$version)" >&2; exit 1; }
+    echo "==> go install $package@$version"
+    GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "$package@$version"
+    rm -f "$TOOLS_BIN/.$name-"*
     touch "$stamp"
   fi
-done
-
-# actionlint (the emitted GitHub workflow is checked by it, issue 44), from the Go module proxy, pinned as above
-ACTIONLINT_VERSION=v1.7.12
-stamp="$TOOLS_BIN/.actionlint-$ACTIONLINT_VERSION"
-if [ ! -x "$TOOLS_BIN/actionlint" ] || [ ! -e "$stamp" ]; then
-  echo "==> go install github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
-  GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
-  rm -f "$TOOLS_BIN/.actionlint-"*
-  touch "$stamp"
-fi
+}
+# vcsim (the vCenter simulator the vSphere tests run against) and govc (the benchmark's peer), one pinned govmomi
+# release (>= v0.45: older ones lack the SSO admin simulator and reject ContentLibrary/Tagging privileges)
+GOVMOMI_VERSION=v0.46.0
+go_tool vcsim github.com/vmware/govmomi/vcsim "$GOVMOMI_VERSION"
+go_tool govc github.com/vmware/govmomi/govc "$GOVMOMI_VERSION"
+# actionlint: the emitted GitHub workflow is checked by it (issue 44)
+go_tool actionlint github.com/rhysd/actionlint/cmd/actionlint v1.7.12
 # local-kms (issue 45): a KMS-compatible server for the KMS signing tests, because moto does not implement Sign with
-# MessageType=DIGEST (what securesystemslib's AWSSigner sends); from source through the Go module proxy, pinned
-LOCAL_KMS_VERSION=v0.0.0-20260228092603-2a5e92d09ab6
-stamp="$TOOLS_BIN/.local-kms-$LOCAL_KMS_VERSION"
-if [ ! -x "$TOOLS_BIN/local-kms" ] || [ ! -e "$stamp" ]; then
-  echo "==> go install github.com/nsmithuk/local-kms@$LOCAL_KMS_VERSION"
-  GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "github.com/nsmithuk/local-kms@$LOCAL_KMS_VERSION"
-  rm -f "$TOOLS_BIN/.local-kms-"*
-  touch "$stamp"
-fi
+# MessageType=DIGEST (what securesystemslib's AWSSigner sends)
+go_tool local-kms github.com/nsmithuk/local-kms v0.0.0-20260228092603-2a5e92d09ab6
 # bbolt's own CLI (issue 45): the tests check with its `check` the containerd databases a reproducible build writes
-BBOLT_VERSION=v1.4.3
-stamp="$TOOLS_BIN/.bbolt-$BBOLT_VERSION"
-if [ ! -x "$TOOLS_BIN/bbolt" ] || [ ! -e "$stamp" ]; then
-  echo "==> go install go.etcd.io/bbolt/cmd/bbolt@$BBOLT_VERSION"
-  GOBIN="$TOOLS_BIN" GOFLAGS=-mod=mod go install "go.etcd.io/bbolt/cmd/bbolt@$BBOLT_VERSION"
-  rm -f "$TOOLS_BIN/.bbolt-"*
-  touch "$stamp"
-fi
+go_tool bbolt go.etcd.io/bbolt/cmd/bbolt v1.4.3
 # gitlab-ci-local (the emitted GitLab pipeline runs for real, its jobs in the shell, issue 44), from the npm registry,
 # pinned: 4.69.0 is the newest that runs on Node 20 (4.70 and later use Node 22's Set methods)
 GITLAB_CI_LOCAL_VERSION=4.69.0
