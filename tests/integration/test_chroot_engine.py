@@ -471,13 +471,13 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     for m in manifests.values():
         assert m["engine"] == "chroot" and m["os_layer"].startswith("os-ubuntu-20.04-")
         assert m["tools"]["packer"] is None and "chroot" in m["steps"]
-    # the layer's bytes were compressed once for both: its members are in the store beside it, and the two images
-    # took what they share from there (or from each other) instead of compressing it twice
+    # each image is reproducible (issue 45): its root filesystem was made again from its sealed tree, dated by its
+    # release, so it shares no layout with the layer (docs/benchmarks.md: the matrix compresses each image in full)
     counts = [m["gzip_members"] for m in manifests.values()]
     assert all(c["data"] > 500 for c in counts), counts
-    assert sum(c["reused"] for c in counts) >= 0.9 * max(c["data"] for c in counts), counts
+    assert all(m["reproducible"] and m["source_date_epoch"] for m in manifests.values())
     (store,) = layers.glob("os-ubuntu-20.04-*.members")
-    assert sum(1 for p in store.rglob("*") if p.is_file()) >= 0.9 * max(c["data"] for c in counts)
+    assert store.is_dir()
     assert "built" in first.stdout and "shared" in first.stdout
     assert "[ok  ] host-os" in first.stdout, "the matrix's preflight ran, as build's does"
     assert not list((home / "work").iterdir()), "the workspaces are removed"
