@@ -224,12 +224,6 @@ def _extlinux_dir(tree: Path) -> str | None:
     return next((d for d in EXTLINUX_DIRS if (tree / d / "ldlinux.sys").is_file()), None)
 
 
-@contextmanager
-def _attached(path: Path) -> Iterator[str]:
-    with disk.loop_device(path, 0, path.stat().st_size) as dev:
-        yield dev
-
-
 def make_filesystem(
     tree: Path,
     dest: Path,
