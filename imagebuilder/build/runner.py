@@ -211,7 +211,8 @@ def run_build(
                     directory = rendered.directory
                 with _step(steps, "packer"):
                     _run_packer(rendered, packer, log, redact, status)
-            # an image built on a cached OS layer shares the layer's compressed members with its sibling images
+            # an image built on a cached OS layer takes from the layer's member store the MiBs it has in common with
+            # it (since images are reproducible, their remade filesystems have few: docs/benchmarks.md)
             store = os_layer.members if os_layer is not None else None
             with (
                 _step(steps, "package"),
