@@ -168,6 +168,18 @@ def _read_envelope(path: Path) -> Envelope:
     return envelope
 
 
+def _check_signature(path: Path, envelope: Envelope, public_key: Key | None) -> None:
+    """The envelope carries a valid signature by ``public_key`` (nothing is checked without one)."""
+    from securesystemslib.exceptions import VerificationError
+
+    if public_key is None:
+        return
+    try:
+        envelope.verify([public_key], 1)
+    except VerificationError:
+        raise _bad(path, f"is not signed by the key {public_key.keyid[:16]}... (--public-key)") from None
+
+
 def _statement(path: Path, envelope: Envelope) -> dict[str, Any]:
     try:
         doc = json.loads(envelope.payload)
@@ -202,16 +214,10 @@ def verify(path: Path, public_key: Key | None, image: Path, sha256: str | None =
     statement. Bad input (a file that is no envelope) exits 2; a signature or digest that does not match exits 1.
     Without a key the envelope must still carry a signature (``image.publish`` without ``--public-key``). ``sha256``
     is the image's digest when the caller has just computed it (an image is gigabytes: read once)."""
-    from securesystemslib.exceptions import VerificationError
-
     envelope = _read_envelope(path)
     if not envelope.signatures:
         raise _bad(path, "is not signed")
-    if public_key is not None:
-        try:
-            envelope.verify([public_key], 1)
-        except VerificationError:
-            raise _bad(path, f"is not signed by the key {public_key.keyid[:16]}... (--public-key)") from None
+    _check_signature(path, envelope, public_key)
     doc = _statement(path, envelope)
     _check_subject(path, doc, image, sha256)
     return doc
@@ -220,20 +226,14 @@ def verify(path: Path, public_key: Key | None, image: Path, sha256: str | None =
 def read_statement(path: Path, public_key: Key | None = None) -> dict[str, Any]:
     """The statement in ``path``, its signature checked against ``public_key`` when one is given (an unsigned
     statement is read too: ``image.rebuild`` checks the builder's claim, not who signed it)."""
-    from securesystemslib.exceptions import VerificationError
-
     envelope = _read_envelope(path)
-    if public_key is not None:
-        try:
-            envelope.verify([public_key], 1)
-        except VerificationError:
-            raise _bad(path, f"is not signed by the key {public_key.keyid[:16]}... (--public-key)") from None
+    _check_signature(path, envelope, public_key)
     return _statement(path, envelope)
 
 
-def subject_image(path: Path) -> Path:
-    """The image a provenance is about, where a build put it: beside the provenance, under the subject's name."""
-    doc = _statement(path, _read_envelope(path))
+def _subject_image(path: Path, doc: dict[str, Any]) -> Path:
+    """The image the statement ``doc`` (read from ``path``) is about, where a build put it: beside the provenance,
+    under the subject's name."""
     names = [Path(str(s.get("name", ""))).name for s in doc["subject"] if isinstance(s, dict)]
     if len(names) != 1 or not names[0] or names[0] in (".", ".."):
         raise _bad(path, f"names {len(names)} subjects, not the one image a build writes")
@@ -259,7 +259,7 @@ def sign_statement(path: Path, signer: Signer, image: Path | None = None, *, dry
     A signature this key already made is kept (a rerun changes nothing); other keys' signatures stay beside it."""
     envelope = _read_envelope(path)
     doc = _statement(path, envelope)
-    target = image or subject_image(path)
+    target = image or _subject_image(path, doc)
     if not target.is_file():
         raise InputError(f"the image {target.name} it is about is not beside it", source=path, field="--image",
                          expected="the image the build wrote, or its path in --image")  # fmt: skip

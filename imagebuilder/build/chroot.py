@@ -48,11 +48,12 @@ from imagebuilder.core.progress import Say, follow
 from imagebuilder.core.render import ROOT
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.gzipdisk import Base, MemberStore
+from imagebuilder.image.reproducible import TOOLS as REPRODUCIBLE_TOOLS
 from imagebuilder.providers import registry
 
 #: what the engine runs on the build host
 TOOLS = ("losetup", "mount", "umount", "chroot", "qemu-img", "sfdisk", "e2fsck", "resize2fs", "dumpe2fs", "blkid",
-         "env")  # fmt: skip
+         "env", *REPRODUCIBLE_TOOLS)  # fmt: skip
 #: Ansible's chroot connection (the collection ships with the ``ansible`` package)
 CONNECTION = "community.general.chroot"
 #: the environment every process in the chroot starts with: nothing of the build host's
@@ -64,7 +65,7 @@ SEAL = "/usr/local/sbin/image-builder-seal"
 @dataclass(frozen=True)
 class Reproducible:
     """What makes a chroot build's image the same bytes on every run: SOURCE_DATE_EPOCH and the filesystem's hash
-    seed (from the inputs digest)."""
+    seed (from the build's content digest: its inputs without any path)."""
 
     epoch: int
     seed: str

@@ -90,6 +90,7 @@ def _inner(spec_path: Path) -> int:
 
     raw = Path(spec["raw"])
     reproducible = spec.get("reproducible")
+    part = disk.root_partition(raw)
     devices: dict[int, str] = {}
     rebuilt: Path | None = None
     with attached(raw, Path(spec["root"]), log=say, devices_out=devices) as root:
@@ -102,12 +103,10 @@ def _inner(spec_path: Path) -> int:
             from imagebuilder.image.reproducible import rebuild_root
 
             say("making the root filesystem again from the sealed tree (reproducible: sorted, clamped times)")
-            part = disk.root_partition(raw)
             rebuilt = rebuild_root(raw, part, root, devices[part.number], Path(reproducible["work"]),
                                    epoch=int(reproducible["epoch"]), seed=str(reproducible["seed"]),
                                    log=lambda text: print(text, flush=True))  # fmt: skip
     if rebuilt is not None:
-        part = disk.root_partition(raw)
         disk.write_partition(rebuilt, raw, part.offset, part.length)
         rebuilt.unlink()
     say("unmounted; the filesystem is released")

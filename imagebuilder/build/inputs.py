@@ -65,28 +65,36 @@ def _without_locations(data: Any) -> Any:
     return data
 
 
+def _build_digest(plan_data: dict[str, Any], bundle: str, customization: Customization | None) -> str:
+    return digest({
+        "plan": plan_data,
+        "bundle": bundle,
+        "customization": customization.summary() if customization else None,
+        "image-builder": __version__,
+    })  # fmt: skip
+
+
+def _bundle_digest() -> str:
+    return _files_digest([BUNDLE / "ansible", BUNDLE / "packer", BUNDLE / "cloud-init", BUNDLE / "templates"])
+
+
+def build_digests(plan: BuildPlan, customization: Customization | None) -> tuple[str, str]:
+    """(:func:`inputs_digest`, :func:`content_digest`) of one build, the bundle's files read once for both."""
+    data = plan.to_json()
+    bundle = _bundle_digest()
+    inputs = {k: v for k, v in data.items() if k not in ("workspace", "steps", "engine_reason")}
+    return _build_digest(inputs, bundle, customization), _build_digest(_without_locations(data), bundle, customization)
+
+
 def content_digest(plan: BuildPlan, customization: Customization | None) -> str:
     """What the image is made of, by content only: :func:`inputs_digest` without any path, folder or mirror (the
     source image and the release are named by their checksums). Two builds of the same inputs in different folders
     or from another copy of the mirror have the same one: a reproducible image's hash seed is made from it."""
-    return digest({
-        "plan": _without_locations(plan.to_json()),
-        "bundle": _files_digest([BUNDLE / "ansible", BUNDLE / "packer", BUNDLE / "cloud-init", BUNDLE / "templates"]),
-        "customization": customization.summary() if customization else None,
-        "image-builder": __version__,
-    })  # fmt: skip
+    return build_digests(plan, customization)[1]
 
 
 def inputs_digest(plan: BuildPlan, customization: Customization | None) -> str:
     """What decides a build's output, as one digest the build manifest records: the plan (without where it runs),
     the bundle's templates and roles, the customization (without its secrets: a changed password alone is not
     seen, rebuild with ``--force``), and this tool's version."""
-    data = plan.to_json()
-    for volatile in ("workspace", "steps", "engine_reason"):
-        data.pop(volatile, None)
-    return digest({
-        "plan": data,
-        "bundle": _files_digest([BUNDLE / "ansible", BUNDLE / "packer", BUNDLE / "cloud-init", BUNDLE / "templates"]),
-        "customization": customization.summary() if customization else None,
-        "image-builder": __version__,
-    })  # fmt: skip
+    return build_digests(plan, customization)[0]

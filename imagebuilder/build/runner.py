@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 from imagebuilder import __version__
 from imagebuilder.build.attestations import write_attestations
 from imagebuilder.build.chroot import OsLayer, Reproducible, check_engine, run_chroot_build
-from imagebuilder.build.inputs import content_digest, inputs_digest
+from imagebuilder.build.inputs import build_digests
 from imagebuilder.build.packer import (
     RenderedBuild,
     builder_for,
@@ -137,14 +137,15 @@ def run_build(
     writes the image's SBOM and provenance beside it (:mod:`imagebuilder.build.attestations`), the provenance signed
     by ``signer`` when one is given."""
     check_buildable(plan)  # bad input fails here, before anything is written
-    inputs_sha256 = inputs_sha256 or inputs_digest(plan, customization)
+    computed_inputs, content_sha256 = build_digests(plan, customization)
+    inputs_sha256 = inputs_sha256 or computed_inputs
     started = dt.datetime.now(dt.UTC)
     # the chroot engine's image is the same bytes on every run of these inputs; Packer's is not (a VM boot writes
     # what no step after it takes back: image.diff tells what differs). A rebuild gives what the provenance recorded.
     if reproducible is None:
         epoch = source_date_epoch(plan.manifest.date, int(started.timestamp()))
         if plan.engine == "chroot":
-            reproducible = Reproducible(epoch, hash_seed(content_digest(plan, customization)))
+            reproducible = Reproducible(epoch, hash_seed(content_sha256))
     else:
         epoch = reproducible.epoch
     if os_layer is not None and plan.engine != "chroot":

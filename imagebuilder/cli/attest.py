@@ -28,15 +28,14 @@ KEY_HELP += " pkcs11:token=<label>;id=<id> (PIN in $IMAGE_BUILDER_HSM_PIN; defau
 @cli_task
 def sign(c: Context, provenance: str = "", signing_key: str = "", image: str = "", dry_run: bool = False) -> None:
     """Sign a provenance a build wrote unsigned (refused when it does not describe the image and SBOM beside it)."""
-    from imagebuilder.attest.keys import load_signer
     from imagebuilder.attest.provenance import sign_statement
+    from imagebuilder.cli.build import signer_for
 
     path = flags.existing_file(flags.required(provenance, "--provenance", "<name>.intoto.json"), "--provenance")
     target = flags.existing_file(image, "--image") if image else None
-    key = flags.signing_key(signing_key or None)
-    if key is None:
+    signer = signer_for(signing_key or None)
+    if signer is None:
         raise InputError("no key given", field="--signing-key", expected=KEY_HELP)
-    signer = load_signer(key, "--signing-key" if signing_key else flags.SIGNING_KEY_ENV)
     done = sign_statement(path, signer, target, dry_run=dry_run)
     if done.written:
         print(f"signed {path} ({done.subject}) with key {done.keyid}")

@@ -32,6 +32,7 @@ from imagebuilder.image.diff import FileDifference, first_difference
 if TYPE_CHECKING:
     from securesystemslib.signer import Key
 
+    from imagebuilder.build.plan import BuildPlan
     from imagebuilder.build.runner import BuildResult
 
 
@@ -132,7 +133,7 @@ def _source_image(recorded: Recorded, given: Path | None, path: Path) -> Path:
     return location
 
 
-def _config(recorded: Recorded, given: Path | None, source: Path, work: Path, path: Path) -> Path:
+def _config(recorded: Recorded, given: Path | None, source: Path, work: Path) -> Path:
     """The provider config the rebuild runs with: the given file (its digest must be one the provenance names), or
     one written from the recorded fields when the original held no secret."""
     digests = {d for n, (_, _, d) in recorded.inputs.items() if n.startswith("config:") and d}
@@ -159,7 +160,7 @@ def _config(recorded: Recorded, given: Path | None, source: Path, work: Path, pa
     return out
 
 
-def _check_inputs(recorded: Recorded, plan: Any, path: Path) -> None:
+def _check_inputs(recorded: Recorded, plan: BuildPlan) -> None:
     """The release the rebuild resolved is the recorded one: the manifest and every node artifact by digest."""
     _, _, manifest = recorded.inputs.get("release-manifest", (None, None, None))
     if manifest and plan.manifest.sha256 != manifest:
@@ -215,7 +216,7 @@ def rebuild(
     manifest_uri, read_from, _ = recorded.inputs.get("release-manifest", (None, None, None))
     with tempfile.TemporaryDirectory(prefix=".image-rebuild-") as tmp:
         work = Path(tmp)
-        provider_config = _config(recorded, config, source, work, path)
+        provider_config = _config(recorded, config, source, work)
         request = BuildRequest(
             os=str(params["os"]),
             hypervisor=str(params["provider"]),
@@ -232,7 +233,7 @@ def rebuild(
             runtime=str(params["runtime"]),
         )
         prepared = prepare_build(request, dry_run=dry_run, say=say)
-        _check_inputs(recorded, prepared.plan, path)
+        _check_inputs(recorded, prepared.plan)
         if prepared.plan.output_name != recorded.subject:
             say(f"note: the rebuild is named {prepared.plan.output_name}, the provenance's image {recorded.subject}")
         if dry_run:

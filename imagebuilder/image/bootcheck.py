@@ -32,6 +32,12 @@ from imagebuilder.core.disk import LINUX_TYPES, SECTOR, Partition, ext_superbloc
 from imagebuilder.core.errors import ExternalError
 
 LDLINUX_MAGIC = 0x3EB202FE
+#: ldlinux.sys's patch area (magic, instance, data sectors, ADV sectors, dwords, checksum, max transfer, offset of the
+#: extended patch area), the extended patch area (ADV pointers', directory's, subvolume's offsets and lengths, sector
+#: extents' offset and count, the boot sector's two pointer offsets, RAID patch), and one sector extent (lba, count)
+PATCH_AREA = struct.Struct("<IIHHIIHH")
+EXT_PATCH_AREA = struct.Struct("<10H")
+SECTOR_EXTENT = struct.Struct("<QH")
 ESP_TYPES = ("EF", "C12A7328-F81F-11D2-BA4B-00A0C93EC93B")
 EXT_MAGIC = 0xEF53
 #: where extlinux/syslinux installers put ldlinux.sys, most common first
@@ -206,7 +212,7 @@ def _syslinux_problem(disk: _Disk, part: Partition, vbr: bytes, ld: bytes, first
     at = ld.find(struct.pack("<I", LDLINUX_MAGIC), 0, 1024)
     if at < 0 or len(ld) < at + 24:
         return "no LDLINUX patch area (not a syslinux loader, or truncated)"
-    _, _, data_sectors, _, dwords, _, _, epa = struct.unpack_from("<IIHHIIHH", ld, at)
+    _, _, data_sectors, _, dwords, _, _, epa = PATCH_AREA.unpack_from(ld, at)
     if dwords * 4 > len(ld) or epa + 20 > len(ld):
         return "its patch area points outside the file"
     csum = LDLINUX_MAGIC
@@ -214,7 +220,7 @@ def _syslinux_problem(disk: _Disk, part: Partition, vbr: bytes, ld: bytes, first
         csum = (csum - word) & 0xFFFFFFFF
     if csum:
         return "its checksum does not match (the file was changed after extlinux patched it)"
-    _, _, _, _, _, secptr, secptrcnt, p0, p1, _ = struct.unpack_from("<10H", ld, epa)
+    _, _, _, _, _, secptr, secptrcnt, p0, p1, _ = EXT_PATCH_AREA.unpack_from(ld, epa)
     if max(p0, p1) + 4 > 510:
         return "its patch area points outside the boot sector"
     pointer = struct.unpack_from("<I", vbr, p0)[0] | struct.unpack_from("<I", vbr, p1)[0] << 32
@@ -228,7 +234,7 @@ def _syslinux_problem(disk: _Disk, part: Partition, vbr: bytes, ld: bytes, first
     # the rest of the loader, by the sector extents extlinux wrote into the file
     index, wanted = 1, data_sectors - 1
     for n in range(secptrcnt):
-        lba, length = struct.unpack_from("<QH", ld, secptr + 10 * n)
+        lba, length = SECTOR_EXTENT.unpack_from(ld, secptr + SECTOR_EXTENT.size * n)
         if not length or index > wanted:
             break
         length = min(length, wanted - index + 1)

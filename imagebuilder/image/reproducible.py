@@ -33,7 +33,6 @@ import contextlib
 import datetime as dt
 import hashlib
 import os
-import shutil
 import stat
 import struct
 import subprocess
@@ -43,16 +42,17 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from imagebuilder.core import disk
+from imagebuilder.core import disk, grammar
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import run_checked
+from imagebuilder.core.grammar import printable
 from imagebuilder.core.hostinfo import tool_search_path
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.image.boltdb import rewrite
-from imagebuilder.image.bootcheck import LDLINUX_MAGIC
+from imagebuilder.image.bootcheck import EXT_PATCH_AREA, LDLINUX_MAGIC, PATCH_AREA, SECTOR_EXTENT
 
-#: what the regeneration runs on the build host
-TOOLS = ("mke2fs", "debugfs", "tune2fs", "dumpe2fs", "e2fsck", "extlinux", "mount", "umount", "losetup")
+#: what the regeneration runs on the build host (the chroot engine's check and its dry run require them)
+TOOLS = ("mke2fs", "debugfs", "tune2fs", "dumpe2fs", "e2fsck")
 #: containerd's bbolt files: its metadata, and its snapshotters' storage
 BOLT_FILES = (
     "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db",
@@ -103,10 +103,11 @@ def source_date_epoch(release_date: str | None, fallback: int) -> int:
     ``fallback`` (the build's start: the provenance records it, and a rebuild sets it in the environment)."""
     given = os.environ.get("SOURCE_DATE_EPOCH", "")
     if given:
-        if not given.isdigit() or not given.isascii() or int(given) >= 2**32:
-            raise InputError(f"'{given[:40]}' is not a time", field="SOURCE_DATE_EPOCH",
-                             expected="seconds since 1970 (an integer)")  # fmt: skip
-        return int(given)
+        try:
+            return grammar.integer(given, 0, 2**32 - 1)
+        except ValueError:
+            raise InputError(f"'{printable(given, 40)}' is not a time", field="SOURCE_DATE_EPOCH",
+                             expected="seconds since 1970 (an integer)") from None  # fmt: skip
     if not release_date:
         return fallback
     try:
@@ -119,9 +120,9 @@ def source_date_epoch(release_date: str | None, fallback: int) -> int:
     return max(0, int(when.timestamp()))
 
 
-def hash_seed(inputs_digest: str) -> str:
-    """The directory-hash seed of the new filesystem: a UUID made from the build's inputs digest."""
-    return str(uuid.UUID(bytes=hashlib.sha256(b"image-builder hash seed\0" + inputs_digest.encode()).digest()[:16]))
+def hash_seed(content_digest: str) -> str:
+    """The directory-hash seed of the new filesystem: a UUID made from the build's content digest."""
+    return str(uuid.UUID(bytes=hashlib.sha256(b"image-builder hash seed\0" + content_digest.encode()).digest()[:16]))
 
 
 def _run(*args: str, env: dict[str, str] | None = None, log: Say = silent) -> str:
@@ -172,18 +173,10 @@ def clamp_times(root: Path, epoch: int) -> None:
         os.utime(folder, ns=(when, when), follow_symlinks=False)
 
 
-def _superblock(device: str) -> dict[str, str]:
-    out = {}
-    for line in _run("dumpe2fs", "-h", device, env={"LC_ALL": "C"}).splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
-def fs_parameters(device: str) -> list[str]:
-    """The mke2fs arguments that make a filesystem like the one on ``device`` (UUID, label, features, sizes)."""
-    sb = _superblock(device)
+def fs_parameters(device: str) -> tuple[list[str], int | None]:
+    """The mke2fs arguments that make a filesystem like the one on ``device`` (UUID, label, features, sizes), and
+    its journal's size in MiB (None: it has none), from one read of its superblock."""
+    sb = disk.ext_superblock(device)
     try:
         features = [f for f in sb["Filesystem features"].split() if f not in _TRANSIENT]
         blocks, block_size = int(sb["Block count"]), int(sb["Block size"])
@@ -202,12 +195,10 @@ def fs_parameters(device: str) -> list[str]:
     label = sb.get("Filesystem volume name", "<none>")
     if label and label != "<none>":
         args += ["-L", label]
-    return args
+    return args, _journal_mib(sb)
 
 
-def journal_size(device: str) -> int | None:
-    """The journal's size in MiB, None when the filesystem has none."""
-    sb = _superblock(device)
+def _journal_mib(sb: dict[str, str]) -> int | None:
     if "has_journal" not in sb.get("Filesystem features", "").split():
         return None
     size = sb.get("Journal size", "")
@@ -239,8 +230,7 @@ def make_filesystem(
     (steps 2 and 3 of the module docstring). ``vbr``: the source partition's EXTLINUX boot sector, when it boots
     that way."""
     env = _e2fs_env(epoch)
-    params = fs_parameters(like)
-    journal = journal_size(like)
+    params, journal = fs_parameters(like)
     with dest.open("wb") as fh:
         fh.truncate(size)
     _run("mke2fs", *params, "-E", f"hash_seed={seed},lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0",
@@ -292,8 +282,8 @@ def patch_ldlinux(ld: bytearray, vbr: bytearray, sectors: list[int]) -> None:
     at = bytes(ld).find(struct.pack("<I", LDLINUX_MAGIC), 0, 1024)
     if at < 0:
         raise ExternalError("ldlinux.sys has no patch area: not an EXTLINUX loader", hint="rebuild the base image")
-    _, _, data_sectors, adv_sectors, dwords, _, _, epa = struct.unpack_from("<IIHHIIHH", ld, at)
-    adv_ptr, _, _, _, _, secptr, secptrcnt, p0, p1, _ = struct.unpack_from("<10H", ld, epa)
+    _, _, data_sectors, adv_sectors, dwords, _, _, epa = PATCH_AREA.unpack_from(ld, at)
+    adv_ptr, _, _, _, _, secptr, secptrcnt, p0, p1, _ = EXT_PATCH_AREA.unpack_from(ld, epa)
     total = data_sectors + adv_sectors
     if adv_sectors != 2 or len(sectors) < total or dwords * 4 > len(ld) or max(p0, p1) + 4 > 510:
         raise ExternalError("ldlinux.sys's patch area does not fit the file", hint="rebuild the base image")
@@ -303,9 +293,9 @@ def patch_ldlinux(ld: bytearray, vbr: bytearray, sectors: list[int]) -> None:
     if len(runs) > secptrcnt:
         raise ExternalError(f"ldlinux.sys lies in {len(runs)} runs; the loader holds {secptrcnt}",
                             hint="a filesystem this fragmented cannot boot by EXTLINUX")  # fmt: skip
-    ld[secptr : secptr + 10 * secptrcnt] = bytes(10 * secptrcnt)
+    ld[secptr : secptr + SECTOR_EXTENT.size * secptrcnt] = bytes(SECTOR_EXTENT.size * secptrcnt)
     for n, (first, count) in enumerate(runs):
-        struct.pack_into("<QH", ld, secptr + 10 * n, first, count)
+        SECTOR_EXTENT.pack_into(ld, secptr + SECTOR_EXTENT.size * n, first, count)
     struct.pack_into("<QQ", ld, adv_ptr, sectors[data_sectors], sectors[data_sectors + 1])
     struct.pack_into("<I", ld, at + 16, 0)
     checksum = LDLINUX_MAGIC
@@ -317,11 +307,12 @@ def patch_ldlinux(ld: bytearray, vbr: bytearray, sectors: list[int]) -> None:
 def place_extlinux(image: Path, path: str, vbr: bytes, env: dict[str, str], log: Say) -> None:
     """Make the filesystem ``image`` boot by EXTLINUX again: ldlinux.sys at ``path`` patched where mke2fs put it,
     the boot sector written before the superblock, the file immutable as extlinux leaves it."""
-    sb = _superblock(str(image))
-    block_size = int(sb["Block size"])
+    block_size = int(disk.ext_superblock(str(image))["Block size"])
     per_block = block_size // SECTOR
     blocks = [int(b) for b in _run("debugfs", "-R", f"blocks {path}", str(image), env=env).split()]
-    size = int(_run("debugfs", "-R", f"stat {path}", str(image), env=env).split("Size: ")[1].split()[0])
+    stat_text = _run("debugfs", "-R", f"stat {path}", str(image), env=env)
+    size = int(stat_text.split("Size: ")[1].split()[0])
+    flags = int(stat_text.split("Flags: ")[1].split()[0], 16)
     sectors = [b * per_block + i for b in blocks for i in range(per_block)][: -(-size // SECTOR)]
     with image.open("r+b") as fh:
         ld = bytearray()
@@ -336,8 +327,7 @@ def place_extlinux(image: Path, path: str, vbr: bytes, env: dict[str, str], log:
             fh.write(ld[n * SECTOR : (n + 1) * SECTOR])
         fh.seek(0)
         fh.write(boot)
-    flags = _run("debugfs", "-R", f"stat {path}", str(image), env=env).split("Flags: ")[1].split()[0]
-    _debugfs(image, [f"sif {path} flags {int(flags, 16) | IMMUTABLE:#x}"], env, log)
+    _debugfs(image, [f"sif {path} flags {flags | IMMUTABLE:#x}"], env, log)
     log(f"{path}: EXTLINUX patched for sectors {sectors[0]}.. ({len(sectors)}), boot sector written")
 
 
@@ -350,7 +340,7 @@ def _debugfs(image: Path, commands: list[str], env: dict[str, str], log: Say) ->
                               env={**os.environ, "PATH": tool_search_path(), **env}, check=False)  # fmt: skip
         errors = [ln for ln in proc.stderr.splitlines() if ln and not ln.startswith("debugfs ")]
         if proc.returncode != 0 or errors:
-            raise ExternalError(f"debugfs could not set the filesystem's times: {'; '.join(errors[:3])}",
+            raise ExternalError(f"debugfs could not change the new root filesystem: {'; '.join(errors[:3])}",
                                 hint="read the build log")  # fmt: skip
     finally:
         script.unlink(missing_ok=True)
@@ -361,7 +351,7 @@ def _set_change_times(image: Path, epoch: int, env: dict[str, str], log: Say) ->
 
     mke2fs numbers the inodes it makes one after another from the first non-reserved one, so the used inodes are
     1 to the count in use plus the free reserved ones: checked against the superblock before anything is set."""
-    sb = _superblock(str(image))
+    sb = disk.ext_superblock(str(image))
     total, free = int(sb["Inode count"]), int(sb["Free inodes"])
     first = int(sb.get("First inode", "11"))
     used = total - free
@@ -379,9 +369,6 @@ def rebuild_root(raw: Path, part: disk.Partition, root: Path, device: str, work:
                  log: Say = silent) -> Path:  # fmt: skip
     """Steps 1 to 3 for the root filesystem mounted at ``root`` from ``device`` (partition ``part`` of ``raw``):
     returns the new filesystem's file (in ``work``), to be written into the partition once ``root`` is unmounted."""
-    missing = [t for t in TOOLS if shutil.which(t, path=tool_search_path()) is None]
-    if missing:
-        raise ExternalError(f"a reproducible build needs {', '.join(missing)}", hint="run ./scripts/setup.sh")
     with raw.open("rb") as fh:
         fh.seek(part.offset)
         vbr = fh.read(512)
