@@ -174,25 +174,14 @@ def _check_inputs(recorded: Recorded, plan: BuildPlan) -> None:
                              f" records {want}", field="--mirror", expected="the release the build used")  # fmt: skip
 
 
-def _diffoscope(a: Path, b: Path, difference: FileDifference, work: Path) -> str | None:
-    """diffoscope's report of the first differing file, when diffoscope is installed (it reads the two copies)."""
+def _diffoscope(difference: FileDifference) -> str | None:
+    """diffoscope's report of the first differing file's two copies, when diffoscope is installed."""
     tool = shutil.which("diffoscope")
-    if tool is None:
+    if tool is None or difference.copies is None:
         return None
-    from imagebuilder.core.disk import mounted_root, raw_view
-
-    copies = []
-    for n, image in enumerate((a, b)):
-        with raw_view(image, work_dir=work) as raw, mounted_root(raw) as root:
-            src = root / difference.path
-            dest = work / f"{n}-{Path(difference.path).name}"
-            if src.is_file() and not src.is_symlink():
-                shutil.copyfile(src, dest)
-            else:
-                dest.write_text(str(getattr(difference, "ab"[n])) + "\n")
-            copies.append(dest)
-    proc = subprocess.run([tool, "--text", "-", str(copies[0]), str(copies[1])], capture_output=True, text=True,
-                          timeout=600, check=False)  # fmt: skip
+    a, b = difference.copies
+    proc = subprocess.run([tool, "--text", "-", str(a), str(b)], capture_output=True, text=True, timeout=600,
+                          check=False)  # fmt: skip
     return proc.stdout[-20000:] or proc.stderr[-2000:]
 
 
@@ -246,6 +235,6 @@ def rebuild(
         original = path.parent / Path(recorded.subject).name
         if not original.is_file() or sha256_file(original) != recorded.sha256:
             return rebuilt
-        difference = first_difference(original, result.artifact, work_dir=work)
-        report = _diffoscope(original, result.artifact, difference, work) if difference else None
+        difference = first_difference(original, result.artifact, work_dir=work, copy_to=work)
+        report = _diffoscope(difference) if difference else None
         return Rebuilt(recorded, result.artifact, result.sha256, result, difference, report)

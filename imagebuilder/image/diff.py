@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,22 +193,39 @@ def _walk(root: Path) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class FileDifference:
-    """The first path (in sorted order) whose bytes or metadata differ between two images' root filesystems."""
+    """The first path (in sorted order) whose bytes or metadata differ between two images' root filesystems, and
+    (when asked for) a copy of each side's file for a closer look."""
 
     path: str
     a: str | None
     b: str | None
+    copies: tuple[Path, Path] | None = None
 
 
-def first_difference(a: Path, b: Path, *, work_dir: Path | None = None) -> FileDifference | None:
+def _copy_out(root: Path, rel: str, described: str | None, dest: Path) -> Path:
+    src = root / rel
+    if src.is_file() and not src.is_symlink():
+        shutil.copyfile(src, dest)
+    else:  # a link, a folder or nothing: what it is, as text
+        dest.write_text(f"{described}\n")
+    return dest
+
+
+def first_difference(a: Path, b: Path, *, work_dir: Path | None = None,
+                     copy_to: Path | None = None) -> FileDifference | None:  # fmt: skip
     """Where two images' root filesystems first differ, file by file (content, type, mode, owner, mtime), or None
-    when every file is the same (the bytes may still differ: the filesystem's own layout)."""
-    trees = []
-    for image in (a, b):
-        with raw_view(image, work_dir=work_dir) as raw, mounted_root(raw) as root:
-            trees.append(_walk(root))
-    left, right = trees
-    for path in sorted(set(left) | set(right)):
-        if left.get(path) != right.get(path):
-            return FileDifference(path, left.get(path), right.get(path))
-    return None
+    when every file is the same (the bytes may still differ: the filesystem's own layout). Both are mounted once,
+    read-only; with ``copy_to``, the two versions of the differing file are copied there while they are."""
+    with contextlib.ExitStack() as stack:
+        roots = [stack.enter_context(mounted_root(stack.enter_context(raw_view(image, work_dir=work_dir))))
+                 for image in (a, b)]  # fmt: skip
+        left, right = (_walk(root) for root in roots)
+        path = next((p for p in sorted(set(left) | set(right)) if left.get(p) != right.get(p)), None)
+        if path is None:
+            return None
+        copies = None
+        if copy_to is not None:
+            name = Path(path).name
+            copies = (_copy_out(roots[0], path, left.get(path), copy_to / f"a-{name}"),
+                      _copy_out(roots[1], path, right.get(path), copy_to / f"b-{name}"))  # fmt: skip
+        return FileDifference(path, left.get(path), right.get(path), copies)
