@@ -34,6 +34,23 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, _terminate)
 
 
+def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, right: object) -> list[str] | None:
+    """Two long byte strings that differ are shown as where they differ, not whole: pytest's full diff of a disk
+    image or a database file runs to thousands of lines, and a CI log's tail then shows neither the test nor the
+    difference."""
+    if op != "==" or not isinstance(left, bytes | bytearray) or not isinstance(right, bytes | bytearray):
+        return None
+    if max(len(left), len(right)) <= 256:
+        return None
+    at = next((i for i, (a, b) in enumerate(zip(left, right, strict=False)) if a != b), min(len(left), len(right)))
+    start = max(0, at - 16)
+    return [
+        f"{len(left)} bytes == {len(right)} bytes: they differ first at offset {at}",
+        f"left [{start}:{at + 32}]: {bytes(left[start : at + 32]).hex(' ')}",
+        f"right[{start}:{at + 32}]: {bytes(right[start : at + 32]).hex(' ')}",
+    ]
+
+
 @pytest.fixture
 def mirror_dir(tmp_path: Path) -> Path:
     """A mirror directory holding the 1-24 channel manifest at its upstream path, and the line's runtime (stand-in
