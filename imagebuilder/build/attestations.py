@@ -73,10 +73,13 @@ def _dependencies(plan: BuildPlan, customization: Customization | None) -> list[
 _MASKED = "********"
 
 
-def build_parameters(plan: BuildPlan, epoch: int | None, hash_seed: str | None) -> dict[str, Any]:
+def build_parameters(
+    plan: BuildPlan, epoch: int | None, hash_seed: str | None, layered: bool = False
+) -> dict[str, Any]:
     """The provenance's external parameters: everything ``image.rebuild`` needs besides the inputs named by digest
     (the release manifest, the source image): the build's choices, the provider config's fields without its secrets
-    (a config that holds one is given again to a rebuild), SOURCE_DATE_EPOCH and the filesystem's hash seed."""
+    (a config that holds one is given again to a rebuild), SOURCE_DATE_EPOCH, the filesystem's hash seed, and
+    whether the filesystem is its OS layer's with the build's changes (``build.matrix``)."""
     config = {k: v for k, v in (plan.config.public_dict() if plan.config else {}).items()
               if v is not None and v != _MASKED}  # fmt: skip
     secrets = sorted(k for k, v in (plan.config.public_dict() if plan.config else {}).items() if v == _MASKED)
@@ -88,6 +91,7 @@ def build_parameters(plan: BuildPlan, epoch: int | None, hash_seed: str | None) 
         **({"config_secrets": secrets} if secrets else {}),
         **({"source_date_epoch": epoch} if epoch is not None else {}),
         **({"hash_seed": hash_seed} if hash_seed else {}),
+        **({"layered": True} if layered else {}),
     }  # fmt: skip
 
 
@@ -105,6 +109,7 @@ def write_attestations(
     signer: Signer | None,
     epoch: int | None = None,
     hash_seed: str | None = None,
+    layered: bool = False,
 ) -> dict[str, Any]:
     """Write ``<stem>.spdx.json`` and (for a local artifact) ``<stem>.intoto.json``; returns what the build
     manifest records of them."""
@@ -137,7 +142,7 @@ def write_attestations(
         return recorded
     statement = provenance.statement(
         image=artifact, sha256=sha256,
-        parameters=build_parameters(plan, epoch, hash_seed),
+        parameters=build_parameters(plan, epoch, hash_seed, layered),
         dependencies=_dependencies(plan, customization), tools=tools, invocation=build_id,
         started=started, finished=dt.datetime.now(dt.UTC), sbom=sbom_path,
     )  # fmt: skip

@@ -31,10 +31,9 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from imagebuilder.build.chroot_mounts import REFUSED, STATUS
 from imagebuilder.build.packer import controller_env, node_vars
@@ -65,10 +64,13 @@ SEAL = "/usr/local/sbin/image-builder-seal"
 @dataclass(frozen=True)
 class Reproducible:
     """What makes a chroot build's image the same bytes on every run: SOURCE_DATE_EPOCH and the filesystem's hash
-    seed (from the build's content digest: its inputs without any path)."""
+    seed (from its OS layer's inputs). ``layered``: the image is its OS layer's filesystem with the build's changes
+    applied (``build.matrix``'s images, which share their layer's blocks), not its whole tree laid out afresh (a
+    single build's); a rebuild of either gives the same bytes."""
 
     epoch: int
     seed: str
+    layered: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,8 @@ def _playbook(plan: BuildPlan, root: Path, directory: Path, customization: Custo
         shutil.copytree(facts, cache, dirs_exist_ok=True)  # a copy: runs on one layer never share a file
     role_vars, secret_env = node_vars(plan, directory, customization)
     role_vars["node_layers"] = list(layers)
-    with atomic_write(directory / "ansible-vars.json") as fh:
+    variables = directory / f"ansible-vars-{'-'.join(layers)}.json"  # a file per phase (reproducible builds)
+    with atomic_write(variables) as fh:
         fh.write(json.dumps(role_vars, indent=2) + "\n")
     inventory = {
         "all": {
@@ -154,7 +157,7 @@ def _playbook(plan: BuildPlan, root: Path, directory: Path, customization: Custo
     args = [
         shutil.which("ansible-playbook", path=tool_search_path()) or "ansible-playbook",
         "-i", str(directory / "inventory.json"),
-        "--extra-vars", f"@{directory / 'ansible-vars.json'}",
+        "--extra-vars", f"@{variables}",
         *(["-" + "v" * plan.ansible_verbosity] if plan.ansible_verbosity else []),
         str(ROOT / "ansible" / "node.yml"),
     ]  # fmt: skip
@@ -199,16 +202,24 @@ def provision(
     filesystem mounted, and unclean, after the build unmounted it; and if the child dies, the kernel releases every
     mount with its namespace."""
     root = directory / "root"
-    args, env = _playbook(plan, root, directory, customization, layers, facts)
-    commands = [args]
-    if "kubernetes" in layers:
-        commands.append([str(_chroot_wrapper(directory)), str(root), SEAL, "--offline"])
+    seal_command = [str(_chroot_wrapper(directory)), str(root), SEAL, "--offline"]
+    work = str(directory / "reproducible")
+    phases: list[dict[str, Any]] = []
+    # a layered image is its OS layer's filesystem (laid out afresh from the layer's tree) with the build's own
+    # changes applied to it (imagebuilder.image.fsdelta); rebuilt without the layer's cache, the OS part runs, and is
+    # sealed, as a phase of its own first. A single build's image is its whole tree laid out afresh.
+    split = reproducible is not None and reproducible.layered and "os" in layers and "kubernetes" in layers
+    for part in (("os",), ("kubernetes",)) if split else (layers,):
+        args, env = _playbook(plan, root, directory, customization, part, facts)
+        commands = [args, seal_command] if "kubernetes" in part else [args]
+        seal = None
+        if reproducible is not None:
+            mode = "layer" if "kubernetes" not in part else "image" if "os" not in part else "whole"
+            seal = {"mode": mode, "epoch": reproducible.epoch, "seed": reproducible.seed, "work": work}
+        phases.append({"commands": commands, "seal": seal})
     spec = directory / "chroot-run.json"
-    again = None
-    if reproducible is not None and "kubernetes" in layers:  # the image's last run: what it seals is kept
-        again = {"epoch": reproducible.epoch, "seed": reproducible.seed, "work": str(directory / "reproducible")}
     with atomic_write(spec) as fh:
-        json.dump({"raw": str(raw), "root": str(root), "commands": commands, "reproducible": again}, fh)
+        json.dump({"raw": str(raw), "root": str(root), "phases": phases}, fh)
     unshare = shutil.which("unshare", path=tool_search_path()) or "unshare"
     inner = [
         unshare,
@@ -292,20 +303,16 @@ def run_chroot_build(
     output: Path | None = None,
     output_format: str | None = None,
     source_format: str | None = None,
-    prepared: Callable[[Path], object] | None = None,
     facts: Path | None = None,
     reproducible: Reproducible | None = None,
 ) -> Path:
     """Build ``plan`` from ``source`` (of ``source_format`` where the caller knows it) in ``directory`` without a
     VM; returns the disk, written where the provider's packaging step finds Packer's (``directory/output/<vm
-    name>``) unless ``output`` says otherwise. ``prepared`` is told the raw disk once it exists, before it is
-    provisioned (``build.matrix`` starts compressing an OS layer's bytes then). ``facts`` are the Ansible facts of
-    the OS layer ``source`` is (:attr:`OsLayer.facts`)."""
+    name>``) unless ``output`` says otherwise. ``facts`` are the Ansible facts of the OS layer ``source`` is
+    (:attr:`OsLayer.facts`)."""
     check_engine()
     raw = directory / "disk.raw"
     prepare_disk(source, raw, plan.disk_gb, status, source_format=source_format)
-    if prepared is not None:
-        prepared(raw)
     status("attaching the image (loop devices) and mounting it")
     provision(plan, raw, directory, customization=customization, log=log, redact=redact, status=status,
               layers=layers, facts=facts, reproducible=reproducible)  # fmt: skip

@@ -16,10 +16,14 @@ from imagebuilder import __version__
 from imagebuilder.build.plan import BuildPlan
 from imagebuilder.core.paths import BUNDLE
 from imagebuilder.customization.model import Customization
+from imagebuilder.image.reproducible import hash_seed
 from imagebuilder.providers.config import SourceImageFields
 
 #: the roles (and playbook) whose files make the OS layer; a change to any of them makes a new layer
 LAYER_ROLES = ("setup", "node", "redhat_subscription")
+#: how an OS layer's filesystem is laid out (2: afresh from its tree, the base its images' changes are applied to);
+#: a layer of another layout is never a base
+LAYER_LAYOUT = 2
 
 
 def digest(data: Any) -> str:
@@ -48,6 +52,7 @@ def layer_inputs(plan: BuildPlan) -> dict[str, Any]:
         "os_version": plan.os_version.version,
         "firmware": plan.firmware,
         "disk_gb": plan.disk_gb,
+        "layout": LAYER_LAYOUT,
         "roles": _files_digest([BUNDLE / "ansible" / "node.yml", *(roles / r for r in LAYER_ROLES)]),
     }
 
@@ -98,3 +103,13 @@ def inputs_digest(plan: BuildPlan, customization: Customization | None) -> str:
     the bundle's templates and roles, the customization (without its secrets: a changed password alone is not
     seen, rebuild with ``--force``), and this tool's version."""
     return build_digests(plan, customization)[0]
+
+
+def layer_seed(plan: BuildPlan, content_sha256: str) -> str:
+    """The hash seed of a reproducible image's filesystem: its OS layer's, made from the layer's inputs (the
+    image's filesystem is the layer's, changed); an image whose source has no checksum has no shareable layer and
+    takes its own inputs'."""
+    config = plan.config
+    if isinstance(config, SourceImageFields) and config.source_image_checksum:
+        return hash_seed(digest(layer_inputs(plan)))
+    return hash_seed(content_sha256)

@@ -23,13 +23,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuilder.build.chroot import OsLayer, run_chroot_build
-from imagebuilder.build.inputs import digest, inputs_digest, layer_inputs
+from imagebuilder.build.chroot import OsLayer, Reproducible, run_chroot_build
+from imagebuilder.build.inputs import digest, inputs_digest, layer_inputs, layer_seed
 from imagebuilder.build.packer_plugins import PluginCheck
 from imagebuilder.build.plan import BuildPlan, BuildRequest
 from imagebuilder.build.resolve import make_plan
@@ -41,7 +41,7 @@ from imagebuilder.core.paths import workspace_root
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
-from imagebuilder.image.gzipdisk import Base, MemberStore, prime
+from imagebuilder.image.gzipdisk import Base, prime
 from imagebuilder.release.catalog import load_catalog
 
 if TYPE_CHECKING:
@@ -113,33 +113,19 @@ class LayerBuilds:
         self._work.append(work)
         log_path = self.cache / f"{target.stem}.log"
         self.say(f"OS layer: building {target.name} (chroot: packages, node settings)")
-        store = MemberStore.beside(target)
         with log_path.open("w") as log:
             source = prepare_source_image(plan, work, self.say)
             assert source is not None
             scratch = self._scratch.enter_context(
                 disk.scratch_dir(work / "scratch", size=plan.disk_gb * 1024**3, log=self.say)
             )
-            early = threading.Event()
-            ahead: list[Future[None]] = []
-
-            def prepared(disk_raw: Path) -> None:
-                # while the layer's OS part runs (Ansible and the package manager: one core), its disk's bytes are
-                # compressed with the core left idle. The store is addressed by content: a MiB read before or while
-                # the OS part changes it is merely not used, and the layer's own priming skips every other one.
-                ahead.append(self._primer.submit(prime, disk_raw, store, stop=early))
-
-            try:
-                raw = run_chroot_build(plan, source, scratch / "chroot", customization=None, log=log,
-                                       redact=Redactor(plan.config.secret_values() if plan.config else []),
-                                       status=self.say, layers=("os",), output=scratch / "layer.raw",
-                                       output_format="raw", prepared=prepared)  # fmt: skip
-            finally:
-                early.set()  # the finished layer is what is compressed from here on (or nothing, after a failure)
-                wait(ahead)
-        for done in ahead:
-            if done.exception() is not None:
-                self.say(f"warning: the OS layer was not compressed ahead: {done.exception()}")
+            # sealed as a reproducible layer: laid out afresh from its tree, the filesystem its images' changes are
+            # applied to (imagebuilder.image.fsdelta), so they keep its blocks and share its compressed MiBs
+            seal = Reproducible(0, layer_seed(plan, ""))  # a layer's time is its source's (reproducible.layer_epoch)
+            raw = run_chroot_build(plan, source, scratch / "chroot", customization=None, log=log,
+                                   redact=Redactor(plan.config.secret_values() if plan.config else []),
+                                   status=self.say, layers=("os",), output=scratch / "layer.raw",
+                                   output_format="raw", reproducible=seal)  # fmt: skip
         check = check_image(raw, work_dir=work)
         if not check.ok:
             raise ExternalError("the OS layer would not boot: " + "; ".join(check.problems), hint=f"read {log_path}")

@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 from imagebuilder import __version__
 from imagebuilder.build.attestations import write_attestations
 from imagebuilder.build.chroot import OsLayer, Reproducible, check_engine, run_chroot_build
-from imagebuilder.build.inputs import build_digests
+from imagebuilder.build.inputs import build_digests, layer_seed
 from imagebuilder.build.packer import (
     RenderedBuild,
     builder_for,
@@ -46,7 +46,7 @@ from imagebuilder.core.progress import Say, follow, silent
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.outputs import sharing
-from imagebuilder.image.reproducible import dated, hash_seed, source_date_epoch
+from imagebuilder.image.reproducible import dated, source_date_epoch
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import SourceImageFields
 
@@ -145,7 +145,7 @@ def run_build(
     if reproducible is None:
         epoch = source_date_epoch(plan.manifest.date, int(started.timestamp()))
         if plan.engine == "chroot":
-            reproducible = Reproducible(epoch, hash_seed(content_sha256))
+            reproducible = Reproducible(epoch, layer_seed(plan, content_sha256), layered=os_layer is not None)
     else:
         epoch = reproducible.epoch
     if os_layer is not None and plan.engine != "chroot":
@@ -229,6 +229,7 @@ def run_build(
                     plan, directory=directory, out_dir=out_dir, artifact=artifact, sha256=sha, build_id=build_id,
                     started=started, tools=_tool_versions(packer), customization=applied, signer=signer,
                     epoch=epoch, hash_seed=reproducible.seed if reproducible else None,
+                    layered=reproducible is not None and reproducible.layered,
                 ))  # fmt: skip
         with (
             atomic_write(artifact.with_name(artifact.name + ".sha256")) if artifact else contextlib.nullcontext() as fh

@@ -104,6 +104,9 @@ def read_recorded(path: Path, public_key: Key | None = None) -> Recorded:
         _need(params.get(key) is None or isinstance(params.get(key), str), path, f"records {key} oddly",
               f"{key} as a text")  # fmt: skip
     _need(isinstance(params.get("config", {}), dict), path, "records config oddly", "the config's fields")
+    layered = params.get("layered", False)
+    _need(isinstance(layered, bool), path, f"records layered as {printable(repr(layered), 40)}",
+          "true (an image on its OS layer, build.matrix's) or false")  # fmt: skip
     inputs: dict[str, tuple[str | None, str | None, str | None]] = {}
     deps = definition.get("resolvedDependencies", [])
     for dep in deps if isinstance(deps, list) else []:
@@ -227,7 +230,8 @@ def rebuild(
             say(f"note: the rebuild is named {prepared.plan.output_name}, the provenance's image {recorded.subject}")
         if dry_run:
             return Rebuilt(recorded, None, None, None)
-        reproducible = Reproducible(int(params["source_date_epoch"]), str(params["hash_seed"]))
+        reproducible = Reproducible(int(params["source_date_epoch"]), str(params["hash_seed"]),
+                                    layered=params.get("layered") is True)  # fmt: skip
         result = run_build(prepared, say=say, status=status, reproducible=reproducible)
         rebuilt = Rebuilt(recorded, result.artifact, result.sha256, result)
         if rebuilt.reproduced or result.artifact is None:

@@ -15,7 +15,10 @@ timing. So the engine does not keep the filesystem it provisioned. Once the imag
    sorted order from the tree alone: the source filesystem's UUID (the boot loader and fstab name it), features,
    block and inode sizes, inode count, label, reserved blocks and journal size; a hash seed from the inputs
    digest; ``E2FSPROGS_FAKE_TIME`` = SOURCE_DATE_EPOCH for every time e2fsprogs writes; no host ``mke2fs.conf``.
-   Change times (which ``mke2fs -d`` copies from the tree) are then set with debugfs;
+   Change times (which ``mke2fs -d`` copies from the tree) are then set with debugfs. That is done for the OS
+   layer (the build's OS part, a phase of its own, clamped to :func:`layer_epoch`); the image's filesystem is the
+   layer's with the build's changes applied (:func:`apply_tree`, :mod:`imagebuilder.image.fsdelta`), so that every
+   block the image's own part did not reach stays where the layer has it (the images of a release share them);
 3. where the source partition boots by EXTLINUX, points the installed ``ldlinux.sys`` and the partition's boot
    sector at where mke2fs put the file (:func:`patch_ldlinux`, what ``extlinux --install`` records, done without
    mounting: a mount leaves the kernel's block choices in the filesystem); the journal is added last by tune2fs
@@ -36,8 +39,9 @@ import os
 import stat
 import struct
 import subprocess
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -48,6 +52,7 @@ from imagebuilder.core.files import run_checked
 from imagebuilder.core.grammar import printable
 from imagebuilder.core.hostinfo import tool_search_path
 from imagebuilder.core.progress import Say, silent
+from imagebuilder.image import fsdelta
 from imagebuilder.image.boltdb import rewrite
 from imagebuilder.image.bootcheck import EXT_PATCH_AREA, LDLINUX_MAGIC, PATCH_AREA, SECTOR_EXTENT
 
@@ -69,6 +74,9 @@ RUN_FILES = (
     "var/lib/dpkg/status-old",
     "var/lib/dpkg/diversions-old",
     "etc/ld.so.cache~",
+    # apt's binary caches record the times its sources had when it made them (apt makes them again when missing)
+    "var/cache/apt/pkgcache.bin",
+    "var/cache/apt/srcpkgcache.bin",
 )
 #: the features a filesystem has only while in use, or that the journal step adds back
 _TRANSIENT = {"needs_recovery", "has_journal"}
@@ -135,23 +143,40 @@ def _e2fs_env(epoch: int) -> dict[str, str]:
     return {"MKE2FS_CONFIG": "/dev/null", "E2FSPROGS_FAKE_TIME": str(epoch), "LC_ALL": "C", "TZ": "UTC"}
 
 
-def normalize_tree(root: Path, epoch: int, *, log: Say = silent) -> None:
+def normalize_tree(root: Path, epoch: int, *, log: Say = silent, untouched_ns: int | None = None) -> None:
     """Make the provisioned tree at ``root`` free of the run's bytes (step 1 of the module docstring). ``root`` is
-    the image's root filesystem mounted read-write, nothing mounted below it that is not the image's."""
+    the image's root filesystem mounted read-write, nothing mounted below it that is not the image's.
+    ``untouched_ns``: the change time of what the build started from (its OS layer's), whose times stay."""
     for rel in RUN_FILES:
         path = root / rel
         if path.is_file() and not path.is_symlink():
             path.unlink()
+    _truncate_logs(root / "var" / "log")
     for rel in BOLT_FILES:
         db = root / rel
         if db.is_file() and not db.is_symlink():
             log(f"{rel}: rewritten with its data only, {rewrite(db, epoch)} times set to SOURCE_DATE_EPOCH")
-    clamp_times(root, epoch)
+    clamp_times(root, epoch, untouched_ns=untouched_ns)
 
 
-def clamp_times(root: Path, epoch: int) -> None:
+def _truncate_logs(folder: Path) -> None:
+    """Every log emptied, as image-builder's sysprep does: each line a package manager or a service wrote during the
+    build starts with the time it was written (apt's history, dpkg's log, wtmp), which no other run repeats."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    device = folder.stat().st_dev
+    for path, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(path, d))]
+        for name in files:
+            st = os.lstat(os.path.join(path, name))
+            if stat.S_ISREG(st.st_mode) and st.st_dev == device and st.st_size:
+                os.truncate(os.path.join(path, name), 0)
+
+
+def clamp_times(root: Path, epoch: int, *, untouched_ns: int | None = None) -> None:
     """Every file's modification time at most ``epoch``, and its access time equal to it (symlinks themselves
-    too); ``root``'s filesystem only."""
+    too); ``root``'s filesystem only. A file whose change time is ``untouched_ns`` is the OS layer's, not written
+    by this build: it keeps the layer's times (clamped to the layer's own epoch when the layer was made)."""
     device = root.stat().st_dev
     stack = [root]
     while stack:
@@ -161,13 +186,17 @@ def clamp_times(root: Path, epoch: int) -> None:
                 st = entry.stat(follow_symlinks=False)
                 if st.st_dev != device:
                     continue
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(Path(entry.path))
+                if st.st_ctime_ns == untouched_ns:
+                    continue
                 when = min(st.st_mtime_ns, epoch * 10**9)
                 # an immutable file (extlinux's ldlinux.sys) keeps its times: the source image's
                 with contextlib.suppress(PermissionError):
                     os.utime(entry.path, ns=(when, when), follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(Path(entry.path))
         st = folder.stat()
+        if st.st_ctime_ns == untouched_ns:
+            continue
         # a folder's own times last: writing its entries' times does not change them, but be exact
         when = min(st.st_mtime_ns, epoch * 10**9)
         os.utime(folder, ns=(when, when), follow_symlinks=False)
@@ -244,11 +273,7 @@ def make_filesystem(
         place_extlinux(dest, "/" + f"{ldlinux}/ldlinux.sys".lstrip("/"), vbr, env, log)
     if journal is not None:
         _run("tune2fs", "-J", f"size={journal}", str(dest), env=env, log=log)
-    check = subprocess.run(["e2fsck", "-fn", str(dest)], capture_output=True, text=True, check=False,
-                           env={**os.environ, "PATH": tool_search_path(), **env})  # fmt: skip
-    if check.returncode != 0:
-        raise ExternalError(f"the rebuilt root filesystem is not clean: {check.stdout[-400:]}",
-                            hint="rerun with --keep-on-error and read the build log")  # fmt: skip
+    _fsck(dest, env)
 
 
 def _extents(sectors: list[int]) -> list[tuple[int, int]]:
@@ -331,14 +356,16 @@ def place_extlinux(image: Path, path: str, vbr: bytes, env: dict[str, str], log:
     log(f"{path}: EXTLINUX patched for sectors {sectors[0]}.. ({len(sectors)}), boot sector written")
 
 
-def _debugfs(image: Path, commands: list[str], env: dict[str, str], log: Say) -> None:
+def _debugfs(image: Path, commands: Sequence[str | bytes], env: dict[str, str], log: Say) -> None:
     script = image.with_name(image.name + ".debugfs")
-    script.write_text("".join(c + "\n" for c in commands))
+    # bytes: a name in the image is any bytes but a slash and NUL
+    script.write_bytes(b"".join((c.encode() if isinstance(c, str) else c) + b"\n" for c in commands))
     try:
         log(f"$ debugfs -w -f {script} {image} ({len(commands)} commands)")
-        proc = subprocess.run(["debugfs", "-w", "-f", str(script), str(image)], capture_output=True, text=True,
+        proc = subprocess.run(["debugfs", "-w", "-f", str(script), str(image)], capture_output=True,
                               env={**os.environ, "PATH": tool_search_path(), **env}, check=False)  # fmt: skip
-        errors = [ln for ln in proc.stderr.splitlines() if ln and not ln.startswith("debugfs ")]
+        stderr = proc.stderr.decode(errors="replace")
+        errors = [ln for ln in stderr.splitlines() if ln and not ln.startswith("debugfs ")]
         if proc.returncode != 0 or errors:
             raise ExternalError(f"debugfs could not change the new root filesystem: {'; '.join(errors[:3])}",
                                 hint="read the build log")  # fmt: skip
@@ -365,21 +392,97 @@ def _set_change_times(image: Path, epoch: int, env: dict[str, str], log: Say) ->
     _debugfs(image, commands, env, log)
 
 
+def layer_epoch(device: str) -> int:
+    """The time an OS layer's files are clamped to: when the source image's root filesystem was made (its
+    superblock's ``s_mkfs_time``). A layer is shared by the images of every channel, whose SOURCE_DATE_EPOCHs
+    differ, so its own is a fact of what it is made of; each image then clamps again to its own."""
+    with open(device, "rb") as fh:
+        fh.seek(1024)
+        sb = fh.read(1024)
+    made: int = struct.unpack_from("<I", sb, 0x108)[0]
+    written: int = struct.unpack_from("<I", sb, 0x30)[0]
+    return made or written
+
+
+def _check(tree: dict[bytes, fsdelta.Node], image: Path, mnt: Path, log: Say) -> None:
+    """The changed filesystem holds the tree: every file, its kind, owner, mode, times, size, target and attributes
+    (a socket aside: no filesystem image keeps one)."""
+    with disk.loop_device(image, 0, image.stat().st_size, read_only=True) as dev, \
+            disk.mounted(dev, mnt, "ro", "noload"):  # fmt: skip
+        made = fsdelta.scan(mnt)
+    wanted = {p: n for p, n in tree.items() if n.kind != "s"}
+    wrong = list(fsdelta.differences(wanted, made))
+    if wrong:
+        raise ExternalError(f"the changed root filesystem does not hold the built tree: {'; '.join(wrong[:5])}",
+                            hint="report this with the build log; it names the first differences")  # fmt: skip
+    log(f"checked: the changed filesystem holds the tree's {len(made)} files")
+
+
+def apply_tree(base_fs: Path, tree: Path, dest: Path, *, epoch: int, log: Say = silent,
+               untouched_ns: int | None = None) -> fsdelta.Script:  # fmt: skip
+    """``dest``: the filesystem ``base_fs`` changed to hold ``tree`` (:mod:`imagebuilder.image.fsdelta`; a file
+    whose change time is ``untouched_ns`` is taken as the base's without reading it); raises
+    :class:`~imagebuilder.image.fsdelta.Unsupported` for a tree the changes cannot express."""
+    env = _e2fs_env(epoch)
+    started = time.monotonic()
+    work = dest.parent / "delta"
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        with disk.loop_device(base_fs, 0, base_fs.stat().st_size, read_only=True) as dev, \
+                disk.mounted(dev, work / "base", "ro", "noload") as base_root:  # fmt: skip
+            base, wanted = fsdelta.scan(base_root), fsdelta.scan(tree)
+            script = fsdelta.changes(base_root, base, tree, wanted, epoch=epoch, work=work, untouched_ns=untouched_ns)
+            log(f"compared the trees in {time.monotonic() - started:.1f} s")
+            disk.copy_sparse(base_fs, dest)
+            for name, value in script.values:
+                (work / name).write_bytes(value)
+            _debugfs(dest, script.commands, env, log)
+            log(f"applied the changes at {time.monotonic() - started:.1f} s")
+        _fsck(dest, env)
+        _check(wanted, dest, work / "check", log)
+    finally:
+        disk.remove_tree(work)
+    log(f"the layer's filesystem changed: {script.removed} removed, {script.written} written, "
+        f"{script.changed} changed in place, in {time.monotonic() - started:.1f} s; every other block where the layer "
+        "has it")  # fmt: skip
+    return script
+
+
+def _fsck(image: Path, env: dict[str, str]) -> None:
+    check = subprocess.run(["e2fsck", "-fn", str(image)], capture_output=True, text=True, check=False,
+                           env={**os.environ, "PATH": tool_search_path(), **env})  # fmt: skip
+    if check.returncode != 0:
+        raise ExternalError(f"the rebuilt root filesystem is not clean: {check.stdout[-400:]}",
+                            hint="rerun with --keep-on-error and read the build log")  # fmt: skip
+
+
 def rebuild_root(raw: Path, part: disk.Partition, root: Path, device: str, work: Path, *, epoch: int, seed: str,
-                 log: Say = silent) -> Path:  # fmt: skip
+                 base: Path | None = None, log: Say = silent) -> Path:  # fmt: skip
     """Steps 1 to 3 for the root filesystem mounted at ``root`` from ``device`` (partition ``part`` of ``raw``):
-    returns the new filesystem's file (in ``work``), to be written into the partition once ``root`` is unmounted."""
+    returns the new filesystem's file (in ``work``), to be written into the partition once ``root`` is unmounted.
+    With ``base`` (the filesystem the build started from, an OS layer's), the new filesystem is ``base`` with the
+    build's changes (:func:`apply_tree`) instead of the tree laid out afresh."""
     with raw.open("rb") as fh:
         fh.seek(part.offset)
         vbr = fh.read(512)
     boots_extlinux = vbr[3:11] in (b"SYSLINUX", b"EXTLINUX")
-    normalize_tree(root, epoch, log=log)
+    # what the layer holds has its change time (layer_epoch, set by _set_change_times) until the build writes it
+    untouched = layer_epoch(str(base)) * 10**9 if base is not None else None
+    normalize_tree(root, epoch, log=log, untouched_ns=untouched)
     tree = work / "tree"
     tree.mkdir(parents=True, exist_ok=True)
+    dest = work / "root.ext4"
     # the root filesystem alone: a bind mount that is not recursive shows none of the mounts below it (the ESP)
     with disk.mounted(str(root), tree, "bind", log=log):
         _run("mount", "-o", "remount,bind,ro", str(tree), log=log)
-        dest = work / "root.ext4"
+        if base is not None:
+            try:
+                apply_tree(base, tree, dest, epoch=epoch, log=log, untouched_ns=untouched)
+                return dest
+            except fsdelta.Unsupported as exc:
+                log(f"laying the whole tree out afresh: {exc}")
+                dest.unlink(missing_ok=True)
+                clamp_times(root, epoch)  # the layer's files too: mke2fs -d copies every time the tree has
         make_filesystem(tree, dest, size=part.length, like=device, epoch=epoch, seed=seed,
                         vbr=vbr if boots_extlinux else None, log=log)  # fmt: skip
     return dest

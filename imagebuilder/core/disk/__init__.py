@@ -63,6 +63,7 @@ from imagebuilder.core.disk.views import (
     gunzip_sparse,
     image_format,
     raw_view,
+    read_partition,
     write_partition,
 )
 
@@ -97,6 +98,7 @@ __all__ = [
     "mounts_under",
     "partitions",
     "raw_view",
+    "read_partition",
     "release",
     "remove_tree",
     "root_partition",

@@ -156,6 +156,22 @@ def write_partition(fs_image: Path, raw: Path, offset: int, length: int) -> None
         os.fsync(fout.fileno())
 
 
+def read_partition(raw: Path, offset: int, length: int, dest: Path) -> None:
+    """The ``length`` bytes of ``raw`` from ``offset`` (a partition) as the file ``dest``, copied within the kernel,
+    its holes left holes: what :func:`write_partition` writes back."""
+    with raw.open("rb") as fin, dest.open("wb") as fout:
+        fout.truncate(length)
+        size = os.fstat(fin.fileno()).st_size
+        for start, end in data_extents(fin.fileno(), size):
+            start, end = max(start, offset), min(end, offset + length)
+            at = start
+            while at < end:
+                copied = os.copy_file_range(fin.fileno(), fout.fileno(), end - at, at, at - offset)
+                if copied == 0:
+                    raise OSError(errno.EIO, f"{raw} ended early")
+                at += copied
+
+
 @contextlib.contextmanager
 def raw_view(image: Path, *, work_dir: Path | None = None) -> Iterator[Path]:
     """A raw view of a .gz, .ova, .vmdk, .qcow2 or raw image; temporary copies are removed afterwards.
