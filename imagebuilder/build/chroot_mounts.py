@@ -80,6 +80,14 @@ STATUS = "::image-builder:: "
 REFUSED = "refused: "
 
 
+#: what the child says as it makes a phase's root filesystem again, by the phase's seal mode
+_SEALING = {
+    "layer": "making the OS layer's root filesystem again from its tree (reproducible)",
+    "image": "applying the build's changes to the OS layer's filesystem (reproducible)",
+    "whole": "making the root filesystem again from the sealed tree (reproducible)",
+}
+
+
 def _inner(spec_path: Path) -> int:
     """The child of :func:`provision`, in its own mount namespace: for each phase of the spec, attach and mount,
     run its commands, make its root filesystem again when it says so (reproducible images), release."""
@@ -94,40 +102,33 @@ def _inner(spec_path: Path) -> int:
     base: Path | None = None  # the filesystem an image's changes are applied to: its OS layer's
     for phase in spec["phases"]:
         seal = phase.get("seal")
-        work = Path(seal["work"]) if seal else None
-        if seal and seal["mode"] == "image" and base is None and work is not None:
-            work.mkdir(parents=True, exist_ok=True)
-            base = work / "base.ext4"
+        mode = seal["mode"] if seal else None
+        if seal and mode == "image" and base is None:
+            Path(seal["work"]).mkdir(parents=True, exist_ok=True)
+            base = Path(seal["work"]) / "base.ext4"
             disk.read_partition(raw, part.offset, part.length, base)  # the layer this build was copied from
         devices: dict[int, str] = {}
         rebuilt: Path | None = None
         with attached(raw, Path(spec["root"]), log=say, devices_out=devices) as root:
             with disk.chroot_mounts(root, log=say):
                 for command in phase["commands"]:
-                    say(
-                        "sealing the image" if command[-1] == "--offline" else "running the node playbook in the chroot"
-                    )
+                    sealing = command[-1] == "--offline"
+                    say("sealing the image" if sealing else "running the node playbook in the chroot")
                     if subprocess.run(command, check=False).returncode != 0:
                         return 1
-            if seal and work is not None:
+            if seal:
                 from imagebuilder.image.reproducible import layer_epoch, rebuild_root
 
-                layer = seal["mode"] == "layer"
-                epoch = layer_epoch(devices[part.number]) if layer else int(seal["epoch"])
-                say(
-                    {
-                        "layer": "making the OS layer's root filesystem again from its tree (reproducible)",
-                        "image": "applying the build's changes to the OS layer's filesystem (reproducible)",
-                        "whole": "making the root filesystem again from the sealed tree (reproducible)",
-                    }[seal["mode"]]
-                )
-                rebuilt = rebuild_root(raw, part, root, devices[part.number], work, epoch=epoch, seed=str(seal["seed"]),
-                                       base=base if seal["mode"] == "image" else None,
+                say(_SEALING[seal["mode"]])
+                # a layer's time is its source filesystem's: it is shared by channels whose SOURCE_DATE_EPOCHs differ
+                epoch = layer_epoch(devices[part.number]) if mode == "layer" else int(seal["epoch"])
+                rebuilt = rebuild_root(raw, part, root, devices[part.number], Path(seal["work"]), epoch=epoch,
+                                       seed=str(seal["seed"]), base=base if mode == "image" else None,
                                        log=lambda text: print(text, flush=True))  # fmt: skip
-        if rebuilt is not None and work is not None:
+        if rebuilt is not None:
             disk.write_partition(rebuilt, raw, part.offset, part.length)
-            if seal["mode"] == "layer":  # what the next phase's changes are applied to
-                base = rebuilt.replace(work / "base.ext4")
+            if mode == "layer":  # what the next phase's changes are applied to
+                base = rebuilt.replace(rebuilt.with_name("base.ext4"))
             else:
                 rebuilt.unlink()
         say("unmounted; the filesystem is released")

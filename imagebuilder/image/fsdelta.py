@@ -270,8 +270,7 @@ def _fields(script: Script, path: bytes, old: Node | None, new: Node, *, epoch: 
 
 
 #: the file-type bits of each kind
-_MODE_BITS = {"d": stat.S_IFDIR, "f": stat.S_IFREG, "l": stat.S_IFLNK, "c": stat.S_IFCHR, "b": stat.S_IFBLK,
-              "p": stat.S_IFIFO, "s": stat.S_IFSOCK}  # fmt: skip
+_MODE_BITS = {kind: bits for bits, kind in _KINDS.items()}
 
 
 def differences(a: dict[bytes, Node], b: dict[bytes, Node]) -> Iterable[str]:

@@ -34,7 +34,7 @@ def _statement(params: object, deps: object, subject: object) -> dict[str, objec
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.dictionaries(st.sampled_from([*GOOD, "config", "config_secrets", "x"]), JSON, max_size=10) | JSON,
+@given(st.dictionaries(st.sampled_from([*GOOD, "config", "config_secrets", "layered", "x"]), JSON, max_size=10) | JSON,
        st.lists(st.fixed_dictionaries({"name": st.sampled_from(["source-image", "release-manifest", "config:x"])},
                                       optional={"uri": JSON, "digest": JSON, "annotations": JSON})) | JSON,
        st.just(SUBJECT) | JSON)  # fmt: skip
@@ -50,6 +50,7 @@ def test_any_record_is_read_or_refused(tmp_path: Path, params: object, deps: obj
         assert exc.exit_code == 1
         return
     assert recorded.params["engine"] == "chroot" and all(k in recorded.params for k in GOOD)
+    assert isinstance(recorded.params.get("layered", False), bool)
 
 
 def test_a_complete_record_is_read(tmp_path: Path) -> None:
@@ -63,3 +64,18 @@ def test_a_complete_record_is_read(tmp_path: Path) -> None:
         path.write_text(json.dumps(p.unsigned(_statement(partial, deps, SUBJECT))))
         with pytest.raises(InputError):
             read_recorded(path)
+
+
+@pytest.mark.parametrize("value", ["true", 1, 0, None, [], {"a": 1}, "x" * 10000])
+def test_layered_is_true_or_false_or_refused(tmp_path: Path, value: object) -> None:
+    """A matrix image's record says ``layered: true`` (a rebuild then runs two phases); anything else is refused
+    by name, the value shown short."""
+    path = tmp_path / "x.intoto.json"
+    deps = [{"name": "source-image", "uri": "/x/base.qcow2", "digest": {"sha256": "b" * 64}}]
+    for ok in (True, False):
+        path.write_text(json.dumps(p.unsigned(_statement({**GOOD, "layered": ok}, deps, SUBJECT))))
+        assert read_recorded(path).params["layered"] is ok
+    path.write_text(json.dumps(p.unsigned(_statement({**GOOD, "layered": value}, deps, SUBJECT))))
+    with pytest.raises(InputError, match="records layered as") as err:
+        read_recorded(path)
+    assert len(str(err.value)) < 600
