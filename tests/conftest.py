@@ -51,6 +51,24 @@ def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, righ
     ]
 
 
+#: the tests that failed in this run, written where ``$IMAGE_BUILDER_FAILED_TESTS`` says (``invoke test`` names them
+#: last, after pytest's report: a CI log's tail then says which tests failed however long their reports are)
+_FAILED: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed and report.nodeid not in _FAILED:
+        _FAILED.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    import os
+
+    where = os.environ.get("IMAGE_BUILDER_FAILED_TESTS")
+    if where and not hasattr(session.config, "workerinput"):  # the controller, which sees every worker's reports
+        Path(where).write_text("".join(f"{n}\n" for n in _FAILED))
+
+
 @pytest.fixture
 def mirror_dir(tmp_path: Path) -> Path:
     """A mirror directory holding the 1-24 channel manifest at its upstream path, and the line's runtime (stand-in

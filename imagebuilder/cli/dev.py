@@ -99,9 +99,14 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, qui
         # went.
         workers = (os.cpu_count() or 1) + 1
         select += f" -n {workers} --filler-worker --dist loadfile --no-loadscope-reorder --durations=15"
-    with c.cd(str(paths.require_checkout("test"))):
-        result = c.run(f"{BIN}/python -m pytest{select}", pty=False, warn=True)
+    with tempfile.TemporaryDirectory(prefix="image-builder-test-") as tmp, c.cd(str(paths.require_checkout("test"))):
+        # the failed tests' names, for the last lines of the output (tests/conftest.py writes them)
+        failed = Path(tmp) / "failed"
+        result = c.run(f"{BIN}/python -m pytest{select}", pty=False, warn=True,
+                       env={"IMAGE_BUILDER_FAILED_TESTS": str(failed)})  # fmt: skip
+        names = failed.read_text().split() if failed.is_file() else []
     if result is None or not result.ok:
         code = "?" if result is None else result.exited
+        listed = "".join(f"\n  failed: {n}" for n in names[:20]) + (f"\n  ... and {len(names) - 20} more" if len(names) > 20 else "")
         # a failing test is a finding, not a bug in this task: pytest's report is above
-        raise ExternalError(f"the test suite failed (pytest exit {code})", hint="pytest's report is above")
+        raise ExternalError(f"the test suite failed (pytest exit {code}){listed}", hint="pytest's report is above")
