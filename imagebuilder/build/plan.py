@@ -38,6 +38,7 @@ class BuildRequest:
     firmware: str | None = None  # the reference tool's --firmware: bios or efi (None: the matrix's default)
     engine: str | None = None  # packer (default), chroot (image-based builds, no VM) or auto
     runtime: str | None = None  # release (default: the release line's containerd) or os (the OS's package)
+    arch: str | None = None  # amd64 (default) or arm64 (issue 46)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,8 @@ class BuildPlan:
     runtime: RuntimePlan = RuntimePlan("os", None, None, None, "not resolved")
     #: what the user is told and the build goes on with (an end-of-life line, a runtime that may not fit)
     warnings: tuple[str, ...] = ()
+    #: the architecture the image is for (its binaries, its boot loader; the output name ends with it)
+    arch: str = "amd64"
 
     @property
     def os(self) -> str:
@@ -198,7 +201,7 @@ class BuildPlan:
         for key, value in (data["config"] or {}).items():
             if value is not None:
                 lines.append(f"    {key:<22}{value}")
-        lines.append("  node artifacts (linux/amd64):")
+        lines.append(f"  node artifacts (linux/{self.arch}):")
         if self.artifacts:
             for a in self.artifacts:
                 sha = a.sha256 or "(no digest in manifest: pulled by tag)"

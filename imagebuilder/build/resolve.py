@@ -24,7 +24,14 @@ from imagebuilder.providers.config import (
     SourceImageFields,
     load_provider_config,
 )
-from imagebuilder.release.catalog import CONTAINERD_2_FROM_MINOR, ReleaseChannel, load_catalog, runtime_problem
+from imagebuilder.release.catalog import (
+    ARCHES,
+    CONTAINERD_2_FROM_MINOR,
+    ReleaseChannel,
+    check_arch,
+    load_catalog,
+    runtime_problem,
+)
 from imagebuilder.release.manifest import NodeArtifact, ReleaseManifest, load_manifest
 from imagebuilder.release.product import Pinned, flag, pinned_for
 from imagebuilder.release.profile import load_profile
@@ -36,7 +43,13 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 def _artifact_name(
-    plan_os: str, version: str, release: int, extension: str, override: str | None, distro: str | None = None
+    plan_os: str,
+    version: str,
+    release: int,
+    extension: str,
+    override: str | None,
+    distro: str | None = None,
+    arch: str = ARCHES[0],
 ) -> str:
     if override is not None:
         base = override.removesuffix(extension) if extension else override
@@ -50,7 +63,11 @@ def _artifact_name(
     template = load_catalog().artifact_name
     return (
         template.format(
-            os=plan_os, kubernetes_version=version, distro=distro or load_profile().distro.name, release=release
+            os=plan_os,
+            kubernetes_version=version,
+            distro=distro or load_profile().distro.name,
+            release=release,
+            arch=arch,
         )
         + extension
     )
@@ -151,10 +168,10 @@ def _unreachable(exc: ExternalError) -> str:
 
 
 def _load_manifest_for(
-    request: BuildRequest, channel: ReleaseChannel, mirror: Mirror | None
+    request: BuildRequest, channel: ReleaseChannel, mirror: Mirror | None, arch: str
 ) -> tuple[ReleaseManifest | None, ManifestState]:
     if request.release_manifest:
-        manifest = load_manifest(request.release_manifest, mirror)
+        manifest = load_manifest(request.release_manifest, mirror, arch=arch)
         if manifest.channel != channel.name:
             raise InputError(
                 f"spec.channel is {manifest.channel}, but --release-channel is {channel.name}",
@@ -170,7 +187,7 @@ def _load_manifest_for(
     if mirror is None and request.offline:
         return None, ManifestState(url, False, "not resolved offline (--offline)")
     try:
-        manifest = load_manifest(url, mirror, timeout=MANIFEST_TIMEOUT)
+        manifest = load_manifest(url, mirror, timeout=MANIFEST_TIMEOUT, arch=arch)
     except ExternalError as exc:
         return None, ManifestState(location, False, f"not resolved offline ({_unreachable(exc)})")
     return manifest, ManifestState(manifest.source, True, sha256=manifest.sha256, upstream=url, date=manifest.date)
@@ -192,6 +209,8 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     provider = catalog.provider(request.hypervisor)
     channel = catalog.channel(request.release_channel)
     pair = catalog.build_pair(os_, provider)
+    arch = check_arch(request.arch or ARCHES[0])
+    pair.check_arch(arch)
     os_version = os_.version_for(request.os_version or channel.default_os_version(os_), provider.name)
     channel.check_os_version(os_.name, os_version.version)
     firmware = os_.firmware_for(request.firmware, provider.name)
@@ -258,14 +277,14 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
             )
         pinned = pinned_for(request.eksa_release, channel, mirror)
         request = dataclasses.replace(request, release_manifest=pinned.manifest_url)
-    manifest, state = _load_manifest_for(request, channel, mirror)
+    manifest, state = _load_manifest_for(request, channel, mirror, arch)
     version = manifest.kubernetes_version if manifest else channel.kubernetes_version
     release = manifest.number if manifest else channel.release
     # a manifest names its release (kubernetes-1-34-source-1 for one built from source: never passed off as the
     # distro's); the distro part of the image's name follows it
     release_name = manifest.name if manifest else load_profile().release_name(channel.name, release)
     distro = manifest.distro if manifest else None
-    runtime, upstream = _runtime(request.runtime, manifest, channel, pinned, mirror)
+    runtime, upstream = _runtime(request.runtime, manifest, channel, pinned, mirror, arch)
     artifacts = (manifest.artifacts if manifest else ()) + upstream
     if pinned is not None and pinned.runtime and runtime.source == "release":  # the bundle's runtime, in their place
         bundled = {a.name for a in pinned.runtime}
@@ -273,7 +292,11 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     if runtime.source == "os":  # the release's runtime tarball is not staged
         artifacts = tuple(a for a in artifacts if not (a.kind == "archive" and a.name == "containerd"))
     warnings = tuple(w for w in (channel.support_warning, _runtime_warning(runtime, version)) if w)
-    name = _artifact_name(os_.name, version, release, provider.extension, request.name, distro)
+    if arch != ARCHES[0]:  # after the release's artifacts for it are found (or their absence is named)
+        raise InputError(f"the {engine} engine does not build {arch} images yet: the plan finds the release's {arch}"
+                         " artifacts, the image's provisioning on this host does not run them yet (issue 46)",
+                         field="--arch", expected=ARCHES[0])  # fmt: skip
+    name = _artifact_name(os_.name, version, release, provider.extension, request.name, distro, arch)
     local = registry.get(provider.name).local_artifact
     output_path = Path(request.output_dir).resolve() / name if local else None
     ws = workspace_root()
@@ -302,6 +325,7 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
         engine_reason=engine_reason,
         runtime=runtime,
         warnings=warnings,
+        arch=arch,
     )
     return dataclasses.replace(plan, steps=tuple(_steps(plan)))
 
@@ -315,6 +339,7 @@ def _runtime(
     channel: ReleaseChannel,
     pinned: Pinned | None = None,
     mirror: Mirror | None = None,
+    arch: str = ARCHES[0],
 ) -> tuple[RuntimePlan, tuple[NodeArtifact, ...]]:
     """The runtime the product release's bundle ships for the line (``--<product>-release``), else the release's
     when its manifest ships one (exit 2 when it cannot run the release's Kubernetes), else the line's own from its
@@ -328,6 +353,12 @@ def _runtime(
     if value == "os":
         return RuntimePlan("os", None, None, None, "build --runtime os"), ()
     if pinned is not None and pinned.ships_runtime:
+        other = [a.uri for a in pinned.runtime if f"linux-{arch}" not in a.uri.rsplit("/", 1)[-1]]
+        if other:
+            raise InputError(f"the bundle ships its runtime for another architecture than {arch} ({other[0]})",
+                             source=pinned.bundle_url, field="eksD.containerd.uri",
+                             expected=f"a {arch} build without {flag()} (the line's runtime from its projects), or"
+                             " --runtime os")  # fmt: skip
         containerd = pinned.version_of("containerd")
         kubernetes = manifest.kubernetes_version if manifest else channel.kubernetes_version
         problem = runtime_problem(containerd, int(kubernetes.split(".")[1])) if containerd else None
@@ -342,11 +373,11 @@ def _runtime(
 
         line = channel.runtime
         why = f"line {channel.name}'s, from containerd's, runc's and cri-tools' own releases (the release names none)"
-        runc = next(p.version for p in upstream_files(line) if p.name == "runc")
+        runc = next(p.version for p in upstream_files(line, arch) if p.name == "runc")
         if manifest is None:  # the plan is not complete without the manifest: nothing is read for the runtime either
             return RuntimePlan("release", line.containerd, runc, line.crictl, why), ()
         try:
-            up = upstream_runtime(line, mirror)
+            up = upstream_runtime(line, mirror, arch)
         except ExternalError as exc:  # unreachable, as an unreachable manifest is: a real build stops on it
             return RuntimePlan("release", line.containerd, runc, line.crictl, why, unresolved=_unreachable(exc)), ()
         return RuntimePlan("release", line.containerd, runc, line.crictl, why), up.artifacts

@@ -32,7 +32,8 @@ HELP = {
     "baremetal_config": "bare metal build config file (JSON; optional for ubuntu)",
     "release_manifest": "release manifest (path or URL) to use instead of the channel's; its channel must match",
     "mirror": "local mirror (directory or URL) that keeps upstream URL paths, for air-gapped sites",
-    "name": "output image name, without extension (default <os>-v<k8s>-<distro>-<n>-amd64)",
+    "name": "output image name, without extension (default <os>-v<k8s>-<distro>-<n>-<arch>)",
+    "arch": "the image's architecture: amd64 (default) or arm64 (ubuntu on baremetal; docs/arm64.md)",
     "output_dir": "directory for the output image, checksum and build manifest (default ./output)",
     "dry_run": "validate every input and print the plan; build nothing",
     "output": "plan format: text (default) or json",
@@ -82,12 +83,13 @@ def _request(
 ) -> BuildRequest:
     """The build request of ``build``'s and ``build.matrix``'s shared flags (config files by provider or alias)."""
 
-    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.catalog import check_arch, load_catalog
 
     catalog = load_catalog()
     # the names first: a mistyped --os is answered before anything heavy is imported (the start-up benchmark)
-    for value, lookup in ((fields.get("os"), catalog.os), (fields.get("hypervisor"), catalog.provider),
-                          (fields.get("release_channel"), catalog.channel)):  # fmt: skip
+    names = ((fields.get("os"), catalog.os), (fields.get("hypervisor"), catalog.provider),
+             (fields.get("release_channel"), catalog.channel), (fields.get("arch"), check_arch))  # fmt: skip
+    for value, lookup in names:
         if value:
             lookup(value)
 
@@ -151,6 +153,7 @@ def build(
     packer: str | None = None,
     packer_plugins: str | None = None,
     signing_key: str | None = None,
+    arch: str | None = None,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1)."""
     from imagebuilder.core.hostinfo import check_skips
@@ -182,6 +185,7 @@ def build(
         firmware=firmware,
         engine=engine,
         runtime=flags.choice(runtime, "--runtime", ("release", "os")) if runtime else None,
+        arch=arch,
     )
     # imported once the flags are known good: a mistyped flag is answered without them
     from imagebuilder import flows
@@ -239,7 +243,7 @@ def print_attestations(out_dir: Path, extra: dict[str, Any]) -> None:
 
 
 MATRIX_HELP = {
-    **{k: v for k, v in HELP.items() if k not in ("name", "output", "release_manifest", "eksa_release")},
+    **{k: v for k, v in HELP.items() if k not in ("name", "output", "release_manifest", "eksa_release", "arch")},
     "os": "OSes, comma-separated (each with each --hypervisor); or use --pairs",
     "hypervisor": "providers, comma-separated",
     "pairs": "os:provider pairs, comma-separated (ubuntu:baremetal,ubuntu:vsphere), instead of --os/--hypervisor",

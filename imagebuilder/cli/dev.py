@@ -107,6 +107,7 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, qui
         names = failed.read_text().split() if failed.is_file() else []
     if result is None or not result.ok:
         code = "?" if result is None else result.exited
-        listed = "".join(f"\n  failed: {n}" for n in names[:20]) + (f"\n  ... and {len(names) - 20} more" if len(names) > 20 else "")
+        listed = "".join(f"\n  failed: {n}" for n in names[:20])
+        listed += f"\n  ... and {len(names) - 20} more" if len(names) > 20 else ""
         # a failing test is a finding, not a bug in this task: pytest's report is above
         raise ExternalError(f"the test suite failed (pytest exit {code}){listed}", hint="pytest's report is above")

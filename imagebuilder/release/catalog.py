@@ -336,11 +336,41 @@ class ReleaseChannel:
         return load_profile().release_name(self.name, number)
 
 
+#: the architectures a node image is built for, as Kubernetes and Debian name them (issue 46); the first is the default
+ARCHES = ("amd64", "arm64")
+#: what people also call them (uname -m, RPM, Docker's platform variants): refused, with the name to use
+ARCH_SYNONYMS = {"x86_64": "amd64", "x86-64": "amd64", "x64": "amd64", "aarch64": "arm64", "arm64v8": "arm64",
+                 "armv8": "arm64"}  # fmt: skip
+
+
+def check_arch(value: str, flag: str = "--arch") -> str:
+    """``value`` if it is one of :data:`ARCHES`, else an error naming the one meant."""
+    if value in ARCHES:
+        return value
+    meant = ARCH_SYNONYMS.get(value.lower())
+    hint = f"; did you mean '{meant}'?" if meant else did_you_mean(value.lower(), ARCHES)
+    raise InputError(f"{value[:40]!r} is not an architecture this tool builds{hint}", field=flag,
+                     expected=" or ".join(ARCHES))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class BuildPair:
     os: OperatingSystem
     provider: Provider
     config: ConfigNeed
+    #: the architectures it is built for
+    arches: tuple[str, ...] = (ARCHES[0],)
+    #: why it is not built for the others (config/matrix.yaml ``not_arm64``)
+    why_not: str = ""
+
+    def check_arch(self, arch: str) -> None:
+        """Exit 2 at plan time for an architecture this pair is not built for, saying why."""
+        if arch not in self.arches:
+            raise InputError(
+                f"{self.os.name} on {self.provider.name} is not built for {arch}: {self.why_not}",
+                field="--arch",
+                expected=" or ".join(self.arches),
+            )
 
 
 @dataclass(frozen=True)
@@ -523,7 +553,20 @@ def load_catalog() -> Catalog:
             )
             for name, p in raw["providers"].items()
         }
-        builds = tuple(BuildPair(oses[b["os"]], providers[b["provider"]], b["config"]) for b in raw["builds"])
+        builds = tuple(
+            BuildPair(
+                oses[b["os"]],
+                providers[b["provider"]],
+                b["config"],
+                tuple(b.get("arches") or (ARCHES[0],)),
+                str(b.get("not_arm64") or ""),
+            )
+            for b in raw["builds"]
+        )
+        for pair in builds:
+            if not set(pair.arches) <= set(ARCHES) or ("arm64" not in pair.arches) != bool(pair.why_not):
+                raise InputError(f"{pair.os.name}/{pair.provider.name}: arches {list(pair.arches)}", source=path,
+                                 field="builds[].arches", expected=f"of {ARCHES}; not_arm64: why not")  # fmt: skip
         downloads = tuple((d["os"], d["provider"]) for d in raw.get("downloads", ()))
         defaults = dict(chan_doc["runtime_defaults"])
         newest = tuple(int(x) for x in str(chan_doc["upstream_newest"]).split("."))

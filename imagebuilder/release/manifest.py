@@ -2,8 +2,9 @@
 
 A manifest lists components; each has assets with ``os``, ``arch``, ``type`` (Archive or Image) and either an
 ``archive`` (uri, sha256, sha512) or an ``image`` (uri, sometimes imageDigest). A node image needs a small, fixed
-set of linux/amd64 assets; this module finds them by meaning (component, type, os, arch, file name) rather than by
-position, so older and newer manifests of the same format work too.
+set of linux assets of one architecture (amd64 unless a build asks for arm64); this module finds them by meaning
+(component, type, os, arch, file name) rather than by position, so older and newer manifests of the same format
+work too.
 
 Real manifests are not always tidy: the 1-21-eks-4 release labels the arm64 etcd tarball ``arch: [amd64]`` and
 gives it no checksums. Assets are therefore matched on their file name as well as their arch label, and an
@@ -47,7 +48,8 @@ IMAGE_REF = re.compile(
 )
 IMAGES = ("pause", "coredns", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
 ARCH = "amd64"
-OTHER_ARCHES = ("arm64", "arm", "386", "ppc64le", "s390x")
+#: the architectures release manifests label assets with (Kubernetes' names); a node image is built for the first two
+KNOWN_ARCHES = ("amd64", "arm64", "arm", "386", "ppc64le", "s390x")
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class ReleaseManifest:
     versions: tuple[tuple[str, str], ...] = ()
     #: the release's date (``status.date``, RFC 3339), when it has one
     date: str | None = None
+    #: the architecture ``artifacts`` are for
+    arch: str = ARCH
 
     def version_of(self, component: str) -> str | None:
         return dict(self.versions).get(component)
@@ -140,13 +144,13 @@ class _Asset(ForeignModel):
     archive: _Archive | None = None
     image: _ImageRef | None = None
 
-    @property
-    def linux_amd64(self) -> bool:
-        if self.os != "linux" or ARCH not in (self.arch or []):
+    def linux(self, arch: str) -> bool:
+        """A Linux asset for ``arch``: labelled so, and its file name names no other architecture."""
+        if self.os != "linux" or arch not in (self.arch or []):
             return False
         # Trust the file name over the label when they disagree (see the module docstring).
         name = self.name + " " + (self.archive.uri or "" if self.archive else "")
-        return not any(re.search(rf"[-/_]{a}([-/_.]|$)", name) for a in OTHER_ARCHES)
+        return not any(re.search(rf"[-/_]{a}([-/_.]|$)", name) for a in KNOWN_ARCHES if a != arch)
 
     @property
     def file_name(self) -> str:
@@ -182,23 +186,24 @@ class ReleaseDoc(ForeignModel):
     status: _Status | None = None
 
 
-def _need_sha256(name: str, asset: _Asset, source: str) -> str:
+def _need_sha256(name: str, asset: _Asset, source: str, arch: str) -> str:
     sha = asset.archive.sha256 if asset.archive else None
     if sha is None or not re.fullmatch(r"[0-9a-f]{64}", sha):
         raise InputError(
-            f"the linux/amd64 asset for {name} ({asset.name}) has no valid sha256",
+            f"the linux/{arch} asset for {name} ({asset.name}) has no valid sha256",
             source=source,
             field="status.components[].assets[].archive.sha256",
         )
     return sha
 
 
-def _missing(what: str, detail: str, source: str) -> InputError:
+def _missing(what: str, detail: str, source: str, arch: str) -> InputError:
     return InputError(
-        f"no linux/amd64 {what} in the release manifest ({detail})",
+        f"no linux/{arch} {what} in the release manifest ({detail})",
         source=source,
         field="status.components",
-        expected="a manifest that ships every node artifact",
+        expected=f"a manifest that ships every node artifact for {arch}"
+        + ("" if arch == ARCH else " (or 'image-builder release.build --arch arm64')"),
     )
 
 
@@ -206,9 +211,11 @@ def _uri(asset: _Asset) -> str:
     return str(asset.archive.uri if asset.archive else None)
 
 
-def parse_manifest(text: str, source: str) -> ReleaseManifest:
-    """Parse a release manifest (through its model: the fields a build reads) and pick out the node artifacts by
-    meaning; errors name the missing artifact."""
+def parse_manifest(text: str, source: str, arch: str = ARCH) -> ReleaseManifest:
+    """Parse a release manifest (through its model: the fields a build reads) and pick out the node artifacts of
+    ``arch`` by meaning; errors name the missing artifact."""
+    if arch not in KNOWN_ARCHES:
+        raise ValueError(f"unknown architecture {arch!r}")  # the caller checked the user's value
     docs = [d for d in parse_yaml_documents(text, source) if isinstance(d, dict) and d.get("kind") == "Release"]
     if len(docs) != 1:
         raise InputError(
@@ -224,30 +231,31 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
 
     artifacts: list[NodeArtifact] = []
     for binary in BINARIES:
-        found = [(c, a) for c, a in assets if a.type == "Archive" and a.linux_amd64 and a.file_name == binary]
+        found = [(c, a) for c, a in assets if a.type == "Archive" and a.linux(arch) and a.file_name == binary]
         if not found:
-            raise _missing(binary, f"an Archive asset named bin/linux/{ARCH}/{binary}", source)
+            raise _missing(binary, f"an Archive asset named bin/linux/{arch}/{binary}", source, arch)
         comp, asset = found[0]
-        artifacts.append(NodeArtifact(binary, "binary", comp, _uri(asset), _need_sha256(binary, asset, source)))
+        artifacts.append(NodeArtifact(binary, "binary", comp, _uri(asset), _need_sha256(binary, asset, source, arch)))
 
     for artifact, component in (ARCHIVES | OPTIONAL_ARCHIVES).items():
-        found = [(c, a) for c, a in assets if c == component and a.type == "Archive" and a.linux_amd64
+        found = [(c, a) for c, a in assets if c == component and a.type == "Archive" and a.linux(arch)
                  and re.search(r"\.(tar\.gz|tgz)$", a.name)]  # fmt: skip
         if not found and artifact in OPTIONAL_ARCHIVES:
             continue
         if not found:
-            raise _missing(f"{artifact} tarball", f"component {component}, an Archive *.tar.gz", source)
+            raise _missing(f"{artifact} tarball", f"component {component}, an Archive *.tar.gz", source, arch)
         comp, asset = found[0]
-        artifacts.append(NodeArtifact(artifact, "archive", comp, _uri(asset), _need_sha256(artifact, asset, source)))
+        checksum = _need_sha256(artifact, asset, source, arch)
+        artifacts.append(NodeArtifact(artifact, "archive", comp, _uri(asset), checksum))
 
     tarballs = {a.file_name.removesuffix(".tar"): a for _, a in assets
-                if a.type == "Archive" and a.linux_amd64 and a.name.endswith(".tar")}  # fmt: skip
+                if a.type == "Archive" and a.linux(arch) and a.name.endswith(".tar")}  # fmt: skip
     for image in IMAGES:
         # no arch list: a multi-arch image
         found = [(c, a) for c, a in assets if a.type == "Image" and a.name == f"{image}-image"
-                 and ARCH in (a.arch or [ARCH])]  # fmt: skip
+                 and arch in (a.arch or [arch])]  # fmt: skip
         if not found:
-            raise _missing(f"{image} image", f"an Image asset named {image}-image", source)
+            raise _missing(f"{image} image", f"an Image asset named {image}-image", source, arch)
         comp, asset = found[0]
         ref = asset.image.uri if asset.image else None
         if not ref:
@@ -260,7 +268,7 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
         sha = None
         archive_uri = None
         if tar is not None and tar.archive is not None and tar.archive.sha256:
-            sha, archive_uri = _need_sha256(image, tar, source), _uri(tar)
+            sha, archive_uri = _need_sha256(image, tar, source, arch), _uri(tar)
         elif digest is not None and digest.startswith("sha256:"):
             sha = digest.removeprefix("sha256:")
         artifacts.append(NodeArtifact(image, "image", comp, ref, sha, archive_uri))
@@ -281,7 +289,8 @@ def parse_manifest(text: str, source: str) -> ReleaseManifest:
                      and re.fullmatch(r"v[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", c.gitTag))  # fmt: skip
     date = doc.status.date if doc.status else None
     when = date.isoformat() if isinstance(date, dt.datetime) else date
-    return ReleaseManifest(name, channel, number, version, source, tuple(artifacts), versions=versions, date=when)
+    return ReleaseManifest(name, channel, number, version, source, tuple(artifacts), versions=versions, date=when,
+                           arch=arch)  # fmt: skip
 
 
 def archive_asset(name: str, url: str, data: bytes, description: str) -> dict[str, Any]:
@@ -314,11 +323,13 @@ def manifest_location(url_or_path: str, mirror: Mirror | None) -> str:
     return url_or_path
 
 
-def load_manifest(url_or_path: str, mirror: Mirror | None = None, *, timeout: float = 10.0) -> ReleaseManifest:
+def load_manifest(
+    url_or_path: str, mirror: Mirror | None = None, *, timeout: float = 10.0, arch: str = ARCH
+) -> ReleaseManifest:
     location = manifest_location(url_or_path, mirror)
     data = fetch.read(location, timeout=timeout, what="release manifest")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError("release manifest is not UTF-8 text", source=location) from None
-    return dataclasses.replace(parse_manifest(text, location), sha256=hashlib.sha256(data).hexdigest())
+    return dataclasses.replace(parse_manifest(text, location, arch), sha256=hashlib.sha256(data).hexdigest())
