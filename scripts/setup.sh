@@ -38,6 +38,9 @@ APT_PACKAGES=(
   isc-dhcp-server kea-dhcp4-server tcpdump iproute2
   # UEFI (--firmware efi): OVMF for QEMU (the builds' and image.verify's firmware); image.base's EFI loader
   ovmf grub-efi-amd64-bin
+  # arm64 images on this host (issue 46): their programs run through qemu-user-static (binfmt_misc, registered
+  # below), they boot under qemu-system-aarch64 with AAVMF (qemu-efi-aarch64)
+  qemu-user-static qemu-system-arm qemu-efi-aarch64
   # release.build: the pause binary is upstream's C source compiled static (gcc, glibc's static libc); runc links
   # libseccomp statically (cgo, found by pkg-config)
   gcc libc6-dev libseccomp-dev pkg-config
@@ -76,6 +79,20 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # only the DHCP servers the tests (or dhcp.install) start run; a package's own would answer on every link
     $SUDO systemctl disable --now kea-dhcp4-server isc-dhcp-server >/dev/null 2>&1 || true
   fi
+fi
+
+# arm64 programs run here through qemu-user-static's handler, registered with binfmt_misc from the package's own
+# definition (its F flag: the kernel opens the emulator once, so it also runs inside a chroot). Where systemd runs,
+# systemd-binfmt registered it when the package was installed; a container has no systemd: mount and register here.
+register_binfmt() {  # register_binfmt NAME: /usr/lib/binfmt.d/NAME.conf into the kernel, unless it is there
+  local name=$1 dir=/proc/sys/fs/binfmt_misc
+  [ -f "/usr/lib/binfmt.d/$name.conf" ] || { echo "error: /usr/lib/binfmt.d/$name.conf is missing" >&2; return 1; }
+  [ -e "$dir/register" ] || $SUDO mount -t binfmt_misc binfmt_misc "$dir"
+  [ -e "$dir/$name" ] || grep -v '^#' "/usr/lib/binfmt.d/$name.conf" | $SUDO tee "$dir/register" >/dev/null
+  grep -qx enabled "$dir/$name"
+}
+if [ "$(uname -m)" != aarch64 ]; then
+  register_binfmt qemu-aarch64 || { echo "error: cannot register qemu-aarch64 with binfmt_misc (arm64 builds need it)" >&2; exit 1; }
 fi
 
 # Python virtualenv with the project (editable) and its dev tools.

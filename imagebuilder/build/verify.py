@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagebuilder.core.arch import Arch
 from imagebuilder.core.disk import mounted_root, raw_view, run_tempdir
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import parse_json, read_text
@@ -285,19 +286,34 @@ def kubelet_needs(host: Any, root: Path, plan: dict[str, Any]) -> list[Finding]:
 
 
 def boot_test(
-    image: Path, *, timeout: float = 600, kvm: KvmStatus | None = None, firmware: Firmware = "bios"
+    image: Path,
+    *,
+    timeout: float = 600,
+    kvm: KvmStatus | None = None,
+    firmware: Firmware = "bios",
+    machine: Arch | None = None,
 ) -> Finding:
     """Boot a throwaway copy under QEMU (``-snapshot``) until a login prompt shows on the serial console."""
     with raw_view(image) as raw:
-        return boot_raw(raw, timeout=timeout, kvm=kvm, firmware=firmware)
+        return boot_raw(raw, timeout=timeout, kvm=kvm, firmware=firmware, machine=machine)
 
 
-def boot_raw(raw: Path, *, timeout: float = 600, kvm: KvmStatus | None = None, firmware: Firmware = "bios") -> Finding:
+def boot_raw(
+    raw: Path,
+    *,
+    timeout: float = 600,
+    kvm: KvmStatus | None = None,
+    firmware: Firmware = "bios",
+    machine: Arch | None = None,
+) -> Finding:
     """:func:`boot_test` on a raw disk (QEMU's ``-snapshot`` leaves it untouched), by BIOS (SeaBIOS) or by UEFI
-    (OVMF, as a ``--firmware efi`` image boots on the machines it is built for)."""
+    (OVMF, as a ``--firmware efi`` image boots on the machines it is built for); ``machine``: an arm64 image boots
+    under qemu-system-aarch64 with AAVMF."""
     with (
         run_tempdir("boot") as tmp,
-        qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=firmware) as guest,
+        qemu.running(
+            raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=firmware, machine=machine
+        ) as guest,  # fmt: skip
     ):
         start = time.monotonic()
         while time.monotonic() - start < timeout:

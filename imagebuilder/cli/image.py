@@ -26,6 +26,8 @@ if TYPE_CHECKING:
         "mirror": "Debian archive or a local mirror of it (default http://deb.debian.org/debian)",
         "size_gb": "disk size in GiB (default 4; builds grow it with --disk-gb)",
         "dry_run": "print what would be built; build nothing",
+        "arch": "amd64 (default) or arm64: Debian's packages of that architecture (arm64 on another host runs them"
+        " through qemu-user-static), GRUB's EFI loader for it",
     },
     auto_shortflags=False,
 )
@@ -37,6 +39,7 @@ def base(
     mirror: str = "http://deb.debian.org/debian",
     size_gb: str = "4",
     dry_run: bool = False,
+    arch: str = "",
 ) -> None:
     """Make a Debian-family cloud-style base image (debootstrap): kernel, cloud-init, openssh-server."""
     target = flags.dest_file(flags.required(dest, "--dest", "a path for the qcow2"), "--dest")
@@ -47,17 +50,23 @@ def base(
         flags.existing_dir(mirror.removeprefix("file://"), "--mirror")
     else:
         flags.url(mirror, "--mirror", ("http", "https"))
-    from imagebuilder.image.base import BOOTSTRAP, PACKAGES, check_prerequisites, make_base_image
+    from imagebuilder.core.arch import arch as arch_of
+    from imagebuilder.release.catalog import ARCHES, check_arch
+
+    machine = arch_of(check_arch(arch) if arch else ARCHES[0])
+    from imagebuilder.image.base import BOOTSTRAP, check_prerequisites, make_base_image, packages
 
     if dry_run:
-        check_prerequisites()
-        print(f"would build {target.resolve()} (+ .sha256): Debian {suite} from {mirror}, {size} GiB disk,")
-        print(f"  debootstrap: {' '.join(BOOTSTRAP)}\n  then apt-get install: {' '.join(PACKAGES)}")
-        print("  GPT: GRUB on the ESP (UEFI) and extlinux (BIOS), serial console, empty machine-id, no SSH host keys")
+        check_prerequisites(machine)
+        print(f"would build {target.resolve()} (+ .sha256): Debian {suite} {machine.name} from {mirror}, {size} GiB"
+              " disk,")  # fmt: skip
+        print(f"  debootstrap: {' '.join(BOOTSTRAP)}\n  then apt-get install: {' '.join(packages(machine))}")
+        boot = "GRUB on the ESP (UEFI) and extlinux (BIOS)" if machine.bios else "GRUB on the ESP (UEFI only)"
+        print(f"  GPT: {boot}, serial console {machine.console}, empty machine-id, no SSH host keys")
         return
     # each step as it starts, also into a pipe (a log a user tees, a test that acts on a step)
     path, digest = make_base_image(
-        target, suite=suite, mirror=mirror, size_gb=size, log=lambda text: print(text, flush=True)
+        target, suite=suite, mirror=mirror, size_gb=size, log=lambda text: print(text, flush=True), target=machine
     )
     print(f"base image: {path}\nsha256:     {digest}")
     print(f'use it: "source_image_url": "{path}", "source_image_checksum": "sha256:{digest}"')

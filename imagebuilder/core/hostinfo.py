@@ -262,17 +262,8 @@ def tool_version(tool: str, args: tuple[str, ...] = ("--version",)) -> str | Non
 
 
 #: UEFI firmware for QEMU, as one image ``-bios`` can load (Debian's ``ovmf`` package), most specific first
-OVMF_CANDIDATES = ("/usr/share/ovmf/OVMF.fd", "/usr/share/qemu/OVMF.fd")
-
-
 def ovmf_firmware() -> Path:
     """OVMF, the UEFI firmware a ``--firmware efi`` build and ``image.verify`` boot under (exit 1 when missing)."""
-    from imagebuilder.core.errors import ExternalError
+    from imagebuilder.core.arch import arch
 
-    found = next((Path(p) for p in OVMF_CANDIDATES if Path(p).is_file()), None)
-    if found is None:
-        raise ExternalError(
-            "OVMF (UEFI firmware for QEMU) is not installed: looked for " + ", ".join(OVMF_CANDIDATES),
-            hint="run ./scripts/setup.sh (Debian package ovmf)",
-        )
-    return found
+    return arch("amd64").firmware()

@@ -28,6 +28,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagebuilder.core.arch import ARCHES
 from imagebuilder.core.disk import LINUX_TYPES, SECTOR, Partition, ext_superblock, partitions, raw_view
 from imagebuilder.core.errors import ExternalError
 
@@ -61,6 +62,8 @@ class DiskCheck:
     notes: list[str] = field(default_factory=list)
     #: an EFI system partition holds the removable-media loader: UEFI firmware boots this disk
     uefi: bool = False
+    #: the architectures whose removable-media loader it holds (amd64: BOOTX64.EFI, arm64: BOOTAA64.EFI)
+    uefi_arches: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -111,24 +114,30 @@ def check_raw(raw: Path, *, deep: bool = True, boot: bool = True) -> DiskCheck:
     return result
 
 
-#: where UEFI firmware looks for a loader on a disk without an NVRAM boot entry (x86-64)
-EFI_REMOVABLE_LOADER = "EFI/BOOT/BOOTX64.EFI"
+#: where UEFI firmware looks for a loader on a disk without an NVRAM boot entry, by architecture
+EFI_REMOVABLE_LOADERS = {a.name: a.efi_loader for a in ARCHES.values()}
+EFI_REMOVABLE_LOADER = EFI_REMOVABLE_LOADERS["amd64"]
 
 
 def _check_esp(disk: _Disk, parts: list[Partition], result: DiskCheck) -> bool:
-    """Whether an EFI system partition holds the removable-media loader (read with mtools: no mount, no root)."""
-    found = False
+    """Whether an EFI system partition holds a removable-media loader, and of which architectures (read with
+    mtools: no mount, no root)."""
     for part in (p for p in parts if p.type in ESP_TYPES):
         proc = subprocess.run(
-            ["mdir", "-b", "-i", f"{disk.path}@@{part.offset}", f"::/{EFI_REMOVABLE_LOADER}"],
+            ["mdir", "-b", "-i", f"{disk.path}@@{part.offset}", "::/EFI/BOOT"],
             capture_output=True, check=False, timeout=60, env={**os.environ, "MTOOLS_SKIP_CHECK": "1"},
         )  # fmt: skip
-        if proc.returncode == 0 and proc.stdout.strip():
-            result.notes.append(f"UEFI: {EFI_REMOVABLE_LOADER} on partition {part.number} (EFI system partition)")
-            found = result.uefi = True
-        else:
-            result.notes.append(f"partition {part.number} (EFI system partition) has no {EFI_REMOVABLE_LOADER}")
-    return found
+        listed = {line.strip().upper() for line in proc.stdout.decode(errors="replace").splitlines()}
+        here = [a for a, loader in EFI_REMOVABLE_LOADERS.items() if f"::/{loader}" in listed]
+        for a in here:
+            loader = EFI_REMOVABLE_LOADERS[a]
+            result.notes.append(f"UEFI: {loader} on partition {part.number} (EFI system partition)")
+            result.uefi_arches.append(a)
+        if not here:
+            result.notes.append(f"partition {part.number} (EFI system partition) has no {EFI_REMOVABLE_LOADER}"
+                                " (nor another architecture's removable-media loader)")  # fmt: skip
+    result.uefi = bool(result.uefi_arches)
+    return result.uefi
 
 
 def _check_bootloader(disk: _Disk, mbr: bytes, label: str, parts: list[Partition], result: DiskCheck) -> None:

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuilder.core.arch import Arch, arch
 from imagebuilder.core.files import run_checked
-from imagebuilder.core.hostinfo import KvmStatus, kvm_status, ovmf_firmware, require_tools
+from imagebuilder.core.hostinfo import KvmStatus, kvm_status, require_tools
 from imagebuilder.release.catalog import Firmware
 
 
@@ -60,12 +61,14 @@ class Guest:
     serial: Path
     accelerator: str
     firmware: Firmware = "bios"
+    #: the UEFI firmware's name (OVMF, AAVMF)
+    uefi_name: str = "OVMF"
 
     @property
     def how(self) -> str:
         """How it boots, for a finding: the firmware and the accelerator (a UEFI image must boot as UEFI machines
         boot it, and TCG explains a slow boot)."""
-        return f"{'UEFI, OVMF' if self.firmware == 'efi' else 'BIOS'}, {self.accelerator}"
+        return f"{'UEFI, ' + self.uefi_name if self.firmware == 'efi' else 'BIOS'}, {self.accelerator}"
 
     def console(self, tail: int = 400) -> str:
         text = self.serial.read_text(errors="replace") if self.serial.exists() else ""
@@ -104,32 +107,37 @@ def running(
     forwards: tuple[tuple[int, int], ...] = (),
     mac: str | None = None,
     link: Link | None = None,
+    machine: Arch | None = None,
 ) -> Iterator[Guest]:
     """Start a guest on ``disk`` (``snapshot``: writes go to a throwaway overlay) and stop it after the block;
     ``cpus``: its vCPUs (under TCG each is a host thread); ``firmware="efi"``: OVMF in place of SeaBIOS, the guest
     boots by UEFI; ``forwards``: more (host port, guest port) pairs reached on 127.0.0.1, beside ``ssh_port`` (the
     node check's API server); ``mac``: the first NIC's address; ``link``: a second NIC on a private wire to another
-    guest (the node check's second node)."""
+    guest (the node check's second node); ``machine``: the guest's architecture (default amd64; another one is
+    emulated by its QEMU under TCG, and boots UEFI: arm64 machines have no BIOS)."""
+    machine = machine or arch("amd64")
+    if not machine.native:
+        kvm, firmware = KvmStatus(False, f"emulating {machine.name}"), "efi"
     kvm = kvm or kvm_status()
-    qemu = require_tools("qemu-system-x86_64")["qemu-system-x86_64"]
+    qemu = require_tools(machine.qemu)[machine.qemu]
     serial.touch()
     pairs = ((ssh_port, 22),) if ssh_port else ()
     netdev = "user,id=n0" + "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in (*pairs, *forwards))
-    cmd = [qemu, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", str(cpus), "-display", "none",
-           "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
+    cmd = [qemu, *machine.qemu_machine, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", str(cpus),
+           "-display", "none", "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
            "-drive", f"file={disk},if=virtio,format={fmt}",
            "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0" + (f",mac={mac}" if mac else "")]  # fmt: skip
     if link is not None:
         cmd += ["-netdev", link.netdev("n1"), "-device", f"virtio-net-pci,netdev=n1,mac={link.mac}"]
     if firmware == "efi":
-        cmd += ["-bios", str(ovmf_firmware())]
+        cmd += ["-bios", str(machine.firmware())]
     if snapshot:
         cmd.append("-snapshot")
     if cdrom is not None:
         cmd += ["-drive", f"file={cdrom},media=cdrom,readonly=on"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        yield Guest(proc, serial, kvm.accelerator, firmware)
+        yield Guest(proc, serial, kvm.accelerator, firmware, machine.uefi_name)
     finally:
         if proc.poll() is None:
             proc.kill()

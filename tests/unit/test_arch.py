@@ -1,0 +1,137 @@
+"""arm64 as a build dimension (issue 46), the parts that need no root: ``--arch`` values, the pairs built for arm64
+and why the others are not, the release's artifacts picked for the asked architecture (the distro's real
+manifests), the output name, the architecture facts (binfmt_misc's handler, ELF machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagebuilder.build.resolve import _artifact_name
+from imagebuilder.core import arch as arch_mod
+from imagebuilder.core.arch import ARCHES, arch, elf_machine
+from imagebuilder.core.errors import InputError
+from imagebuilder.release.catalog import check_arch, load_catalog
+from imagebuilder.release.manifest import load_manifest, parse_manifest
+from tests.support.common import make_manifest, reference
+from tests.support.inproc import cli
+
+CATALOG = load_catalog()
+
+
+def test_the_two_arches_are_accepted_and_their_other_names_are_answered_with_the_one_to_use() -> None:
+    assert [check_arch(a) for a in ("amd64", "arm64")] == ["amd64", "arm64"]
+    for given_, meant in (("x86_64", "amd64"), ("aarch64", "arm64"), ("AARCH64", "arm64"), ("arm64v8", "arm64")):
+        with pytest.raises(InputError, match=f"did you mean '{meant}'") as exc:
+            check_arch(given_)
+        assert exc.value.field == "--arch"
+    with pytest.raises(InputError, match="expected amd64 or arm64"):
+        check_arch("riscv64")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_other_value_is_refused_by_name_and_bounded(value: str) -> None:
+    if value in ("amd64", "arm64"):
+        return
+    with pytest.raises(InputError) as exc:
+        check_arch(value)
+    assert exc.value.field == "--arch" and len(str(exc.value)) < 600
+
+
+def test_ubuntu_on_bare_metal_is_built_for_arm64_and_every_other_pair_says_why_not() -> None:
+    ubuntu, metal = CATALOG.os("ubuntu"), CATALOG.provider("baremetal")
+    CATALOG.build_pair(ubuntu, metal).check_arch("arm64")
+    for pair in CATALOG.builds:
+        pair.check_arch("amd64")
+        if (pair.os, pair.provider) == (ubuntu, metal):
+            continue
+        with pytest.raises(InputError) as exc:
+            pair.check_arch("arm64")
+        assert f"{pair.os.name} on {pair.provider.name} is not built for arm64: " in str(exc.value)
+        assert len(pair.why_not) > 20 and exc.value.field == "--arch"
+
+
+@pytest.mark.parametrize("pair", [("ubuntu", "vsphere"), ("redhat", "baremetal"), ("ubuntu", "nutanix")])
+def test_build_refuses_an_arm64_pair_at_plan_time(pair: tuple[str, str], tmp_path: Path) -> None:
+    config = tmp_path / "c.json"
+    config.write_text("{}")
+    res = cli("build", "--os", pair[0], "--hypervisor", pair[1], "--release-channel", "1-24", "--arch", "arm64",
+              "--dry-run", "--offline", f"--{pair[1]}-config", str(config))  # fmt: skip
+    assert res.code == 2 and "is not built for arm64" in res.err and "Traceback" not in res.text, res.text
+
+
+HOSTILE = ["aarch64", "arm64 ", "../arm64", "arm64\nX: 1", "{{arch}}", "a" * 5000, "ａｍｄ６４"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_build_refuses_a_hostile_arch_before_anything_runs(value: str, tmp_path: Path) -> None:
+    res = cli("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", value,
+              "--dry-run", "--offline", "--output-dir", str(tmp_path / "out"))  # fmt: skip
+    assert res.code == 2 and "--arch" in res.err and "Traceback" not in res.text, res.text
+    assert len(res.err) < 400 and "\nX: 1" not in res.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_distros_manifests_give_each_arch_its_own_artifacts() -> None:
+    for name in ("kubernetes-1-19-eks-2.yaml", "kubernetes-1-21-eks-4.yaml"):
+        path = reference("eksd", name)
+        amd, arm = load_manifest(str(path)), load_manifest(str(path), arch="arm64")
+        assert amd.arch == "amd64" and arm.arch == "arm64"
+        assert [a.name for a in amd.artifacts] == [a.name for a in arm.artifacts]
+        for a, b in zip(amd.artifacts, arm.artifacts, strict=True):
+            if a.kind == "image":  # multi-arch references: the same image
+                assert a.uri == b.uri
+                continue
+            assert "arm64" in b.uri and "amd64" not in b.uri, b.uri
+            assert "amd64" in a.uri and "arm64" not in a.uri, a.uri
+            assert a.sha256 != b.sha256
+
+
+def test_a_manifest_without_arm64_artifacts_is_refused_naming_the_first_missing_one() -> None:
+    text = make_manifest("1-24", 36, "v1.24.17").replace("- arm64", "- s390x")  # the distro's, amd64 only
+    assert parse_manifest(text, "m.yaml").arch == "amd64"
+    with pytest.raises(InputError, match="no linux/arm64 kubelet in the release manifest") as exc:
+        parse_manifest(text, "m.yaml", "arm64")
+    assert exc.value.source == "m.yaml" and "release.build --arch arm64" in str(exc.value)
+
+
+def test_the_output_name_ends_with_the_arch() -> None:
+    name = _artifact_name("ubuntu", "v1.24.17", 36, ".gz", None, "eks", "arm64")
+    assert name == "ubuntu-v1.24.17-eks-36-arm64.gz"
+    assert _artifact_name("ubuntu", "v1.24.17", 36, ".gz", None, "eks") == "ubuntu-v1.24.17-eks-36-amd64.gz"
+
+
+def test_elf_machine_tells_the_binaries_arch(tmp_path: Path) -> None:
+    assert elf_machine(Path("/bin/sh")) == arch("amd64").elf_machine  # this host's own
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    header[18:20] = (183).to_bytes(2, "little")
+    (tmp_path / "kubelet").write_bytes(bytes(header))
+    assert elf_machine(tmp_path / "kubelet") == arch("arm64").elf_machine
+    (tmp_path / "script").write_text("#!/bin/sh\n")
+    assert elf_machine(tmp_path / "script") is None and elf_machine(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    ("files", "problem"),
+    [
+        ({}, "binfmt_misc is not mounted"),
+        ({"register": ""}, "no binfmt_misc handler qemu-aarch64"),
+        ({"register": "", "qemu-aarch64": "disabled\ninterpreter /x\nflags: OCF\n"}, "is disabled"),
+        ({"register": "", "qemu-aarch64": "enabled\ninterpreter /x\nflags: OC\n"}, "lacks the F flag"),
+        ({"register": "", "qemu-aarch64": "enabled\ninterpreter /x\nflags: POF\n"}, None),
+    ],
+)
+def test_the_binfmt_handler_is_read_as_the_kernel_shows_it(
+    files: dict[str, str], problem: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(arch_mod, "BINFMT_DIR", tmp_path)
+    found = ARCHES["arm64"].emulation_problem()
+    assert (found is None) if problem is None else (problem in (found or "")), found
+    assert ARCHES["amd64"].emulation_problem() is None  # this host's own needs no handler
