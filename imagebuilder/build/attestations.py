@@ -86,7 +86,8 @@ def build_parameters(
     return {
         "os": plan.os, "os_version": plan.os_version.version, "provider": plan.provider,
         "release_channel": plan.channel.name, "kubernetes_version": plan.kubernetes_version,
-        "engine": plan.engine, "firmware": plan.firmware, "name": plan.output_name, "disk_gb": plan.disk_gb,
+        "engine": plan.engine, "firmware": plan.firmware, "arch": plan.arch, "name": plan.output_name,
+        "disk_gb": plan.disk_gb,
         "runtime": plan.runtime.source, "config": config,
         **({"config_secrets": secrets} if secrets else {}),
         **({"source_date_epoch": epoch} if epoch is not None else {}),

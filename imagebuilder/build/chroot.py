@@ -39,6 +39,7 @@ from imagebuilder.build.chroot_mounts import REFUSED, STATUS
 from imagebuilder.build.packer import controller_env, node_vars
 from imagebuilder.build.plan import BuildPlan
 from imagebuilder.core import disk
+from imagebuilder.core.arch import arch
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write, run_checked
 from imagebuilder.core.grammar import Redactor
@@ -98,11 +99,13 @@ class OsLayer:
         return "qcow2" if self.disk == self.image else "raw"
 
 
-def check_engine() -> None:
-    """What the chroot engine needs of this host (the dry run checks the same): root, the tools, the connection."""
+def check_engine(machine: str = "amd64") -> None:
+    """What the chroot engine needs of this host to build a ``machine`` image (the dry run checks the same): root,
+    the tools, the connection, and for another architecture than this host's, its programs run by qemu-user."""
     if os.geteuid() != 0:
         raise ExternalError("--engine chroot needs root (loop devices, mount, chroot)", hint="run it as root")
     require_tools(*TOOLS, "ansible-playbook")
+    arch(machine).require_emulation()
     if importlib.util.find_spec("ansible_collections.community.general.plugins.connection.chroot") is None:
         raise ExternalError(
             f"Ansible's {CONNECTION} connection is not installed",
@@ -219,7 +222,7 @@ def provision(
         phases.append({"commands": commands, "seal": seal})
     spec = directory / "chroot-run.json"
     with atomic_write(spec) as fh:
-        json.dump({"raw": str(raw), "root": str(root), "phases": phases}, fh)
+        json.dump({"raw": str(raw), "root": str(root), "arch": plan.arch, "phases": phases}, fh)
     unshare = shutil.which("unshare", path=tool_search_path()) or "unshare"
     inner = [
         unshare,
@@ -249,11 +252,7 @@ def provision(
         for dev in disk.detach_backing(raw):
             log.write(f"detached {dev}, which the chroot build left attached\n")
     if code == 2 and refused:  # the image itself is the bad input (e.g. its fstab)
-        raise InputError(
-            f"the source image cannot be provisioned: {refused[-1]}",
-            field="source_image_url",
-            expected="an image whose fstab mount points stay inside it",
-        )
+        raise InputError(f"the source image cannot be provisioned: {refused[-1]}", field="source_image_url")
     if code != 0:
         raise ExternalError(
             f"the chroot build failed (exit {code}); see {log.name}",
@@ -310,7 +309,7 @@ def run_chroot_build(
     VM; returns the disk, written where the provider's packaging step finds Packer's (``directory/output/<vm
     name>``) unless ``output`` says otherwise. ``facts`` are the Ansible facts of the OS layer ``source`` is
     (:attr:`OsLayer.facts`)."""
-    check_engine()
+    check_engine(plan.arch)
     raw = directory / "disk.raw"
     prepare_disk(source, raw, plan.disk_gb, status, source_format=source_format)
     status("attaching the image (loop devices) and mounting it")

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from imagebuilder.core import disk
+from imagebuilder.core.arch import ARCHES, arch, elf_machine
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.progress import Say
 from imagebuilder.core.safepath import safe_join
@@ -88,6 +89,19 @@ _SEALING = {
 }
 
 
+def _check_arch(root: Path, name: str) -> None:
+    """Refuse a source image whose programs are for another architecture than the build's: the playbook would run
+    them through whatever emulator the host has and install the build's binaries into a system that cannot run them.
+    ``/usr/bin/env`` is coreutils' own file on every Debian-family image (never a link)."""
+    want = arch(name)
+    found = elf_machine(root / "usr/bin/env")
+    if found is not None and found != want.elf_machine:
+        other = next((a.name for a in ARCHES.values() if a.elf_machine == found), f"ELF machine {found}")
+        raise InputError(f"its programs are for {other} (/usr/bin/env), and the build is for {want.name}",
+                         field="source_image_url", expected=f"a {want.name} source image (image-builder image.base"
+                         f" --arch {want.name} makes one)")  # fmt: skip
+
+
 def _inner(spec_path: Path) -> int:
     """The child of :func:`provision`, in its own mount namespace: for each phase of the spec, attach and mount,
     run its commands, make its root filesystem again when it says so (reproducible images), release."""
@@ -110,6 +124,7 @@ def _inner(spec_path: Path) -> int:
         devices: dict[int, str] = {}
         rebuilt: Path | None = None
         with attached(raw, Path(spec["root"]), log=say, devices_out=devices) as root:
+            _check_arch(root, str(spec.get("arch") or "amd64"))
             with disk.chroot_mounts(root, log=say):
                 for command in phase["commands"]:
                     sealing = command[-1] == "--offline"

@@ -51,6 +51,7 @@ def layer_inputs(plan: BuildPlan) -> dict[str, Any]:
         "os": plan.os,
         "os_version": plan.os_version.version,
         "firmware": plan.firmware,
+        "arch": plan.arch,
         "disk_gb": plan.disk_gb,
         "layout": LAYER_LAYOUT,
         "roles": _files_digest([BUNDLE / "ansible" / "node.yml", *(roles / r for r in LAYER_ROLES)]),

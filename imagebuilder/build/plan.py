@@ -171,6 +171,7 @@ class BuildPlan:
             "workspace": str(self.workspace),
             "disk_gb": self.disk_gb,
             "firmware": self.firmware,
+            "arch": self.arch,
             "engine": self.engine,
             "engine_reason": self.engine_reason,
             "build_options": self.extras.summary() if self.extras else None,
@@ -195,6 +196,7 @@ class BuildPlan:
         out = data["output"]
         lines.append(f"  output              {out['kind']}: {out['path'] or out['name']}  ({out['description']})")
         lines.append(f"  firmware            {'UEFI (efi)' if self.firmware == 'efi' else 'BIOS (bios)'}")
+        lines.append(f"  architecture        {self.arch}")
         lines.append(f"  engine              {self.engine} ({self.engine_reason})")
         lines.append(f"  container runtime   {self.runtime.describe()}")
         lines.append(f"  config file         {self.config_path or '(none)'}")

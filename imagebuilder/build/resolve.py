@@ -83,9 +83,12 @@ def image_based(provider: str, config: ProviderConfig | None) -> bool:
     return builder == "qemu" and isinstance(config, SourceImageFields) and config.uses_source_image
 
 
-def choose_engine(requested: str | None, provider: str, config: ProviderConfig | None) -> tuple[str, str]:
+def choose_engine(
+    requested: str | None, provider: str, config: ProviderConfig | None, arch: str = ARCHES[0]
+) -> tuple[str, str]:
     """(engine, why) for ``--engine``: packer by default; chroot only for image-based builds; auto picks chroot
-    for those when KVM is unusable here (QEMU would emulate every instruction) and packer otherwise."""
+    for those when KVM is unusable here (QEMU would emulate every instruction) or the image is not amd64 (the
+    chroot engine's alone, so far), and packer otherwise."""
     from imagebuilder.core.hostinfo import kvm_status
 
     engine = requested or "packer"
@@ -108,6 +111,8 @@ def choose_engine(requested: str | None, provider: str, config: ProviderConfig |
         )
     if engine == "chroot":
         return "chroot", "--engine chroot"
+    if arch != ARCHES[0]:
+        return "chroot", f"auto: the build starts from a disk image, and {arch} images are built by the chroot engine"
     kvm = kvm_status()
     if kvm.usable:
         return "packer", f"auto: KVM is usable ({kvm.reason})"
@@ -258,7 +263,7 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     disk_gb = catalog.build_vm["disk_gb"] if request.disk_gb is None else request.disk_gb
     if not 4 <= disk_gb <= 2048:
         raise InputError(f"{disk_gb} GiB is not a usable disk size", field="--disk-gb", expected="4 to 2048")
-    engine, engine_reason = choose_engine(request.engine, provider.name, config)
+    engine, engine_reason = choose_engine(request.engine, provider.name, config, arch)
     if before_fetch is not None and engine == "packer":
         before_fetch(registry.get(provider.name).builder_for(config), mirror, request.offline)
     pinned: Pinned | None = None
@@ -292,10 +297,10 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     if runtime.source == "os":  # the release's runtime tarball is not staged
         artifacts = tuple(a for a in artifacts if not (a.kind == "archive" and a.name == "containerd"))
     warnings = tuple(w for w in (channel.support_warning, _runtime_warning(runtime, version)) if w)
-    if arch != ARCHES[0]:  # after the release's artifacts for it are found (or their absence is named)
-        raise InputError(f"the {engine} engine does not build {arch} images yet: the plan finds the release's {arch}"
-                         " artifacts, the image's provisioning on this host does not run them yet (issue 46)",
-                         field="--arch", expected=ARCHES[0])  # fmt: skip
+    if arch != ARCHES[0] and engine != "chroot":  # after the release's artifacts for it are found or named missing
+        raise InputError(f"the {engine} engine does not build {arch} images yet", field="--arch",
+                         expected=f"--engine chroot (or auto) with an {arch} source_image_url in {provider.config_flag}"
+                         f" (image-builder image.base --arch {arch} makes one)")  # fmt: skip
     name = _artifact_name(os_.name, version, release, provider.extension, request.name, distro, arch)
     local = registry.get(provider.name).local_artifact
     output_path = Path(request.output_dir).resolve() / name if local else None

@@ -151,7 +151,7 @@ def run_build(
     if os_layer is not None and plan.engine != "chroot":
         raise InputError("an OS layer is provisioned by the chroot engine only", field="--engine", expected="chroot")
     if plan.engine == "chroot":
-        check_engine()
+        check_engine(plan.arch)
         packer = None
     else:
         plugins = plugins or prepare_packer([plan], packer=packer.path if packer else None, say=say)

@@ -76,10 +76,10 @@ def dry_run_checks(plans: Sequence[BuildPlan]) -> list[str]:
         found = runner.check_source_image(plan)
         if found and found not in checked:
             checked.append(found)
-    if any(p.engine == "chroot" for p in plans):
+    for machine in dict.fromkeys(p.arch for p in plans if p.engine == "chroot"):
         from imagebuilder.build.chroot import check_engine
 
-        check_engine()
+        check_engine(machine)
     return checked
 
 

@@ -28,6 +28,7 @@ from imagebuilder.core.grammar import is_hex_digest, printable
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.flows.build import prepare_build, run_build
 from imagebuilder.image.diff import FileDifference, first_difference
+from imagebuilder.release.catalog import ARCHES
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Key
@@ -103,6 +104,8 @@ def read_recorded(path: Path, public_key: Key | None = None) -> Recorded:
     for key in ("os_version", "firmware"):
         _need(params.get(key) is None or isinstance(params.get(key), str), path, f"records {key} oddly",
               f"{key} as a text")  # fmt: skip
+    machine = params.get("arch", "amd64")  # provenance before issue 46 records none: its images are amd64
+    _need(machine in ARCHES, path, f"records arch as {printable(repr(machine), 40)}", " or ".join(ARCHES))
     _need(isinstance(params.get("config", {}), dict), path, "records config oddly", "the config's fields")
     layered = params.get("layered", False)
     _need(isinstance(layered, bool), path, f"records layered as {printable(repr(layered), 40)}",
@@ -223,6 +226,7 @@ def rebuild(
             firmware=str(params["firmware"]) if params.get("firmware") else None,
             engine="chroot",
             runtime=str(params["runtime"]),
+            arch=str(params.get("arch", "amd64")),
         )
         prepared = prepare_build(request, dry_run=dry_run, say=say)
         _check_inputs(recorded, prepared.plan)
