@@ -91,7 +91,7 @@ def choose_engine(
     chroot engine's alone, so far), and packer otherwise."""
     from imagebuilder.core.hostinfo import kvm_status
 
-    engine = requested or "packer"
+    engine = requested or ("packer" if arch == ARCHES[0] else "auto")  # Packer builds amd64 only, so far
     if engine not in ENGINES:
         raise InputError(
             f"{engine[:40]!r} is not one of them{did_you_mean(engine, ENGINES)}",

@@ -23,6 +23,7 @@ from imagebuilder.cli._common import cli_task, transfer_bars
         "runtime": "the runtime the builds from this mirror take, as build --runtime: release (default: for a release"
         " that ships none, the line's containerd, runc and crictl from their projects' releases, with their checksum"
         " files) or os (the OS's package: none is carried)",
+        "arch": "the architectures whose artifacts it carries, comma-separated: amd64 (default), arm64 or amd64,arm64",
     },
     auto_shortflags=False,
 )
@@ -37,14 +38,16 @@ def create(
     packer_plugins: str = "",
     eksa_release: str = "",
     runtime: str = "",
+    arch: str = "",
 ) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
     from imagebuilder.core.errors import InputError
     from imagebuilder.core.fetch import Mirror
-    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.catalog import ARCHES, check_arch, load_catalog
     from imagebuilder.release.product import flag, pinned_for, requested_release
 
     channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-18 to 1-36"))
+    arches = list(dict.fromkeys(check_arch(a) for a in flags.comma_list(arch, "--arch"))) if arch else [ARCHES[0]]
     os_runtime = flags.choice(runtime or "release", "--runtime", ("release", "os")) == "os"
     line_runtime = None if os_runtime else channel.runtime
     version = requested_release(eksa_release)
@@ -69,16 +72,16 @@ def create(
     if dry_run:
         for kind, plugin in sorted(plugins.items()):
             print(f"{'would copy':<15} {out / MIRROR_FOLDER / plugin.path.name}  ({kind} {plugin.version})")
-        manifest = load_manifest(url, src)
+        manifests = [load_manifest(url, src, arch=a) for a in arches]
         target = Mirror(str(out.resolve()))
-        planned, _ = mirror_plan(manifest, target, line_runtime, pinned, src)
+        planned, _ = mirror_plan(manifests, target, line_runtime, pinned, src)
         for _url, hashes, path in planned:
             state = "present" if file_sha256(path) == hashes["sha256"] else "would download"
             print(f"{state:<15} {path}")
         return
     with transfer_bars() as transfers:
         manifest, items = create_mirror(url, out, runtime=line_runtime, source=src, transfers=transfers,
-                                        pinned=pinned)  # fmt: skip
+                                        pinned=pinned, arches=arches)  # fmt: skip
     copied = copy_plugins(plugins, out) if plugins else []
     for item in items:
         print(f"{item.status:<10} {item.size:>12} {item.path}")
@@ -86,7 +89,7 @@ def create(
         print(f"{'plugin':<10} {plugin.path.stat().st_size:>12} {plugin.path}  ({plugin.type} {plugin.version})")
     fetched = sum(1 for i in items if i.status == "downloaded")
     pins = f" as product release {pinned.version} pins it (with its bundle's runtime)" if pinned else ""
-    print(f"mirror of {manifest.name}{pins} in {dest}: {len(items)} artifacts ({fetched} downloaded, all "
-          "sha256-verified)")  # fmt: skip
+    print(f"mirror of {manifest.name}{pins} ({', '.join(arches)}) in {dest}: {len(items)} artifacts ({fetched}"
+          " downloaded, all sha256-verified)")  # fmt: skip
     release = f" {flag()} {pinned.version}" if pinned else ""
     print(f"use it: image-builder build ...{release} --mirror {dest}")

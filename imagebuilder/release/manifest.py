@@ -293,11 +293,11 @@ def parse_manifest(text: str, source: str, arch: str = ARCH) -> ReleaseManifest:
                            arch=arch)  # fmt: skip
 
 
-def archive_asset(name: str, url: str, data: bytes, description: str) -> dict[str, Any]:
-    """A linux/amd64 ``Archive`` asset as the distro's manifests write one, with the checksums of ``data``; for
-    the releases this tool writes (stand-in, built from source)."""
+def archive_asset(name: str, url: str, data: bytes, description: str, arch: str = ARCH) -> dict[str, Any]:
+    """A linux ``Archive`` asset of ``arch`` as the distro's manifests write one, with the checksums of ``data``;
+    for the releases this tool writes (stand-in, built from source)."""
     return {
-        "arch": [ARCH],
+        "arch": [arch],
         "archive": {
             "sha256": hashlib.sha256(data).hexdigest(),
             "sha512": hashlib.sha512(data).hexdigest(),

@@ -16,7 +16,7 @@ from imagebuilder.core.fetch import Expected, Mirror
 from imagebuilder.core.files import atomic_write, sha256_file
 from imagebuilder.core.progress import Transfers
 from imagebuilder.release.catalog import Runtime
-from imagebuilder.release.manifest import NodeArtifact, ReleaseManifest, parse_manifest
+from imagebuilder.release.manifest import ARCH, NodeArtifact, ReleaseManifest, parse_manifest
 from imagebuilder.release.product import Pinned
 from imagebuilder.release.upstream import upstream_runtime
 
@@ -59,21 +59,32 @@ def runtime_extras(
         return pinned.runtime, ()
     if manifest.ships_runtime or runtime is None:
         return (pinned.runtime if pinned else ()), ()
-    up = upstream_runtime(runtime, source)
+    up = upstream_runtime(runtime, source, manifest.arch)
     return (*(pinned.runtime if pinned else ()), *up.artifacts), up.sums
 
 
 def mirror_plan(
-    manifest: ReleaseManifest, dest: Mirror, runtime: Runtime | None, pinned: Pinned | None, source: Mirror | None
+    manifests: Sequence[ReleaseManifest],
+    dest: Mirror,
+    runtime: Runtime | None,
+    pinned: Pinned | None,
+    source: Mirror | None,
 ) -> tuple[list[tuple[str, dict[str, str], Path]], tuple[tuple[str, bytes], ...]]:
-    """(url, hashes, target in ``dest``) of every file a mirror of ``manifest`` holds, and the runtime's checksum
-    files (:func:`runtime_extras`). The release's own locations are resolved first (an escaping one refused) before
-    anything else is read."""
-    own = [(url, hashes, Path(dest.locate(url))) for url, hashes in mirror_items(manifest)]
-    extra, sums = runtime_extras(manifest, runtime, pinned, source)
-    known = {url for url, _, _ in own}
-    more = [(url, hashes, Path(dest.locate(url))) for url, hashes in mirror_items(manifest, extra) if url not in known]
-    return own + more, sums
+    """(url, hashes, target in ``dest``) of every file a mirror of a release holds, for each architecture it is
+    read for (``manifests``: the release read for each), and the runtime's checksum files (:func:`runtime_extras`).
+    The release's own locations are resolved first (an escaping one refused) before anything else is read."""
+    own: dict[str, tuple[dict[str, str], Path]] = {}
+    for manifest in manifests:
+        for url, hashes in mirror_items(manifest):
+            own.setdefault(url, (hashes, Path(dest.locate(url))))
+    planned = dict(own)
+    sums: list[tuple[str, bytes]] = []
+    for manifest in manifests:
+        extra, arch_sums = runtime_extras(manifest, runtime, pinned, source)
+        sums += [s for s in arch_sums if s not in sums]
+        for url, hashes in mirror_items(manifest, extra):
+            planned.setdefault(url, (hashes, Path(dest.locate(url))))
+    return [(url, hashes, target) for url, (hashes, target) in planned.items()], tuple(sums)
 
 
 def create_mirror(
@@ -84,6 +95,7 @@ def create_mirror(
     source: Mirror | None = None,
     transfers: Transfers | None = None,
     pinned: Pinned | None = None,
+    arches: Sequence[str] = (ARCH,),
 ) -> tuple[ReleaseManifest, list[MirrorItem]]:
     """Copy a release manifest and every node artifact it names into ``dest``, keeping the URL paths; with
     ``pinned`` (``--<product>-release``) also the product's release index and bundle manifest, as read, and the
@@ -92,7 +104,8 @@ def create_mirror(
     the mirror take the OS's runtime).
 
     Each file is checksum-verified (sha256, and sha512 where stated); a file already in ``dest`` with the right sha256
-    is kept (reruns converge).
+    is kept (reruns converge). ``arches``: the architectures whose artifacts it carries (a manifest without one of
+    them is refused, naming what is missing, before anything is downloaded).
     """
     dest.mkdir(parents=True, exist_ok=True)
     # the downloads a killed run left half-written anywhere in the tree (a live run's are kept)
@@ -100,13 +113,14 @@ def create_mirror(
     target_mirror = Mirror(str(dest.resolve()))
     location = source.locate(manifest_url) if source else manifest_url
     raw = fetch.read(location, what="release manifest")
-    manifest = parse_manifest(raw.decode("utf-8"), location)
+    manifests = [parse_manifest(raw.decode("utf-8"), location, a) for a in arches]
+    manifest = manifests[0]
     documents = [(manifest_url, raw)]
     if pinned is not None:
         for url, what in ((pinned.index_url, "release index"), (pinned.bundle_url, "bundle manifest")):
             documents.append((url, fetch.read(source.locate(url) if source else url, what=what)))
     # every location is resolved (and an escaping one refused) before anything is written
-    items, sums = mirror_plan(manifest, target_mirror, runtime, pinned, source)
+    items, sums = mirror_plan(manifests, target_mirror, runtime, pinned, source)
     documents += sums
     results = []
     plan = [(url, hashes, target, source.locate(url) if source else url) for url, hashes, target in items]

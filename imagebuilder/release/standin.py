@@ -20,7 +20,7 @@ import yaml
 from imagebuilder.core.files import atomic_write
 from imagebuilder.release.catalog import ReleaseChannel
 from imagebuilder.release.imagearchive import Entry, ImageSpec, docker_archive
-from imagebuilder.release.manifest import IMAGES, archive_asset, image_asset
+from imagebuilder.release.manifest import ARCH, IMAGES, archive_asset, image_asset
 from imagebuilder.release.profile import load_profile
 
 STANDIN_NOTE = "image-builder stand-in artifact: not a real Kubernetes binary"
@@ -42,8 +42,9 @@ class StandinRelease:
     root: Path
 
 
-def _script(name: str, version: str) -> bytes:
-    return f'#!/bin/sh\n# {STANDIN_NOTE}\necho "{name} {version} ({STANDIN_NOTE})"\n'.encode()
+def _script(name: str, version: str, arch: str = ARCH) -> bytes:
+    what = STANDIN_NOTE if arch == ARCH else f"{STANDIN_NOTE}, {arch}"
+    return f'#!/bin/sh\n# {what}\necho "{name} {version} ({what})"\n'.encode()
 
 
 def _tar_gz(files: dict[str, bytes]) -> bytes:
@@ -64,8 +65,8 @@ def image_archive(ref: str) -> bytes:
     return docker_archive(ImageSpec(ref, (layer,), labels=labels))
 
 
-def _asset(name: str, url: str, data: bytes) -> dict[str, object]:
-    return archive_asset(name, url, data, f"{name} ({STANDIN_NOTE})")
+def _asset(name: str, url: str, data: bytes, arch: str = ARCH) -> dict[str, object]:
+    return archive_asset(name, url, data, f"{name} ({STANDIN_NOTE})", arch)
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,11 @@ class ReleaseRuntime:
     crictl: str
 
 
-def make_standin_release(dest: Path, channel: ReleaseChannel, runtime: ReleaseRuntime | None = None) -> StandinRelease:
-    """Write a stand-in release for ``channel`` under ``dest`` at the upstream URL paths; with ``runtime``, it ships
+def make_standin_release(
+    dest: Path, channel: ReleaseChannel, runtime: ReleaseRuntime | None = None, arches: tuple[str, ...] = (ARCH,)
+) -> StandinRelease:
+    """Write a stand-in release for ``channel`` under ``dest`` at the upstream URL paths, with the artifacts of each
+    of ``arches`` (as the distro's manifests carry amd64 and arm64 side by side); with ``runtime`` (amd64), it ships
     that runtime as release.build's releases do (components ``containerd``, ``runc`` and ``cri-tools``)."""
     profile = load_profile()
     version, number, ch = channel.kubernetes_version, channel.release, channel.name
@@ -90,27 +94,32 @@ def make_standin_release(dest: Path, channel: ReleaseChannel, runtime: ReleaseRu
     files: dict[str, bytes] = {}
     components: dict[str, list[dict[str, object]]] = {"kubernetes": [], "cni-plugins": [], "etcd": [], "coredns": []}
 
-    for binary in ("kubelet", "kubeadm", "kubectl"):
-        url = f"{base}/kubernetes/{version}/bin/linux/amd64/{binary}"
-        files[url] = _script(binary, version)
-        components["kubernetes"].append(_asset(f"bin/linux/amd64/{binary}", url, files[url]))
-    cni_version = "v1.1.1"
-    cni_url = f"{base}/plugins/{cni_version}/cni-plugins-linux-amd64-{cni_version}.tar.gz"
-    files[cni_url] = _tar_gz({f"./{p}": _script(p, cni_version) for p in ("bridge", "host-local", "loopback")})
-    components["cni-plugins"].append(_asset(f"cni-plugins-linux-amd64-{cni_version}.tar.gz", cni_url, files[cni_url]))
-    etcd_version = "v3.5.6"
-    etcd_url = f"{base}/etcd/{etcd_version}/etcd-linux-amd64-{etcd_version}.tar.gz"
-    files[etcd_url] = _tar_gz(
-        {f"etcd-{etcd_version}-linux-amd64/{b}": _script(b, etcd_version) for b in ("etcd", "etcdctl")}
-    )
-    components["etcd"].append(_asset(f"etcd-linux-amd64-{etcd_version}.tar.gz", etcd_url, files[etcd_url]))
+    cni_version, etcd_version = "v1.1.1", "v3.5.6"
+    for arch in arches:
+        for binary in ("kubelet", "kubeadm", "kubectl"):
+            url = f"{base}/kubernetes/{version}/bin/linux/{arch}/{binary}"
+            files[url] = _script(binary, version, arch)
+            components["kubernetes"].append(_asset(f"bin/linux/{arch}/{binary}", url, files[url], arch))
+        cni_name = f"cni-plugins-linux-{arch}-{cni_version}.tar.gz"
+        cni_url = f"{base}/plugins/{cni_version}/{cni_name}"
+        files[cni_url] = _tar_gz(
+            {f"./{p}": _script(p, cni_version, arch) for p in ("bridge", "host-local", "loopback")}
+        )
+        components["cni-plugins"].append(_asset(cni_name, cni_url, files[cni_url], arch))
+        etcd_name = f"etcd-linux-{arch}-{etcd_version}.tar.gz"
+        etcd_url = f"{base}/etcd/{etcd_version}/{etcd_name}"
+        files[etcd_url] = _tar_gz(
+            {f"etcd-{etcd_version}-linux-{arch}/{b}": _script(b, etcd_version, arch) for b in ("etcd", "etcdctl")}
+        )
+        components["etcd"].append(_asset(etcd_name, etcd_url, files[etcd_url], arch))
 
     for image in IMAGES:
         ref = f"{profile.distro.image_registry}/{IMAGE_REPOS[image]}:{tag}"
         component = {"pause": "kubernetes", "etcd": "etcd", "coredns": "coredns"}.get(image, "kubernetes")
-        url = f"{base}/kubernetes/{version}/bin/linux/amd64/{image}.tar"
-        files[url] = image_archive(ref)
-        components[component].append(_asset(f"bin/linux/amd64/{image}.tar", url, files[url]))
+        for arch in arches:  # the same stand-in image: it runs nothing
+            url = f"{base}/kubernetes/{version}/bin/linux/{arch}/{image}.tar"
+            files[url] = image_archive(ref)
+            components[component].append(_asset(f"bin/linux/{arch}/{image}.tar", url, files[url], arch))
         description = f"{image} container image ({STANDIN_NOTE})"
         components[component].append(image_asset(image, ref, description, ("amd64", "arm64")))
     git_tags = {"kubernetes": version, "cni-plugins": cni_version, "etcd": etcd_version, "coredns": "v1.8.7"}
