@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imagebuilder.core.arch import Arch
+from imagebuilder.core.arch import Arch, arch, elf_machine
 from imagebuilder.core.disk import mounted_root, raw_view, run_tempdir
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import parse_json, read_text
@@ -80,6 +80,7 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
             f"/usr/bin/{artifact['name']} sha256 {'matches' if ok else 'DIFFERS from'} the manifest",
         )
     add("cni plugins", host.file("/opt/cni/bin/bridge").exists, "/opt/cni/bin/bridge")
+    findings.append(architecture_check(root, plan))
     findings.extend(runtime_checks(host, plan))
     findings.extend(runtime_digests(root, plan))
     for unit in ("containerd", "kubelet"):
@@ -108,6 +109,28 @@ def offline_checks(root: Path, expected: dict[str, Any]) -> list[Finding]:
     )
     add("no seal script left", not host.file("/usr/local/sbin/image-builder-seal").exists, "seal step ran")
     return findings
+
+
+#: the binaries a node runs, by where the roles put them (the CNI plugins: every file of /opt/cni/bin)
+NODE_PROGRAMS = ("usr/bin/kubelet", "usr/bin/kubeadm", "usr/bin/kubectl", "usr/bin/crictl", "usr/local/bin/containerd",
+                 "usr/bin/containerd", "usr/local/sbin/runc", "usr/sbin/runc", "usr/local/bin/containerd-shim-runc-v2",
+                 "usr/bin/containerd-shim-runc-v2", "usr/bin/bash", "usr/lib/systemd/systemd")  # fmt: skip
+
+
+def architecture_check(root: Path, plan: dict[str, Any]) -> Finding:
+    """Every node binary is an ELF program for the image's architecture (a kubelet for another one would install
+    and never run). A program that is not ELF at all (a release's stand-in script) is named, not failed."""
+    machine = arch(str(plan.get("arch") or "amd64"))
+    cni = root / "opt/cni/bin"
+    paths = [root / p for p in NODE_PROGRAMS] + (sorted(cni.iterdir()) if cni.is_dir() else [])
+    found = {str(p.relative_to(root)): elf_machine(p) for p in paths if p.is_file() and not p.is_symlink()}
+    wrong = sorted(p for p, m in found.items() if m is not None and m != machine.elf_machine)
+    scripts = sorted(p for p, m in found.items() if m is None)
+    programs = sum(1 for m in found.values() if m is not None)
+    if wrong:
+        return Finding("architecture", False, f"not {machine.machine} programs: {', '.join(wrong[:8])}")
+    note = f"; not ELF (stand-ins?): {', '.join(scripts[:8])}" if scripts else ""
+    return Finding("architecture", programs > 0, f"{programs} node programs are {machine.machine} ELF{note}")
 
 
 #: where the containerd role (files/install-runtime.sh) and the kubernetes role put each runtime binary a release's
@@ -342,15 +365,18 @@ def verify_image(
     plain boot test, which it includes."""
     expected = expectations(image, manifest)
     firmware: Firmware = "efi" if expected["plan"].get("firmware") == "efi" else "bios"
+    machine = arch(str(expected["plan"].get("arch") or "amd64"))
+    firmware = "efi" if not machine.bios else firmware  # an arm64 image boots by UEFI alone
     # one raw view serves every part: a .gz or an OVA is decompressed or converted once, not three times
     with raw_view(image) as raw:
         disk_check = check_raw(raw)
         findings = [Finding("disk", disk_check.ok, disk_check.summary())]
         if firmware == "efi":
+            ok = machine.name in disk_check.uefi_arches
             findings.append(
-                Finding("UEFI loader", disk_check.uefi, "built for UEFI: "
-                        + ("the EFI system partition holds the removable-media loader" if disk_check.uefi
-                           else "no EFI system partition with EFI/BOOT/BOOTX64.EFI, UEFI firmware boots nothing"))
+                Finding("UEFI loader", ok, "built for UEFI: "
+                        + (f"the EFI system partition holds {machine.efi_loader}" if ok
+                           else f"no EFI system partition with {machine.efi_loader}, UEFI firmware boots nothing"))
             )  # fmt: skip
         with mounted_root(raw) as root:
             findings += offline_checks(root, expected)
@@ -360,5 +386,5 @@ def verify_image(
             steps = node_check(raw, expected, firmware=firmware, timeout=node_timeout, join=join, say=say)
             findings += [Finding(s.name, s.ok, f"{s.detail} [{s.seconds:.0f} s]") for s in steps]
         elif boot:
-            findings.append(boot_raw(raw, timeout=boot_timeout, firmware=firmware))
+            findings.append(boot_raw(raw, timeout=boot_timeout, firmware=firmware, machine=machine))
     return findings

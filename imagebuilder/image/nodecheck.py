@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from imagebuilder.core.arch import arch
 from imagebuilder.core.disk import mounted_root, run_tempdir
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import sha256_file
@@ -588,6 +589,7 @@ def node_check(
     joins it as a worker over a private wire between the two guests, and the test pod runs there. One
     :class:`Step` each, timed; steps after a failed one are not run (its detail carries the guest's journal)."""
     steps: list[Step] = []
+    machine = arch(str(expected["plan"].get("arch") or "amd64"))  # an arm64 node boots under qemu-system-aarch64
     images = _images(expected)
     version = expected["plan"].get("kubernetes_version") or _split(images["kube-apiserver"])[1]
     began = time.monotonic()
@@ -618,7 +620,7 @@ def node_check(
         say(f"node check: booting the image under QEMU with kubeadm's seed (API server on 127.0.0.1:{port})")
         guest = guests.enter_context(qemu.running(
             raw, serial=work / "serial.log", snapshot=True, cdrom=seed, memory_mb=3072, firmware=firmware,
-            forwards=((port, 6443),), mac=MACS[0][0] if join else None,
+            machine=machine, forwards=((port, 6443),), mac=MACS[0][0] if join else None,
             link=qemu.Link(wire, MACS[0][1], listen=True) if join else None))  # fmt: skip
         console = _Console(guest)
         try:
@@ -653,7 +655,8 @@ def node_check(
                                             work / "second")  # fmt: skip
                 worker = guests.enter_context(qemu.running(
                     raw, serial=work / "serial-2.log", snapshot=True, cdrom=second_seed, memory_mb=2048, cpus=1,
-                    firmware=firmware, mac=MACS[1][0], link=qemu.Link(wire, MACS[1][1], listen=False)))  # fmt: skip
+                    firmware=firmware, mac=MACS[1][0], link=qemu.Link(wire, MACS[1][1], listen=False),
+                    machine=machine))  # fmt: skip
             t = time.monotonic()
             ok, detail = _poll("node Ready", lambda: _node_ready(kubectl), 600)
             step("node Ready", ok, detail if ok else f"{detail}\n{console.journal()}", t)

@@ -84,7 +84,7 @@ def test_build_arch_arm64_makes_a_bare_metal_image_that_boots_under_aavmf(arm64_
     program in the chroot run by qemu-user; the release's arm64 artifacts come from a mirror made with
     ``mirror.create --arch amd64,arm64`` (a stand-in release: its binaries are scripts, not Kubernetes); the image
     is named for arm64, refuses an amd64 source, and boots under qemu-system-aarch64 with AAVMF."""
-    from imagebuilder.build.verify import boot_test
+    from imagebuilder.build.verify import verify_image
     from imagebuilder.core.files import sha256_file
 
     upstream, mirror = standin(tmp_path), tmp_path / "mirror"
@@ -111,8 +111,13 @@ def test_build_arch_arm64_makes_a_bare_metal_image_that_boots_under_aavmf(arm64_
         with mounted_root(raw) as root:
             assert "arm64" in (root / "usr/bin/kubelet").read_text(), "the release's arm64 kubelet (a stand-in)"
             assert elf_machine(root / "usr/bin/containerd") == ARM64.elf_machine, "Debian's arm64 containerd"
-    found = boot_test(image, timeout=1800, machine=ARM64)
-    assert found.ok and "AAVMF" in found.detail, found.detail
+    # image.verify: the files (every node program aarch64; the stand-in release's are scripts, named as such) and a
+    # boot by the architecture the build manifest records
+    findings = {f.name: f for f in verify_image(image, boot_timeout=1800)}
+    assert all(f.ok for f in findings.values()), [(f.name, f.detail) for f in findings.values() if not f.ok]
+    assert "are aarch64 ELF; not ELF (stand-ins?): opt/cni/bin/" in findings["architecture"].detail
+    assert "usr/bin/kubelet" in findings["architecture"].detail
+    assert "BOOTAA64.EFI" in findings["UEFI loader"].detail and "UEFI, AAVMF" in findings["boot"].detail
 
 
 def standin(tmp_path: Path) -> Path:
