@@ -135,3 +135,12 @@ def test_the_binfmt_handler_is_read_as_the_kernel_shows_it(
     found = ARCHES["arm64"].emulation_problem()
     assert (found is None) if problem is None else (problem in (found or "")), found
     assert ARCHES["amd64"].emulation_problem() is None  # this host's own needs no handler
+
+
+@pytest.mark.parametrize("value", ["arm64,sparc", "aarch64", "arm64;id", "{{x}}", "arm64,x86_64"])
+def test_mirror_create_and_image_base_refuse_a_hostile_arch_and_create_nothing(value: str, tmp_path: Path) -> None:
+    for args in (("mirror.create", "--release-channel", "1-24", "--dest", str(tmp_path / "m")),
+                 ("image.base", "--dest", str(tmp_path / "b" / "base.qcow2"), "--dry-run")):  # fmt: skip
+        res = cli(*args, "--arch", value)
+        assert res.code == 2 and "--arch" in res.err and "Traceback" not in res.text, res.text
+    assert not any(tmp_path.iterdir())
