@@ -275,11 +275,12 @@ def rebuild(c: Context, provenance: str = "", mirror: str = "", source_image: st
         "image": "an image (.gz, raw, qcow2 or OVA; never modified)",
         "against": "the image to compare it with",
         "output": "text (default) or json",
+        "any_arch": "compare images of different architectures too (refused by default: everything differs)",
     },
     auto_shortflags=False,
 )
 @cli_task
-def diff(c: Context, image: str = "", against: str = "", output: str = "text") -> None:
+def diff(c: Context, image: str = "", against: str = "", output: str = "text", any_arch: bool = False) -> None:
     """Compare two images: packages, files under /etc, enabled units, Kubernetes binaries (exit 1 on a difference
     that two builds of the same inputs should not show)."""
     from imagebuilder.cli._common import print_json
@@ -289,7 +290,7 @@ def diff(c: Context, image: str = "", against: str = "", output: str = "text") -
     flags.choice(output, "--output", ("text", "json"))
     from imagebuilder.image.diff import diff_images
 
-    report = diff_images(first, second)
+    report = diff_images(first, second, any_arch=any_arch)
     if output == "json":
         print_json({"a": report.a, "b": report.b, "differences": [vars(d) for d in report.differences]})
     else:

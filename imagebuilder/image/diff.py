@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagebuilder.attest.packages import collect
+from imagebuilder.core.arch import ARCHES, elf_machine
 from imagebuilder.core.disk import mounted_root, raw_view
+from imagebuilder.core.errors import InputError
 from imagebuilder.image.boltdb import containerd_images
 
 #: differences two correct builds of the same inputs show, by path under /etc, with why. A VM build (Packer) boots
@@ -49,6 +51,8 @@ class Inventory:
     images: dict[str, str] = field(default_factory=dict)
     #: the container runtime's binaries: path -> sha256
     runtime: dict[str, str] = field(default_factory=dict)
+    #: the architecture its programs are for (``/usr/bin/env``'s ELF machine), or "unknown"
+    arch: str = "unknown"
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,9 @@ def inventory(root: Path) -> Inventory:
         path = root / rel
         kube[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
     packages, runtime = _packages(root)
-    return Inventory(packages, _etc(root), _units(root), kube, containerd_images(root), runtime)
+    machine = elf_machine(root / "usr/bin/env")
+    name = next((a.name for a in ARCHES.values() if a.elf_machine == machine), "unknown")
+    return Inventory(packages, _etc(root), _units(root), kube, containerd_images(root), runtime, name)
 
 
 def _expected(name: str) -> str | None:
@@ -153,16 +159,23 @@ def compare(a: Inventory, b: Inventory) -> list[Difference]:
     mapping("kubernetes", a.kubernetes, b.kubernetes)
     mapping("runtime", a.runtime, b.runtime)
     mapping("image", a.images, b.images)
+    if a.arch != b.arch:
+        out.insert(0, Difference("arch", "/usr/bin/env", a.arch, b.arch))
     return out
 
 
-def diff_images(a: Path, b: Path, *, work_dir: Path | None = None) -> Report:
-    """Compare two images (any format :func:`raw_view` reads), each mounted read-only in turn."""
+def diff_images(a: Path, b: Path, *, work_dir: Path | None = None, any_arch: bool = False) -> Report:
+    """Compare two images (any format :func:`raw_view` reads), each mounted read-only in turn. Images of different
+    architectures differ in every package and binary: refused (exit 2) unless ``any_arch``."""
     inventories = []
     for image in (a, b):
         with raw_view(image, work_dir=work_dir) as raw, mounted_root(raw) as root:
             inventories.append(inventory(root))
-    return Report(str(a), str(b), compare(*inventories))
+    first, second = inventories
+    if first.arch != second.arch and not any_arch:
+        raise InputError(f"{a.name} is {first.arch} and {b.name} is {second.arch}: every package and binary differs",
+                         field="--against", expected="an image of the same architecture, or --any-arch")  # fmt: skip
+    return Report(str(a), str(b), compare(first, second))
 
 
 def _entry(path: Path) -> str:

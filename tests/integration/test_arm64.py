@@ -130,8 +130,15 @@ def standin(tmp_path: Path) -> Path:
 
 
 @pytest.mark.timeout(1800)
-def test_an_amd64_source_for_an_arm64_build_is_refused_naming_it(base_image: tuple[Path, str], tmp_path: Path) -> None:
+def test_an_amd64_source_for_an_arm64_build_is_refused_naming_it(
+    base_image: tuple[Path, str], arm64_base: Path, tmp_path: Path
+) -> None:
     image, digest = base_image
+    # image.diff tells the two apart, and compares them only when asked: every package and binary differs
+    res = run("image.diff", "--image", str(image), "--against", str(arm64_base), timeout=600)
+    assert res.code == 2 and "is amd64 and debian-arm64.qcow2 is arm64" in res.err and "--any-arch" in res.err
+    res = run("image.diff", "--image", str(image), "--against", str(arm64_base), "--any-arch", timeout=600)
+    assert res.code == 1 and "arch       /usr/bin/env: amd64  |  arm64" in res.out, res.out[-2000:] + res.err
     config = tmp_path / "bm.json"
     config.write_text(f'{{"source_image_url": "{image}", "source_image_checksum": "sha256:{digest}"}}')
     res = run("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", "arm64",
