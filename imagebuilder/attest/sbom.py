@@ -121,16 +121,18 @@ def document(
     annotations: Iterable[str] = (),
     created: dt.datetime | None = None,
     runtime_versions: dict[str, str] | None = None,
+    arch: str = "amd64",
 ) -> dict[str, Any]:
     """The SPDX document of the image file ``name`` with digest ``sha256``: its OS packages (``inventory``), its
     Kubernetes ``components`` (or entries ``carry``-ed from the document of the image it was made from), and the
     image it descends from. The runtime's binaries the image holds (``inventory.runtime``) are listed with their
-    digests, and with their versions where ``runtime_versions`` (containerd, runc, crictl) states them."""
+    digests, and with their versions where ``runtime_versions`` (containerd, runc, crictl) states them; ``arch``: the
+    architecture the image is for, named in its description."""
     when = (created or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     tool = f"Tool: image-builder-{__version__}"
     image: dict[str, Any] = _package(
         IMAGE_ID, name, checksums=_checksums({"sha256": sha256}), primaryPackagePurpose="OPERATING-SYSTEM",
-        comment=f"a Kubernetes node image ({inventory.distro} {inventory.distro_version})",
+        comment=f"a Kubernetes node image ({inventory.distro} {inventory.distro_version}, linux/{arch})",
     )  # fmt: skip
     notes = [
         {"annotationDate": when, "annotationType": "OTHER", "annotator": tool, "comment": text} for text in annotations

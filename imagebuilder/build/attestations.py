@@ -129,7 +129,7 @@ def write_attestations(
     rt = plan.runtime
     versions = {k: v for k, v in (("containerd", rt.containerd), ("runc", rt.runc), ("crictl", rt.crictl)) if v}
     doc = sbom.document(name=name, sha256=sha256 or "", inventory=inventory, components=components, origin=origin,
-                        runtime_versions=versions)  # fmt: skip
+                        runtime_versions=versions, arch=plan.arch)  # fmt: skip
     if not sha256:
         doc["packages"][0].pop("checksums")
         doc["packages"][0]["comment"] += f"; it stays on its platform ({plan.provider}): see the build manifest"

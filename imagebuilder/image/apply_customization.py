@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from imagebuilder import __version__
 from imagebuilder.attest import provenance, sbom
 from imagebuilder.attest.packages import Inventory, load_inventory
+from imagebuilder.core.arch import ARCHES, Arch, arch
 from imagebuilder.core.disk import gunzip_sparse, image_format, leftovers, raw_view, release
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write, parse_json, partial_prefix, read_text, run_checked, sha256_file
-from imagebuilder.core.hostinfo import ovmf_firmware
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.customization import roles
 from imagebuilder.customization.model import Customization
@@ -92,15 +92,34 @@ def manifest_beside(image: Path) -> Path:
     return image.with_name(f"{stem}.build-manifest.json")
 
 
+def _input_plan(image: Path) -> dict[str, Any] | None:
+    """The plan of the input's build manifest, when it has one beside it."""
+    source = manifest_beside(image)
+    if not source.is_file():
+        return None
+    data = parse_json(read_text(source, "build manifest"), source)
+    plan = data.get("plan") if isinstance(data, dict) else None
+    return plan if isinstance(plan, dict) else None
+
+
 def input_firmware(image: Path) -> Firmware:
     """What the input boots with: its build manifest's firmware (a ``--firmware efi`` build), else an OVA's own
     (its descriptor's), else BIOS. The guest is booted with it, and an OVA output keeps it."""
-    source = manifest_beside(image)
-    if not source.is_file():
+    plan = _input_plan(image)
+    if plan is None:
         return "efi" if image.name.endswith(".ova") and ova_firmware(image) == "efi" else "bios"
-    data = parse_json(read_text(source, "build manifest"), source)
-    plan = data.get("plan") if isinstance(data, dict) else None
-    return "efi" if isinstance(plan, dict) and plan.get("firmware") == "efi" else "bios"
+    return "efi" if plan.get("firmware") == "efi" or not _plan_arch(plan).bios else "bios"
+
+
+def _plan_arch(plan: dict[str, Any] | None) -> Arch:
+    name = plan.get("arch") if plan else None
+    return arch(name if isinstance(name, str) and name in ARCHES else "amd64")
+
+
+def input_arch(image: Path) -> Arch:
+    """The input's architecture, as its build manifest records it (an image without one is amd64): its guest boots
+    under that architecture's QEMU and firmware."""
+    return _plan_arch(_input_plan(image))
 
 
 def _working_copy(image: Path, kind: str, disk: Path, work: Path) -> Origin | None:
@@ -156,9 +175,9 @@ def customize_image(
     if dest.exists() and not force:
         return Result(dest, None, None, kept=True)
     warnings = (roles.KEEP_USER_WARNING,) if keep_user else ()
-    firmware = input_firmware(image)
+    firmware, machine = input_firmware(image), input_arch(image)
     if firmware == "efi":
-        ovmf_firmware()  # a missing OVMF fails here, before any copy is made
+        machine.firmware()  # a missing OVMF (AAVMF) fails here, before any copy is made
     dest.parent.mkdir(parents=True, exist_ok=True)
     # what a killed run left: its working copy beside dest, its QEMU guest still running, its temp folders
     release(leftovers(outputs=(dest.parent,)))
@@ -179,6 +198,7 @@ def customize_image(
                 ssh_port=port,
                 memory_mb=2048,
                 firmware=firmware,
+                machine=machine,
             ) as guest:
                 say(f"booting {image.name} under QEMU ({guest.accelerator}{', UEFI' if firmware == 'efi' else ''})")
                 try:
@@ -203,7 +223,7 @@ def customize_image(
         inventory = load_inventory(work / INVENTORY)
     with atomic_write(dest.with_name(dest.name + ".sha256")) as fh:
         fh.write(f"{packaged.sha256}  {dest.name}\n")
-    attested = _write_attestations(image, dest, packaged.sha256, inventory, customization, signer, started)
+    attested = _write_attestations(image, dest, packaged.sha256, inventory, customization, signer, started, machine)
     manifest = _write_manifest(image, customization, dest, packaged, keep_user, attested)
     prov = provenance.companion(dest, provenance.SUFFIX) if attested["provenance"] else None
     return Result(dest, packaged.sha256, manifest, warnings=warnings, sbom=provenance.companion(dest, ".spdx.json"),
@@ -215,7 +235,7 @@ INVENTORY = "sbom-inventory.json"
 
 
 def _write_attestations(image: Path, dest: Path, sha256: str, inventory: Inventory, customization: Customization,
-                        signer: Signer | None, started: dt.datetime) -> dict[str, Any]:  # fmt: skip
+                        signer: Signer | None, started: dt.datetime, machine: Arch) -> dict[str, Any]:  # fmt: skip
     """The customized image's SBOM (and, with ``signer``, its provenance); returns what its manifest records."""
     old_sbom = provenance.companion(image, ".spdx.json")
     old = parse_json(read_text(old_sbom, "SBOM"), old_sbom) if old_sbom.is_file() else {}
@@ -230,7 +250,7 @@ def _write_attestations(image: Path, dest: Path, sha256: str, inventory: Invento
     doc = sbom.document(
         name=dest.name, sha256=sha256, inventory=inventory, carry=sbom.carried(old) if isinstance(old, dict) else [],
         origin=sbom.Origin(image.name, {"sha256": sha256_file(image)}, "the image this one was customized from"),
-        annotations=notes,
+        annotations=notes, arch=machine.name,
     )  # fmt: skip
     sbom_path = provenance.companion(dest, ".spdx.json")
     with atomic_write(sbom_path) as fh:
