@@ -300,6 +300,14 @@ def _check_source(plan: BuildPlan, location: Path, work_dir: Path | None = None)
             field="source_image_url",
             expected="a cleanly unmounted, bootable image (make one with 'image-builder image.base')",
         )
+    if check.uefi_arches and plan.arch not in check.uefi_arches:  # its UEFI loader says what it is, in seconds
+        raise InputError(
+            f"the source image boots {', '.join(check.uefi_arches)} machines (its EFI loader), and the build is for"
+            f" {plan.arch}",
+            source=plan.config_path or location,
+            field="source_image_url",
+            expected=f"a {plan.arch} image (make one with 'image-builder image.base --arch {plan.arch}')",
+        )
     return f"{location}: {check.summary()}"
 
 

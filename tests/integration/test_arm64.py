@@ -145,5 +145,16 @@ def test_an_amd64_source_for_an_arm64_build_is_refused_naming_it(
               "--baremetal-config", str(config), "--offline", "--runtime", "os", "--disk-gb", "4",
               "--output-dir", str(tmp_path / "out"), "--mirror", str(standin(tmp_path)))  # fmt: skip
     assert res.code == 2, res.out[-2000:] + res.err[-2000:]
-    assert "source_image_url" in res.err and "its programs are for amd64 (/usr/bin/env)" in res.err, res.err
+    assert "source_image_url" in res.err and "boots amd64 machines (its EFI loader)" in res.err, res.err
+    assert "image.base --arch arm64" in res.err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    # an image without an EFI loader to tell is refused once mounted, by its programs' ELF machine
+    from imagebuilder.build.chroot_mounts import _check_arch
+    from imagebuilder.core.errors import InputError
+
+    with raw_view(image) as raw, mounted_root(raw) as root:
+        _check_arch(root, "amd64")
+        with pytest.raises(
+            InputError, match=r"its programs are for amd64 \(/usr/bin/env\), and the build is for arm64"
+        ):
+            _check_arch(root, "arm64")
