@@ -8,6 +8,7 @@ first test run on a machine does not spend its end-to-end tests' minutes on them
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -27,16 +28,26 @@ ARM64_BASE_INPUTS = ("imagebuilder/image/base.py", "imagebuilder/core/arch.py", 
 def arm64_base() -> Path:
     """``image.base --arch arm64``'s image, made for real by the CLI (debootstrap of Debian's arm64 packages through
     qemu-user: half an hour on 2 cores, mostly waiting on the archive and on emulated package scripts) and kept in
-    ~/.cache/image-builder/arm64-base by its inputs; setup.sh --test makes it beside the other builds."""
+    ~/.cache/image-builder/arm64-base by its inputs; setup.sh --test starts it in the background, and whoever asks
+    meanwhile waits for that one."""
     from imagebuilder.core.paths import cache_root
-    from tests.support.common import BIN, ROOT
+    from tests.support.common import ROOT
 
     key = hashlib.sha256(b"bookworm\0" + b"".join((ROOT / f).read_bytes() for f in ARM64_BASE_INPUTS)).hexdigest()
     folder = cache_root() / "arm64-base" / key[:16]
     image = folder / "debian-arm64.qcow2"
-    if image.is_file():
-        return image
     folder.mkdir(parents=True, exist_ok=True)
+    # one maker at a time: setup.sh --test starts it in the background and the tests that need it wait here for it
+    with (folder.parent / f"{key[:16]}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not image.is_file():
+            _make_arm64_base(folder, image)
+    return image
+
+
+def _make_arm64_base(folder: Path, image: Path) -> None:
+    from tests.support.common import BIN, ROOT
+
     with tempfile.TemporaryDirectory(prefix=".arm64-base-", dir=folder.parent) as tmp:
         dest = Path(tmp) / image.name
         proc = subprocess.run([str(BIN / "image-builder"), "image.base", "--arch", "arm64", "--dest", str(dest)],
@@ -46,7 +57,6 @@ def arm64_base() -> Path:
             raise RuntimeError(f"image.base --arch arm64 failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         os.replace(dest.with_name(dest.name + ".sha256"), folder / (image.name + ".sha256"))
         os.replace(dest, image)
-    return image
 
 
 def build_all() -> None:
