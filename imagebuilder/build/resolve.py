@@ -358,9 +358,8 @@ def _runtime(
     if value == "os":
         return RuntimePlan("os", None, None, None, "build --runtime os"), ()
     if pinned is not None and pinned.ships_runtime:
-        other = [a.uri for a in pinned.runtime if f"linux-{arch}" not in a.uri.rsplit("/", 1)[-1]]
-        if other:
-            raise InputError(f"the bundle ships its runtime for another architecture than {arch} ({other[0]})",
+        if arch != ARCHES[0]:  # the bundle names one runtime per line, its linux/amd64 tarball
+            raise InputError(f"the bundle ships its runtime for linux/amd64 only, and the build is for {arch}",
                              source=pinned.bundle_url, field="eksD.containerd.uri",
                              expected=f"a {arch} build without {flag()} (the line's runtime from its projects), or"
                              " --runtime os")  # fmt: skip
