@@ -148,7 +148,9 @@ PINNED_BUILD = ("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--relea
                 PRODUCT_RELEASE)  # fmt: skip
 
 
-def _product_upstream(root: Path, tmp_path: Path, change: dict[str, object] | None = None) -> dict[str, str]:
+def _product_upstream(
+    root: Path, tmp_path: Path, change: dict[str, object] | None = None, arches: tuple[str, ...] = ("amd64",)
+) -> dict[str, str]:
     """At their upstream paths under ``root``: the stand-in 1-24 release, the reference's main bundle (its real
     format, tests/data/eksa) with a 1.24 versions bundle that pins that release and ships a containerd tarball in
     the reference's layout and a crictl tarball, and the product's release index naming the bundle."""
@@ -160,7 +162,7 @@ def _product_upstream(root: Path, tmp_path: Path, change: dict[str, object] | No
     from imagebuilder.release.standin import make_standin_release
 
     channel = load_catalog().channel("1-24")
-    make_standin_release(root, channel)
+    make_standin_release(root, channel, arches=arches)
     mirror = Mirror(str(root))
     bundles = yaml.safe_load((DATA / "eksa/main-bundle-release.yaml").read_text())
     vb = next(v for v in bundles["spec"]["versionsBundles"] if v["kubeVersion"] == "1.33")
@@ -277,6 +279,20 @@ def test_a_hostile_bundle_runtime_is_bad_input_naming_its_field(
         return
     assert res.code == 2 and field in res.err and "bundles/199/manifest.yaml" in res.err, res.err
     assert "\nInjected" not in res.err, "a value's line break is shown escaped, never printed"
+
+
+def test_an_arm64_build_refuses_the_bundles_amd64_runtime(tmp_path: Path) -> None:
+    """A product bundle names one runtime per line, its linux/amd64 tarball: an arm64 build pinned to it is refused,
+    saying what to do instead (the release's arm64 artifacts are there)."""
+    from tests.support.common import run
+
+    upstream = tmp_path / "up"
+    _product_upstream(upstream, tmp_path, arches=("amd64", "arm64"))
+    res = run(*PINNED_BUILD, "--mirror", str(upstream), "--offline", "--dry-run", "--arch", "arm64", cwd=tmp_path)
+    assert res.code == 2 and "eksD.containerd.uri" in res.err and "linux/amd64 only" in res.err, res.err
+    assert "--runtime os" in res.err
+    res = run(*PINNED_BUILD, "--mirror", str(upstream), "--offline", "--dry-run", cwd=tmp_path)
+    assert res.code == 0 and "containerd" in res.out, res.err
 
 
 # --- image.verify: the runtime's binaries are the release tarball's ---------------------------------------------
