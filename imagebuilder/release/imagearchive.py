@@ -55,6 +55,8 @@ class ImageSpec:
     entrypoint: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     user: str = ""
+    #: the platform's architecture (containerd imports an image of the node's own only)
+    arch: str = "amd64"
 
 
 def layer_tar(files: Mapping[str, Entry]) -> bytes:
@@ -94,7 +96,7 @@ def docker_archive(spec: ImageSpec) -> bytes:
         container["User"] = spec.user
     config = json.dumps(
         {
-            "architecture": "amd64",
+            "architecture": spec.arch,
             "os": "linux",
             "created": "1970-01-01T00:00:00Z",
             "config": container,

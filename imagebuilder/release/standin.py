@@ -58,11 +58,11 @@ def _tar_gz(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def image_archive(ref: str) -> bytes:
-    """A one-layer image in docker-archive form, which ``ctr images import`` accepts."""
+def image_archive(ref: str, arch: str = ARCH) -> bytes:
+    """A one-layer image of ``arch`` in docker-archive form, which ``ctr images import`` accepts on a node of it."""
     layer = {"standin.txt": Entry(f"{ref}\n{STANDIN_NOTE}\n".encode())}
     labels = {"org.opencontainers.image.description": STANDIN_NOTE}
-    return docker_archive(ImageSpec(ref, (layer,), labels=labels))
+    return docker_archive(ImageSpec(ref, (layer,), labels=labels, arch=arch))
 
 
 def _asset(name: str, url: str, data: bytes, arch: str = ARCH) -> dict[str, object]:
@@ -116,9 +116,9 @@ def make_standin_release(
     for image in IMAGES:
         ref = f"{profile.distro.image_registry}/{IMAGE_REPOS[image]}:{tag}"
         component = {"pause": "kubernetes", "etcd": "etcd", "coredns": "coredns"}.get(image, "kubernetes")
-        for arch in arches:  # the same stand-in image: it runs nothing
+        for arch in arches:  # the stand-in image for each platform: it runs nothing
             url = f"{base}/kubernetes/{version}/bin/linux/{arch}/{image}.tar"
-            files[url] = image_archive(ref)
+            files[url] = image_archive(ref, arch)
             components[component].append(_asset(f"bin/linux/{arch}/{image}.tar", url, files[url], arch))
         description = f"{image} container image ({STANDIN_NOTE})"
         components[component].append(image_asset(image, ref, description, ("amd64", "arm64")))

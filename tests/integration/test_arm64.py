@@ -136,7 +136,7 @@ def test_an_amd64_source_for_an_arm64_build_is_refused_naming_it(
     assert res.code == 2, res.out[-2000:] + res.err[-2000:]
     assert "source_image_url" in res.err and "boots amd64 machines (its EFI loader)" in res.err, res.err
     assert "image.base --arch arm64" in res.err
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert not list((tmp_path / "out").glob("*.gz")), "no image (the refused run's log is kept, as every run's)"
     # an image without an EFI loader to tell is refused once mounted, by its programs' ELF machine
     from imagebuilder.build.chroot_mounts import _check_arch
     from imagebuilder.core.errors import InputError
