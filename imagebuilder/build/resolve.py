@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from imagebuilder.build.plan import BuildPlan, BuildRequest, ManifestState, RuntimePlan
+from imagebuilder.core.arch import arch as arch_facts
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean, require_flags
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.paths import workspace_root
@@ -219,6 +220,9 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     os_version = os_.version_for(request.os_version or channel.default_os_version(os_), provider.name)
     channel.check_os_version(os_.name, os_version.version)
     firmware = os_.firmware_for(request.firmware, provider.name)
+    if not arch_facts(arch).bios and firmware != "efi":
+        raise InputError(f"{arch} machines boot by UEFI only", field="--firmware", expected=f"efi (or none: {arch}"
+                         " images are UEFI images)")  # fmt: skip
 
     for name, path in request.configs.items():
         if name != provider.name and path:

@@ -144,3 +144,9 @@ def test_mirror_create_and_image_base_refuse_a_hostile_arch_and_create_nothing(v
         res = cli(*args, "--arch", value)
         assert res.code == 2 and "--arch" in res.err and "Traceback" not in res.text, res.text
     assert not any(tmp_path.iterdir())
+
+
+def test_an_arm64_build_refuses_bios_firmware(tmp_path: Path) -> None:
+    res = cli("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", "arm64",
+              "--firmware", "bios", "--dry-run", "--offline", "--output-dir", str(tmp_path / "out"))  # fmt: skip
+    assert res.code == 2 and "--firmware: arm64 machines boot by UEFI only" in res.err, res.text
