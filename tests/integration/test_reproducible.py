@@ -88,6 +88,7 @@ def first_build(base_image: tuple[Path, str], mirror: Path, tmp_path_factory: py
     return work / "a"
 
 
+@pytest.mark.timeout(1200)  # about 260 s alone; a build, a BIOS boot and two rebuilds beside other guests take longer
 def test_two_builds_in_different_conditions_are_the_same_bytes_and_a_rebuild_says_so(
     base_image: tuple[Path, str], mirror: Path, first_build: Path, tmp_path: Path
 ) -> None:
