@@ -69,7 +69,9 @@ def test_build_plans_arm64_from_the_manifest_and_refuses_it_at_the_engine(mirror
 
 
 @pytest.mark.qemu
-def test_build_arch_arm64_makes_a_bare_metal_image_that_boots_under_aavmf(arm64_base: Path, tmp_path: Path) -> None:
+def test_build_arch_arm64_makes_a_bare_metal_image_that_boots_under_aavmf(
+    arm64_base: Path, tmp_path: Path, shared_dir: Path
+) -> None:
     """``build --arch arm64`` on this amd64 host: the chroot engine provisions the arm64 base with Ansible, every
     program in the chroot run by qemu-user; the release's arm64 artifacts come from a mirror made with
     ``mirror.create --arch amd64,arm64`` (a stand-in release: its binaries are scripts, not Kubernetes); the image
@@ -103,7 +105,12 @@ def test_build_arch_arm64_makes_a_bare_metal_image_that_boots_under_aavmf(arm64_
             assert elf_machine(root / "usr/bin/containerd") == ARM64.elf_machine, "Debian's arm64 containerd"
     # image.verify: the files (every node program aarch64; the stand-in release's are scripts, named as such) and a
     # boot by the architecture the build manifest records
-    findings = {f.name: f for f in verify_image(image, boot_timeout=1800)}
+    # alone among the run's guests: emulating arm64 under TCG beside another guest slowed its udev past systemd's
+    # 90 s wait for /dev/ttyAMA0, and the serial console's getty never started (seen here)
+    from tests.support.common import vm_turn
+
+    with vm_turn(alone=True):
+        findings = {f.name: f for f in verify_image(image, boot_timeout=1800)}
     assert all(f.ok for f in findings.values()), [(f.name, f.detail) for f in findings.values() if not f.ok]
     assert "are aarch64 ELF; not ELF (stand-ins?): opt/cni/bin/" in findings["architecture"].detail
     assert "usr/bin/kubelet" in findings["architecture"].detail
