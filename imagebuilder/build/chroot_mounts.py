@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from imagebuilder.core import disk
-from imagebuilder.core.arch import ARCHES, arch, elf_machine
+from imagebuilder.core.arch import arch, root_arch
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.progress import Say
 from imagebuilder.core.safepath import safe_join
@@ -91,13 +91,11 @@ _SEALING = {
 
 def _check_arch(root: Path, name: str) -> None:
     """Refuse a source image whose programs are for another architecture than the build's: the playbook would run
-    them through whatever emulator the host has and install the build's binaries into a system that cannot run them.
-    ``/usr/bin/env`` is coreutils' own file on every Debian-family image (never a link)."""
+    them through whatever emulator the host has and install the build's binaries into a system that cannot run them."""
     want = arch(name)
-    found = elf_machine(root / "usr/bin/env")
-    if found is not None and found != want.elf_machine:
-        other = next((a.name for a in ARCHES.values() if a.elf_machine == found), f"ELF machine {found}")
-        raise InputError(f"its programs are for {other} (/usr/bin/env), and the build is for {want.name}",
+    found = root_arch(root)
+    if found is not None and found != want.name:
+        raise InputError(f"its programs are for {found} (/usr/bin/env), and the build is for {want.name}",
                          field="source_image_url", expected=f"a {want.name} source image (image-builder image.base"
                          f" --arch {want.name} makes one)")  # fmt: skip
 

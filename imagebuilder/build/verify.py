@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imagebuilder.core.arch import Arch, arch, elf_machine
+from imagebuilder.core.arch import Arch, elf_machine, recorded
 from imagebuilder.core.disk import mounted_root, raw_view, run_tempdir
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import parse_json, read_text
@@ -120,7 +120,7 @@ NODE_PROGRAMS = ("usr/bin/kubelet", "usr/bin/kubeadm", "usr/bin/kubectl", "usr/b
 def architecture_check(root: Path, plan: dict[str, Any]) -> Finding:
     """Every node binary is an ELF program for the image's architecture (a kubelet for another one would install
     and never run). A program that is not ELF at all (a release's stand-in script) is named, not failed."""
-    machine = arch(str(plan.get("arch") or "amd64"))
+    machine = recorded(plan, "the build manifest")
     cni = root / "opt/cni/bin"
     paths = [root / p for p in NODE_PROGRAMS] + (sorted(cni.iterdir()) if cni.is_dir() else [])
     found = {str(p.relative_to(root)): elf_machine(p) for p in paths if p.is_file() and not p.is_symlink()}
@@ -365,7 +365,7 @@ def verify_image(
     plain boot test, which it includes."""
     expected = expectations(image, manifest)
     firmware: Firmware = "efi" if expected["plan"].get("firmware") == "efi" else "bios"
-    machine = arch(str(expected["plan"].get("arch") or "amd64"))
+    machine = recorded(expected["plan"], manifest or image)
     firmware = "efi" if not machine.bios else firmware  # an arm64 image boots by UEFI alone
     # one raw view serves every part: a .gz or an OVA is decompressed or converted once, not three times
     with raw_view(image) as raw:

@@ -10,10 +10,11 @@ a chroot into an arm64 root on an amd64 host runs every program of it emulated).
 from __future__ import annotations
 
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.errors import ExternalError, InputError
 
 #: where the kernel exposes binfmt_misc's handlers (mounted by ./scripts/setup.sh where it is not)
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
@@ -117,9 +118,24 @@ def arch(name: str) -> Arch:
     return ARCHES[name]
 
 
-def host_arch() -> Arch | None:
-    """This host's architecture, when it is one of :data:`ARCHES`."""
-    return next((a for a in ARCHES.values() if a.native), None)
+def recorded(plan: Mapping[str, object], source: object) -> Arch:
+    """The architecture a build manifest's ``plan`` records (one written before issue 46 records none: amd64); exit 2
+    naming ``source`` for another value."""
+    name = plan.get("arch") or "amd64"
+    if not isinstance(name, str) or name not in ARCHES:
+        raise InputError(f"records arch {str(name)[:40]!r}", source=str(source), field="plan.arch",
+                         expected=" or ".join(ARCHES))  # fmt: skip
+    return ARCHES[name]
+
+
+def root_arch(root: Path) -> str | None:
+    """What the programs of the system mounted at ``root`` are for: the architecture of ``/usr/bin/env`` (coreutils'
+    own file on every Debian-family image, never a link), ``ELF machine N`` for another one, None when it is no ELF
+    file."""
+    found = elf_machine(root / "usr/bin/env")
+    if found is None:
+        return None
+    return next((a.name for a in ARCHES.values() if a.elf_machine == found), f"ELF machine {found}")
 
 
 def elf_machine(path: Path) -> int | None:
@@ -134,4 +150,4 @@ def elf_machine(path: Path) -> int | None:
     return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
 
 
-__all__ = ["ARCHES", "Arch", "arch", "elf_machine", "host_arch"]
+__all__ = ["ARCHES", "Arch", "arch", "elf_machine", "recorded", "root_arch"]

@@ -261,7 +261,6 @@ def tool_version(tool: str, args: tuple[str, ...] = ("--version",)) -> str | Non
     return text.splitlines()[0] if text else ""
 
 
-#: UEFI firmware for QEMU, as one image ``-bios`` can load (Debian's ``ovmf`` package), most specific first
 def ovmf_firmware() -> Path:
     """OVMF, the UEFI firmware a ``--firmware efi`` build and ``image.verify`` boot under (exit 1 when missing)."""
     from imagebuilder.core.arch import arch

@@ -76,10 +76,12 @@ def dry_run_checks(plans: Sequence[BuildPlan]) -> list[str]:
         found = runner.check_source_image(plan)
         if found and found not in checked:
             checked.append(found)
-    for machine in dict.fromkeys(p.arch for p in plans if p.engine == "chroot"):
+    machines = dict.fromkeys(p.arch for p in plans if p.engine == "chroot")
+    if machines:
         from imagebuilder.build.chroot import check_engine
 
-        check_engine(machine)
+        for machine in machines:
+            check_engine(machine)
     return checked
 
 

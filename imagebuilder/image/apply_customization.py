@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from imagebuilder import __version__
 from imagebuilder.attest import provenance, sbom
 from imagebuilder.attest.packages import Inventory, load_inventory
-from imagebuilder.core.arch import ARCHES, Arch, arch
+from imagebuilder.core.arch import Arch, recorded
 from imagebuilder.core.disk import gunzip_sparse, image_format, leftovers, raw_view, release
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write, parse_json, partial_prefix, read_text, run_checked, sha256_file
@@ -108,18 +108,14 @@ def input_firmware(image: Path) -> Firmware:
     plan = _input_plan(image)
     if plan is None:
         return "efi" if image.name.endswith(".ova") and ova_firmware(image) == "efi" else "bios"
-    return "efi" if plan.get("firmware") == "efi" or not _plan_arch(plan).bios else "bios"
-
-
-def _plan_arch(plan: dict[str, Any] | None) -> Arch:
-    name = plan.get("arch") if plan else None
-    return arch(name if isinstance(name, str) and name in ARCHES else "amd64")
+    return "efi" if plan.get("firmware") == "efi" or not recorded(plan, manifest_beside(image)).bios else "bios"
 
 
 def input_arch(image: Path) -> Arch:
     """The input's architecture, as its build manifest records it (an image without one is amd64): its guest boots
     under that architecture's QEMU and firmware."""
-    return _plan_arch(_input_plan(image))
+    plan = _input_plan(image)
+    return recorded(plan or {}, manifest_beside(image))
 
 
 def _working_copy(image: Path, kind: str, disk: Path, work: Path) -> Origin | None:

@@ -128,9 +128,8 @@ def _check_esp(disk: _Disk, parts: list[Partition], result: DiskCheck) -> bool:
             capture_output=True, check=False, timeout=60, env={**os.environ, "MTOOLS_SKIP_CHECK": "1"},
         )  # fmt: skip
         listed = {line.strip().upper() for line in proc.stdout.decode(errors="replace").splitlines()}
-        here = [a for a, loader in EFI_REMOVABLE_LOADERS.items() if f"::/{loader}" in listed]
-        for a in here:
-            loader = EFI_REMOVABLE_LOADERS[a]
+        here = [(a, loader) for a, loader in EFI_REMOVABLE_LOADERS.items() if f"::/{loader}" in listed]
+        for a, loader in here:
             result.notes.append(f"UEFI: {loader} on partition {part.number} (EFI system partition)")
             result.uefi_arches.append(a)
         if not here:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagebuilder.attest.packages import collect
-from imagebuilder.core.arch import ARCHES, elf_machine
+from imagebuilder.core.arch import root_arch
 from imagebuilder.core.disk import mounted_root, raw_view
 from imagebuilder.core.errors import InputError
 from imagebuilder.image.boltdb import containerd_images
@@ -130,9 +130,8 @@ def inventory(root: Path) -> Inventory:
         path = root / rel
         kube[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
     packages, runtime = _packages(root)
-    machine = elf_machine(root / "usr/bin/env")
-    name = next((a.name for a in ARCHES.values() if a.elf_machine == machine), "unknown")
-    return Inventory(packages, _etc(root), _units(root), kube, containerd_images(root), runtime, name)
+    return Inventory(packages, _etc(root), _units(root), kube, containerd_images(root), runtime,
+                     root_arch(root) or "unknown")  # fmt: skip
 
 
 def _expected(name: str) -> str | None:

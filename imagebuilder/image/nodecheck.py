@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from imagebuilder.core.arch import arch
+from imagebuilder.core.arch import recorded
 from imagebuilder.core.disk import mounted_root, run_tempdir
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import sha256_file
@@ -589,7 +589,7 @@ def node_check(
     joins it as a worker over a private wire between the two guests, and the test pod runs there. One
     :class:`Step` each, timed; steps after a failed one are not run (its detail carries the guest's journal)."""
     steps: list[Step] = []
-    machine = arch(str(expected["plan"].get("arch") or "amd64"))  # an arm64 node boots under qemu-system-aarch64
+    machine = recorded(expected["plan"], "the build manifest")  # an arm64 node boots under qemu-system-aarch64
     images = _images(expected)
     version = expected["plan"].get("kubernetes_version") or _split(images["kube-apiserver"])[1]
     began = time.monotonic()

@@ -117,7 +117,9 @@ def running(
     emulated by its QEMU under TCG, and boots UEFI: arm64 machines have no BIOS)."""
     machine = machine or arch("amd64")
     if not machine.native:
-        kvm, firmware = KvmStatus(False, f"emulating {machine.name}"), "efi"
+        kvm = KvmStatus(False, f"emulating {machine.name}")
+    if not machine.bios:
+        firmware = "efi"
     kvm = kvm or kvm_status()
     qemu = require_tools(machine.qemu)[machine.qemu]
     serial.touch()

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from imagebuilder.core.arch import ARCHES as ARCH_FACTS
 from imagebuilder.core.errors import InputError, did_you_mean
 from imagebuilder.core.files import load_yaml_mapping
 from imagebuilder.core.paths import config_dir
@@ -336,8 +337,9 @@ class ReleaseChannel:
         return load_profile().release_name(self.name, number)
 
 
-#: the architectures a node image is built for, as Kubernetes and Debian name them (issue 46); the first is the default
-ARCHES = ("amd64", "arm64")
+#: the architectures a node image is built for, as Kubernetes and Debian name them (issue 46; their facts:
+#: imagebuilder.core.arch); the first is the default
+ARCHES = tuple(ARCH_FACTS)
 #: what people also call them (uname -m, RPM, Docker's platform variants): refused, with the name to use
 ARCH_SYNONYMS = {"x86_64": "amd64", "x86-64": "amd64", "x64": "amd64", "aarch64": "arm64", "arm64v8": "arm64",
                  "armv8": "arm64"}  # fmt: skip
