@@ -150,3 +150,14 @@ def test_an_arm64_build_refuses_bios_firmware(tmp_path: Path) -> None:
     res = cli("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", "arm64",
               "--firmware", "bios", "--dry-run", "--offline", "--output-dir", str(tmp_path / "out"))  # fmt: skip
     assert res.code == 2 and "--firmware: arm64 machines boot by UEFI only" in res.err, res.text
+
+
+@pytest.mark.parametrize("value", ["sparc", "arm64\nX: 1", 7, ["arm64"], "x" * 10000])
+def test_a_build_manifest_with_an_unknown_arch_is_bad_input_naming_it(value: object) -> None:
+    from imagebuilder.core.arch import recorded
+
+    assert recorded({}, "m.json").name == "amd64" and recorded({"arch": "arm64"}, "m.json").name == "arm64"
+    with pytest.raises(InputError) as exc:
+        recorded({"arch": value}, "m.json")
+    assert exc.value.field == "plan.arch" and exc.value.source == "m.json" and len(str(exc.value)) < 200
+    assert "\nX" not in str(exc.value)
