@@ -63,6 +63,8 @@ GRUB_EFI_MODULES = (
 #: architecture's serial console
 KERNEL_ARGS = "ro console=tty0 console={console},115200n8"
 
+#: dpkg's setting, in the root while it is made, that skips its fsyncs
+UNSAFE_IO = "image-builder-unsafe-io"
 #: what debootstrap installs itself (it configures these without a running system)
 BOOTSTRAP = ["systemd-sysv", "udev", "kmod", "procps", "iproute2", "isc-dhcp-client", "e2fsprogs"]
 #: the rest of the base OS plus every package the node roles want (installed with apt in the chroot), so a
@@ -288,8 +290,16 @@ def make_base_image(
     # what a killed run of this task left: its half-made image beside dest (with the disk it mounted there), its
     # debootstrap and apt still running, its loops
     disk.release(disk.leftovers(outputs=(dest.parent,)))
+    # the disk's mounts in a namespace of this process's own: a copy taken by another program's new namespace
+    # would keep the root mounted, unclean, after it is unmounted here (seen beside a test run's ip netns exec)
+    disk.private_mounts()
 
     def populate(root: Path, uuid: str) -> None:
+        # dpkg without an fsync per file while the root is made (debootstrap's second stage, apt): the disk is
+        # synced and checked once it is unmounted; the setting is removed before the image is finished
+        unsafe_io = root / "etc" / "dpkg" / "dpkg.cfg.d" / UNSAFE_IO
+        unsafe_io.parent.mkdir(parents=True, exist_ok=True)
+        unsafe_io.write_text("force-unsafe-io\n")
         _run(
             "debootstrap",
             f"--arch={target.name}",
@@ -315,6 +325,7 @@ def make_base_image(
                 _run("chroot", str(root), "update-initramfs", "-c", "-k", version, log=log, timeout=3600,
                      env={"LC_ALL": "C"})  # fmt: skip
             _run("chroot", str(root), "apt-get", "clean", log=log)
+        unsafe_io.unlink()
         _configure(root, uuid, target)
 
     with tempfile.TemporaryDirectory(prefix=partial_prefix(dest), suffix=".tmp", dir=dest.parent) as tmp:

@@ -10,6 +10,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -274,6 +275,72 @@ def test_a_mount_that_cannot_be_released_fails_instead_of_detaching_lazily(tmp_p
         subprocess.run(["umount", str(tmp_path / "mnt")], check=False)
         for line in subprocess.run(["losetup", "-j", str(raw)], capture_output=True, text=True).stdout.splitlines():
             subprocess.run(["losetup", "-d", line.split(":")[0]], check=False)
+
+
+#: a disk assembled in a child process, which waits, with the root mounted, until the test says go
+_ASSEMBLE_AND_WAIT = """
+import sys, time
+from pathlib import Path
+from imagebuilder.core import disk
+from imagebuilder.core.errors import ExternalError
+from imagebuilder.image.base import MBR_CANDIDATES, assemble_disk
+from tests.integration.test_bootcheck import SIZE, minimal_root
+raw, private = Path(sys.argv[1]), sys.argv[2] == "private"
+if private:
+    disk.private_mounts()
+def populate(root, uuid):
+    minimal_root(root, uuid)
+    (root / "etc" / "written").write_text("x" * 100000)
+    (raw.parent / "mounted").write_text(str(root))
+    while not (raw.parent / "go").exists():
+        time.sleep(0.05)
+try:
+    assemble_disk(raw, SIZE, populate, mbr=next(Path(p) for p in MBR_CANDIDATES if Path(p).is_file()))
+except ExternalError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("private", [True, False], ids=["private-mounts", "host-mounts"])
+def test_a_mount_namespace_made_meanwhile_leaves_the_disk_clean_only_when_the_mounts_are_private(
+    tmp_path: Path, private: bool
+) -> None:
+    """``ip netns exec`` (the DHCP tests do it), a container or a PrivateTmp service copies every mount there is into
+    its new namespace; the copy keeps the root mounted after the assembler unmounted it, and the image's journal
+    needs replaying. image.base assembles in mounts of its own (:func:`disk.private_mounts`); without them the
+    same sequence makes an unclean disk, which the assembler refuses."""
+    raw = tmp_path / "disk.raw"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _ASSEMBLE_AND_WAIT, str(raw), "private" if private else "host"],
+        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    copy_holder: subprocess.Popen[bytes] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "mounted").exists():
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()[0]
+            time.sleep(0.05)
+        root = (tmp_path / "mounted").read_text()
+        copy_holder = subprocess.Popen(["unshare", "--mount", "sleep", "120"])
+        ns_mounts = Path(f"/proc/{copy_holder.pid}/mountinfo")
+        while Path(f"/proc/{copy_holder.pid}/ns/mnt").resolve() == Path("/proc/self/ns/mnt").resolve():
+            time.sleep(0.05)
+        assert (f" {root} " in ns_mounts.read_text()) is not private, "the new namespace copied the host's mounts"
+        (tmp_path / "go").write_text("")
+        out = child.communicate(timeout=120)[0]
+    finally:
+        if copy_holder is not None:
+            copy_holder.kill()
+            copy_holder.wait()
+        if child.poll() is None:
+            child.kill()
+    if private:
+        assert child.returncode == 0, out
+        assert check_raw(raw).ok
+    else:
+        assert child.returncode == 3, out
+        assert "not clean after unmounting" in out and "needs_recovery" in out
 
 
 def source_config(tmp_path: Path, raw: Path, name: str) -> Path:

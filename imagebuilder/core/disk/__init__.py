@@ -27,6 +27,7 @@ from imagebuilder.core.disk.attach import (
     mounted,
     mounted_root,
     partitions,
+    private_mounts,
     root_partition,
 )
 from imagebuilder.core.disk.chroot import CHROOT_MOUNTS, POLICY_RC_D, chroot_mounts
@@ -97,6 +98,7 @@ __all__ = [
     "mounts",
     "mounts_under",
     "partitions",
+    "private_mounts",
     "raw_view",
     "read_partition",
     "release",

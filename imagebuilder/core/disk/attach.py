@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import subprocess
@@ -18,6 +19,30 @@ from imagebuilder.core.files import run_checked
 from imagebuilder.core.progress import Say
 
 SECTOR = 512
+
+#: unshare(2)'s flag for a mount namespace of one's own
+_CLONE_NEWNS = 0x00020000
+
+
+def private_mounts() -> None:
+    """Move this process into a mount namespace of its own, with private propagation, as ``unshare --mount
+    --propagation private`` starts a child (the chroot engine's way): from here on the mounts it makes exist
+    nowhere else.
+
+    Why: a mount namespace that another program creates on this host meanwhile (``ip netns exec``, a container, a
+    service with PrivateTmp) takes a copy of every mount there is, and the copy keeps a filesystem mounted, with a
+    journal to replay, after this process unmounted it: an image assembled then is not clean. The namespace is the
+    calling thread's and its children's (call it from the thread that mounts); the kernel releases its mounts when
+    the process ends, killed or not. Call it after releasing what dead runs left in the host's namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        err = ctypes.get_errno()
+        raise ExternalError(
+            f"cannot make a mount namespace of its own: {os.strerror(err)}",
+            hint="run it as root, on a host that allows mount namespaces (unshare --mount)",
+        )
+    # a namespace copied from a shared "/" (systemd's) would still send its mounts back to the host's
+    run_checked("mount", "--make-rprivate", "/")
 
 
 #: partition types that hold a Linux filesystem (MBR id, GPT type GUID)
