@@ -44,6 +44,9 @@ APT_PACKAGES=(
   # release.build: the pause binary is upstream's C source compiled static (gcc, glibc's static libc); runc links
   # libseccomp statically (cgo, found by pkg-config)
   gcc libc6-dev libseccomp-dev pkg-config
+  # release.build --arch arm64: Debian's cross gcc for those C parts (arm64's libseccomp comes from its own package,
+  # downloaded by release.build through an apt state of that architecture)
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 )
 # ... and of the tests alone
 TEST_APT_PACKAGES=(

@@ -17,15 +17,17 @@ from imagebuilder.cli._common import cli_task, status_line
         "dest": "directory to lay the release out in, at its URLs' paths (default ./release)",
         "base_url": "where the release will be served from (default: a name that never resolves; read it from "
         "the directory or a mirror)",
-        "dry_run": "check the flags and the tools (go, gcc; apt-get until kube-proxy's iptables is cached) and print "
-        "what would be built; build nothing",
+        "arch": "the architectures to build, comma-separated: amd64 (default), arm64 or amd64,arm64 (one manifest "
+        "lists both, as the distro's do; arm64 is cross-compiled: Debian's gcc-aarch64-linux-gnu for its C parts)",
+        "dry_run": "check the flags and the tools (go, gcc and the cross gcc; apt-get until Debian's packages are "
+        "cached) and print what would be built; build nothing",
     },
     auto_shortflags=False,
 )
 @cli_task
 def build(
     c: Context, kubernetes: str = "", dest: str = "release", base_url: str = "", containerd: str = "",
-    dry_run: bool = False,
+    arch: str = "", dry_run: bool = False,
 ) -> None:  # fmt: skip
     """Build a Kubernetes release from upstream source: binaries, etcd, CoreDNS, pause, the node's container runtime
     (containerd, runc, crictl), CNI plugins and the control-plane images, in the distro's manifest format (cached by
@@ -35,13 +37,15 @@ def build(
     # the flags first: a bad one is answered before the recipe is imported
     version, minor, _ = parse_version(flags.required(kubernetes, "--kubernetes", "v1.<minor>.<patch>"))
     out = flags.dest_dir(dest, "--dest")
-    from imagebuilder.core.hostinfo import require_tools
-    from imagebuilder.release.source import DEFAULT_BASE_URL, manifest_url, needed_tools, release_runtime, source_cache
+    from imagebuilder.release.catalog import check_arches
+    from imagebuilder.release.source import DEFAULT_BASE_URL, check_host, manifest_url, release_runtime, source_cache
+
+    arches = check_arches(flags.comma_list(arch, "--arch") if arch else [])
 
     runtime = release_runtime(minor, containerd or None)
 
     base = flags.url(base_url, "--base-url", ("http", "https")).geturl() if base_url else DEFAULT_BASE_URL
-    require_tools(*needed_tools())
+    check_host(arches)
     from imagebuilder.release.source import check_published, containerd_module
 
     # a version nobody released is bad input, answered before anything is built (the dry run asks too)
@@ -49,7 +53,8 @@ def build(
     check_published(containerd_module(runtime.containerd), runtime.containerd, "--containerd", "containerd")
     url = manifest_url(base, f"1-{minor}")
     if dry_run:
-        print(f"would build Kubernetes {version} from k8s.io/kubernetes@{version} (cache: {source_cache()})")
+        print(f"would build Kubernetes {version} from k8s.io/kubernetes@{version} for {', '.join(arches)} "
+              f"(cache: {source_cache()})")  # fmt: skip
         print(f"would build its runtime: containerd {runtime.containerd} with the runc it pins, crictl "
               f"{runtime.crictl}")  # fmt: skip
         print(f"would write the release under {out.resolve()}; its manifest: {url}")
@@ -57,13 +62,17 @@ def build(
     from imagebuilder.release.source import build_release
 
     with status_line("release.build") as status:
-        release = build_release(version, out, base_url=base, containerd=runtime.containerd, say=status)
+        release = build_release(version, out, base_url=base, containerd=runtime.containerd, say=status,
+                                arches=arches)  # fmt: skip
+    print(f"architectures: {', '.join(release.arches)}")
     for comp in release.components:
         print(f"{comp.name:<12} {comp.version:<10} from {comp.source}")
     print(f"manifest:  {release.manifest_path}\nurl:       {release.manifest_url}")
     print("every artifact is labelled in the manifest as built from upstream source by image-builder")
     channel = release.channel
+    more = f" --arch {','.join(release.arches)}" if release.arches != ("amd64",) else ""
     print(f"use it:    image-builder mirror.create --release-channel {channel} --release-manifest {url} "
-          f"--source {out} --dest MIRROR")  # fmt: skip
-    print(f"           image-builder build --os ubuntu --hypervisor baremetal --release-channel {channel} "
-          f"--release-manifest {url} --mirror {out}")  # fmt: skip
+          f"--source {out} --dest MIRROR{more}")  # fmt: skip
+    for name in release.arches:
+        print(f"           image-builder build --os ubuntu --hypervisor baremetal --release-channel {channel} "
+              f"--release-manifest {url} --mirror {out}{'' if name == 'amd64' else ' --arch ' + name}")  # fmt: skip

@@ -355,6 +355,11 @@ def check_arch(value: str, flag: str = "--arch") -> str:
                      expected=" or ".join(ARCHES))  # fmt: skip
 
 
+def check_arches(values: list[str], flag: str = "--arch") -> tuple[str, ...]:
+    """Each of ``values`` checked by :func:`check_arch`; none given means amd64."""
+    return tuple(check_arch(v, flag) for v in values) or (ARCHES[0],)
+
+
 @dataclass(frozen=True)
 class BuildPair:
     os: OperatingSystem

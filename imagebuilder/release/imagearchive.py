@@ -119,3 +119,16 @@ def archive_refs(data: bytes) -> list[str]:
         if member is None:
             return []
         return [ref for image in json.loads(member.read()) for ref in image.get("RepoTags") or []]
+
+
+def image_config(data: bytes) -> dict[str, object]:
+    """The image configuration a docker-archive tarball carries (its first image's ``Config``: ``architecture``,
+    ``os``, ``config``...); empty when it has none."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.extractfile("manifest.json")
+        images = json.loads(member.read()) if member is not None else []
+        if not images:
+            return {}
+        config = tar.extractfile(images[0]["Config"])
+        found = json.loads(config.read()) if config is not None else {}
+    return found if isinstance(found, dict) else {}

@@ -50,9 +50,10 @@ from urllib.parse import urlsplit
 import yaml
 
 from imagebuilder.core import progress
+from imagebuilder.core.arch import ARCHES, Arch
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean
 from imagebuilder.core.files import atomic_write, partial_prefix, run_checked, sha256_file
-from imagebuilder.core.hostinfo import require_tools
+from imagebuilder.core.hostinfo import require_tools, tool_version
 from imagebuilder.core.paths import cache_root
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.core.safepath import safe_join
@@ -85,6 +86,7 @@ KUBE_BINARIES = ("kubelet", "kubeadm", "kubectl", "kube-apiserver", "kube-contro
                  "kube-proxy")  # fmt: skip
 CONTROL_PLANE_IMAGES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
 CNI_PLUGINS_VERSION = "v1.9.1"
+CNI_MODULE = "github.com/containernetworking/plugins"
 CNI_PLUGINS = ("main/bridge", "main/host-device", "main/ipvlan", "main/loopback", "main/macvlan", "main/ptp",
                "main/vlan", "ipam/host-local", "ipam/static", "meta/bandwidth", "meta/firewall", "meta/portmap",
                "meta/sbr", "meta/tuning", "meta/vrf")  # fmt: skip
@@ -92,6 +94,8 @@ CNI_PLUGINS = ("main/bridge", "main/host-device", "main/ipvlan", "main/loopback"
 #: Debian's packages kube-proxy's image is made of besides its binary: iptables and every library it links
 IPTABLES_PACKAGES = ("iptables", "libip4tc2", "libip6tc2", "libxtables12", "libmnl0", "libnetfilter-conntrack3",
                      "libnfnetlink0", "libnftnl11", "libc6", "libgcc-s1")  # fmt: skip
+#: Debian's packages runc is linked with for another architecture: libseccomp's static library and headers
+SECCOMP_PACKAGES = ("libseccomp-dev", "libseccomp2")
 #: the commands kube-proxy runs, on the nf_tables backend (Debian's default; its alternatives never run here)
 IPTABLES_LINKS = {
     f"usr/sbin/{t}{s}": f"{t}-nft{s}" for t in ("iptables", "ip6tables") for s in ("", "-save", "-restore")
@@ -117,7 +121,8 @@ class SourceRelease:
     manifest_path: Path
     root: Path
     images: dict[str, str]  # image name -> the reference kubeadm asks for
-    components: tuple[Component, ...]
+    components: tuple[Component, ...]  # this host's architecture's (or the first built)
+    arches: tuple[str, ...] = ("amd64",)
 
 
 def source_cache() -> Path:
@@ -183,6 +188,22 @@ def _make_writable(folder: Path) -> None:
     folder.chmod(folder.stat().st_mode | 0o200)
 
 
+def _arch_folder(name: str, target: Arch) -> Path:
+    """A component's cache folder: ``name`` for amd64 (as before issue 46, so those builds stay cached), with the
+    architecture after it for another."""
+    return source_cache() / (name if target.name == "amd64" else f"{name}-{target.name}")
+
+
+def _arch_key(target: Arch) -> dict[str, Any]:
+    """The architecture's part of a component's cache key (none for amd64: the keys written before it stay valid)."""
+    return {} if target.name == "amd64" else {"arch": target.name}
+
+
+def cross_compiler(target: Arch) -> str:
+    """The C compiler that builds for ``target`` on this host: gcc natively, Debian's cross gcc otherwise."""
+    return "gcc" if target.native else f"{target.machine}-linux-gnu-gcc"
+
+
 def _cached(folder: Path, key: dict[str, Any], outputs: tuple[str, ...], build: Callable[[Path], None]) -> Path:
     """``folder/bin`` holding ``outputs``, built by ``build(bin_dir)`` unless a build of the same ``key`` is there."""
     stamp = folder / "inputs.json"
@@ -236,12 +257,14 @@ def _wrapper_build(
 # --- the components -------------------------------------------------------------------------------------------
 
 
-def _kubernetes(go: _Go, version: str, minor: int, patch: int) -> Path:
-    folder = source_cache() / f"kubernetes-{version}"
-    key = {"recipe": BUILD_RECIPE, "module": "k8s.io/kubernetes", "version": version, "go": go.version}
+def _kubernetes(go: _Go, version: str, minor: int, patch: int, target: Arch) -> Path:
+    folder = _arch_folder(f"kubernetes-{version}", target)
+    key = {"recipe": BUILD_RECIPE, "module": "k8s.io/kubernetes", "version": version, "go": go.version,
+           **_arch_key(target)}  # fmt: skip
 
     def build(bin_dir: Path) -> None:
-        go.say(f"kubernetes {version}: building from source (about 7 minutes on 2 cores with an empty Go cache)")
+        go.say(f"kubernetes {version} ({target.name}): building from source (about 7 minutes on 2 cores with an "
+               "empty Go cache)")  # fmt: skip
         log = folder / "build.log"
         fetch = folder / "fetch"
         fetch.mkdir()
@@ -272,10 +295,12 @@ def _kubernetes(go: _Go, version: str, minor: int, patch: int) -> Path:
         values = {"gitVersion": version, "gitMajor": "1", "gitMinor": str(minor), "gitTreeState": "clean"}
         ldflags = " ".join(f"-X {p}.{k}={v}" for p in (pkg, client) for k, v in values.items())
         go.run("build", "-v", "-trimpath", "-ldflags", f"-s -w {ldflags}", "-o", f"{bin_dir}/",
-               *(f"./cmd/{b}" for b in KUBE_BINARIES), cwd=src, what=f"kubernetes {version}", log=log)  # fmt: skip
-        # the pause container's binary: upstream's C source, static, as build/pause/Makefile compiles it
+               *(f"./cmd/{b}" for b in KUBE_BINARIES), cwd=src, what=f"kubernetes {version}", log=log,
+               env={"GOARCH": target.name})  # fmt: skip
+        # the pause container's binary: upstream's C source, static, as build/pause/Makefile compiles it (with the
+        # cross compiler for another architecture, as its Makefile does)
         pause_version = _pause_version(src)
-        gcc = require_tools("gcc")["gcc"]
+        gcc = require_tools(cross_compiler(target))[cross_compiler(target)]
         run_checked(gcc, "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{pause_version}-{DISTRO}",
                     "-o", str(bin_dir / "pause"), str(src / "build/pause/linux/pause.c"))  # fmt: skip
         shutil.rmtree(src)
@@ -327,14 +352,21 @@ def _tag(ref: str) -> str:
 
 
 def _go_component(
-    go: _Go, name: str, module: str, version: str, packages: Mapping[str, str], recipe: Recipe = Recipe()
+    go: _Go,
+    name: str,
+    module: str,
+    version: str,
+    packages: Mapping[str, str],
+    recipe: Recipe = Recipe(),
+    target: Arch = ARCHES["amd64"],
 ) -> Path:
-    folder = source_cache() / f"{name}-{version}"
+    folder = _arch_folder(f"{name}-{version}", target)
     key = {"recipe": BUILD_RECIPE, "module": module, "version": version, "go": go.version, "packages": dict(packages),
-           **recipe.key()}  # fmt: skip
+           **recipe.key(), **_arch_key(target)}  # fmt: skip
+    recipe = dataclasses.replace(recipe, env=(*recipe.env, ("GOARCH", target.name)))
 
     def build(_: Path) -> None:
-        go.say(f"{name} {version}: building {module}@{version}")
+        go.say(f"{name} {version} ({target.name}): building {module}@{version}")
         _wrapper_build(go, folder, module, version, packages, recipe)
 
     return _cached(folder, key, tuple(packages), build)
@@ -397,18 +429,30 @@ class RuntimeBuild:
     unit: str
 
 
-def _runtime(go: _Go, containerd: str, crictl: str) -> RuntimeBuild:
+def _cgo_env(target: Arch, say: Say) -> tuple[tuple[str, str], ...]:
+    """cgo's environment for runc (libseccomp, found by pkg-config): the host's for its own architecture; for another,
+    Debian's cross gcc and that architecture's libseccomp unpacked from its packages (pkg-config looks there only)."""
+    if target.native:
+        return (("CGO_ENABLED", "1"),)
+    root = _debian_root("libseccomp-debian", SECCOMP_PACKAGES, {}, ("usr/lib/" + _multiarch(target) + "/libseccomp.a",),
+                        target, say)  # fmt: skip
+    return (("CGO_ENABLED", "1"), ("CC", require_tools(cross_compiler(target))[cross_compiler(target)]),
+            ("PKG_CONFIG_LIBDIR", str(root / "usr/lib" / _multiarch(target) / "pkgconfig")),
+            ("PKG_CONFIG_SYSROOT_DIR", str(root)))  # fmt: skip
+
+
+def _runtime(go: _Go, containerd: str, crictl: str, target: Arch = ARCHES["amd64"]) -> RuntimeBuild:
     module = containerd_module(containerd)
     values = (("Version", containerd), ("Revision", f"{DISTRO}-{containerd}"), ("Package", module))
     stamp = " ".join(f"-X {module}/version.{k}={v}" for k, v in values)
     containerd_bin = _go_component(go, "containerd", module, containerd,
                                    {o: f"{module}/{p}" for o, p in CONTAINERD_BINARIES.items()},
-                                   Recipe(CONTAINERD_TAGS, stamp))  # fmt: skip
+                                   Recipe(CONTAINERD_TAGS, stamp), target)  # fmt: skip
     runc = _runc_version(go, containerd)
     runc_bin = _go_component(go, "runc", "github.com/opencontainers/runc", runc,
                              {"runc": "github.com/opencontainers/runc"},
                              Recipe(RUNC_TAGS, f"-X main.gitCommit={DISTRO}-{runc} -extldflags -static",
-                                    (("CGO_ENABLED", "1"),)))  # fmt: skip
+                                    _cgo_env(target, go.say)), target)  # fmt: skip
     crictl_bin = _go_component(
         go,
         "crictl",
@@ -416,6 +460,7 @@ def _runtime(go: _Go, containerd: str, crictl: str) -> RuntimeBuild:
         crictl,
         {"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"},
         Recipe(ldflags=f"-X sigs.k8s.io/cri-tools/pkg/version.Version={crictl.lstrip('v')}"),
+        target,
     )
     unit = _module_file(go, module, containerd, "containerd.service")
     if "ExecStart=/usr/local/bin/containerd" not in unit:
@@ -432,34 +477,93 @@ def runtime_tarball(runtime: RuntimeBuild) -> bytes:
     return gzip.compress(layer_tar(files), mtime=0)
 
 
-def needed_tools() -> tuple[str, ...]:
-    """The host tools a build needs: Go and gcc always (Go checks every cache hit's inputs; runc links with gcc),
-    pkg-config for runc's libseccomp, apt-get and dpkg-deb while kube-proxy's iptables is not cached yet. The dry
-    run asks for the same."""
-    cached = (source_cache() / "iptables-debian" / "bin" / "usr/sbin/xtables-nft-multi").is_file()
-    return ("go", "gcc", "pkg-config") if cached else ("go", "gcc", "pkg-config", "apt-get", "dpkg-deb")
+def needed_tools(arches: tuple[str, ...] = ("amd64",)) -> tuple[str, ...]:
+    """The host tools a build of ``arches`` needs: Go and each architecture's C compiler always (Go checks every
+    cache hit's inputs; the pause binary and runc are C; another architecture's is Debian's cross gcc), pkg-config
+    for runc's libseccomp, apt-get and dpkg-deb while Debian's packages of an architecture are not cached yet. The
+    dry run asks for the same."""
+    tools = ["go", "pkg-config"]
+    for name in arches:
+        target = ARCHES[name]
+        tools.append(cross_compiler(target))
+        roots = [_arch_folder("iptables-debian", target) / "bin" / "usr/sbin/xtables-nft-multi"]
+        if not target.native:
+            roots.append(_arch_folder("libseccomp-debian", target) / "bin" / "usr/lib" / _multiarch(target) /
+                         "libseccomp.a")  # fmt: skip
+        if not all(r.is_file() for r in roots):
+            tools += ["apt-get", "dpkg-deb"]
+    return tuple(dict.fromkeys(tools))
 
 
-def _iptables(say: Say) -> Path:
-    """Debian's iptables and its libraries unpacked into one folder, with the names kube-proxy runs."""
-    folder = source_cache() / "iptables-debian"
-    key = {"recipe": BUILD_RECIPE, "packages": IPTABLES_PACKAGES, "links": IPTABLES_LINKS}
+def check_host(arches: tuple[str, ...]) -> None:
+    """Exit 1 naming what this host lacks to build ``arches``: the tools, and for a release without this host's own
+    architecture, the emulation its kubeadm runs under (``kubeadm config images list`` names the images)."""
+    cross = [cross_compiler(ARCHES[a]) for a in arches if not ARCHES[a].native]
+    missing = [c for c in cross if tool_version(c, ()) is None]
+    if missing:
+        packages = ", ".join(f"gcc-{t.removesuffix('-gcc')}" for t in missing)
+        raise ExternalError(f"{', '.join(missing)} (the cross compiler) is not installed",
+                            hint=f"run ./scripts/setup.sh (Debian packages {packages})")  # fmt: skip
+    require_tools(*needed_tools(arches))
+    if not any(ARCHES[a].native for a in arches):
+        ARCHES[arches[0]].require_emulation()
+
+
+def _multiarch(target: Arch) -> str:
+    """Debian's multiarch folder name of ``target`` (``x86_64-linux-gnu``, ``aarch64-linux-gnu``)."""
+    return f"{target.machine}-linux-gnu"
+
+
+def _apt_download(packages: tuple[str, ...], target: Arch, folder: Path) -> None:
+    """``apt-get download`` of ``packages`` into ``folder`` through the host's package sources (which may be a local
+    mirror). Another architecture's come through an apt state of that architecture alone, kept beside them: the
+    host's dpkg is not told of a foreign architecture, nothing is installed."""
+    apt = require_tools("apt-get")["apt-get"]
+    if target.native:
+        run_checked(apt, "download", *packages, cwd=str(folder))
+        return
+    state = folder / "apt-state"
+    for sub in ("lists/partial", "cache/archives/partial"):
+        (state / sub).mkdir(parents=True, exist_ok=True)
+    (state / "status").touch()
+    options = [f"-oDir::State::Lists={state / 'lists'}", f"-oDir::Cache={state / 'cache'}",
+               f"-oDir::State::status={state / 'status'}", f"-oAPT::Architecture={target.name}",
+               f"-oAPT::Architectures::={target.name}"]  # fmt: skip
+    try:
+        run_checked(apt, "-q", *options, "update", timeout=600)
+        run_checked(apt, "-q", *options, "download", *packages, cwd=str(folder))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _debian_root(
+    name: str, packages: tuple[str, ...], links: Mapping[str, str], outputs: tuple[str, ...], target: Arch, say: Say
+) -> Path:
+    """Debian's ``packages`` of ``target`` unpacked into one folder (``dpkg-deb -x``), with ``links``; cached."""
+    folder = _arch_folder(name, target)
+    key = {"recipe": BUILD_RECIPE, "packages": packages, "links": links, **_arch_key(target)}
 
     def build(root: Path) -> None:
-        tools = require_tools("apt-get", "dpkg-deb")
+        dpkg_deb = require_tools("dpkg-deb")["dpkg-deb"]
         debs = folder / "debs"
         debs.mkdir()
-        say(f"kube-proxy image: apt-get download {' '.join(IPTABLES_PACKAGES)}")
-        run_checked(tools["apt-get"], "download", *IPTABLES_PACKAGES, cwd=str(debs))
+        say(f"{name} ({target.name}): apt-get download {' '.join(packages)}")
+        _apt_download(packages, target, debs)
         for deb in sorted(debs.glob("*.deb")):
-            run_checked(tools["dpkg-deb"], "-x", str(deb), str(root))
-        for link, target in IPTABLES_LINKS.items():
+            run_checked(dpkg_deb, "-x", str(deb), str(root))
+        for link, link_target in links.items():
             (root / link).unlink(missing_ok=True)
-            (root / link).symlink_to(target)
+            (root / link).symlink_to(link_target)
         (folder / "packages.txt").write_text("".join(f"{d.name}\n" for d in sorted(debs.glob("*.deb"))))
         shutil.rmtree(debs)
 
-    return _cached(folder, key, ("usr/sbin/xtables-nft-multi", *IPTABLES_LINKS), build)
+    return _cached(folder, key, outputs, build)
+
+
+def _iptables(say: Say, target: Arch = ARCHES["amd64"]) -> Path:
+    """Debian's iptables and its libraries unpacked into one folder, with the names kube-proxy runs."""
+    return _debian_root("iptables-debian", IPTABLES_PACKAGES, IPTABLES_LINKS,
+                        ("usr/sbin/xtables-nft-multi", *IPTABLES_LINKS), target, say)  # fmt: skip
 
 
 # --- the release ----------------------------------------------------------------------------------------------
@@ -487,6 +591,7 @@ def _image(
     source: str,
     user: str = "",
     under: dict[str, Entry] | None = None,
+    arch: str = "amd64",
 ) -> bytes:
     """An image of ``files`` (path in the image -> binary) on the base layer, and ``under`` it a layer of its own."""
     layer = {path: Entry(binary.read_bytes(), 0o755) for path, binary in files.items()}
@@ -496,11 +601,11 @@ def _image(
         "org.opencontainers.image.version": _tag(ref),
     }
     layers = (_base_layer(), *((under,) if under else ()), layer)
-    return docker_archive(ImageSpec(ref, layers, (entrypoint,), labels, user))
+    return docker_archive(ImageSpec(ref, layers, (entrypoint,), labels, user, arch))
 
 
-def _asset(name: str, url: str, data: bytes, description: str) -> dict[str, Any]:
-    return archive_asset(name, url, data, f"{description}, {LABEL}")
+def _asset(name: str, url: str, data: bytes, description: str, arch: str) -> dict[str, Any]:
+    return archive_asset(name, url, data, f"{description}, {LABEL}", arch)
 
 
 def _write(dest: Path, url: str, data: bytes) -> None:
@@ -596,6 +701,47 @@ def build_runtime(containerd: str, crictl: str, *, say: Say = silent) -> Runtime
     return _runtime(_Go(say), containerd, crictl)
 
 
+@dataclass(frozen=True)
+class _Built:
+    """One architecture's components (each a cached folder of binaries)."""
+
+    target: Arch
+    kube: Path
+    etcd: Path
+    etcdctl: Path
+    coredns: Path
+    cni: Path
+    runtime: RuntimeBuild
+    iptables: Path
+
+    def folders(self) -> tuple[Path, ...]:
+        runtime = self.runtime
+        return (self.kube, self.etcd, self.etcdctl, self.coredns, runtime.crictl_bin, self.cni, self.iptables,
+                runtime.containerd_bin, runtime.runc_bin)  # fmt: skip
+
+
+def _build_arch(
+    go: _Go, version: str, minor: int, patch: int, runtime_versions: Runtime, target: Arch, images: dict[str, str]
+) -> _Built:
+    """Every component of the release for ``target`` (``images``: what kubeadm asks for, filled in by the first)."""
+    kube = _kubernetes(go, version, minor, patch, target)
+    if not images:
+        images.update(kubeadm_images(kube / "kubeadm", version))
+    etcd_version = "v" + _tag(images["etcd"]).split("-")[0]
+    coredns_version = _tag(images["coredns"])
+    etcd = _go_component(go, "etcd", "go.etcd.io/etcd/server/v3", etcd_version,
+                         {"etcd": "go.etcd.io/etcd/server/v3"}, target=target)  # fmt: skip
+    etcdctl = _go_component(go, "etcdctl", "go.etcd.io/etcd/etcdctl/v3", etcd_version,
+                            {"etcdctl": "go.etcd.io/etcd/etcdctl/v3"}, target=target)  # fmt: skip
+    coredns = _go_component(go, "coredns", "github.com/coredns/coredns", coredns_version,
+                            {"coredns": "github.com/coredns/coredns"}, target=target)  # fmt: skip
+    runtime = _runtime(go, runtime_versions.containerd, runtime_versions.crictl, target)
+    cni = _go_component(go, "cni-plugins", CNI_MODULE, CNI_PLUGINS_VERSION,
+                        {p.rsplit("/", 1)[1]: f"{CNI_MODULE}/plugins/{p}" for p in CNI_PLUGINS},
+                        target=target)  # fmt: skip
+    return _Built(target, kube, etcd, etcdctl, coredns, cni, runtime, _iptables(go.say, target))
+
+
 def build_release(
     kubernetes: str,
     dest: Path,
@@ -603,120 +749,114 @@ def build_release(
     base_url: str = DEFAULT_BASE_URL,
     containerd: str | None = None,
     say: Say = silent,
+    arches: tuple[str, ...] = ("amd64",),
 ) -> SourceRelease:
-    """Build (or take from the cache) every component of ``kubernetes`` and lay the release out under ``dest``."""
+    """Build (or take from the cache) every component of ``kubernetes`` for each of ``arches`` (names the caller
+    checked) and lay the release out under ``dest``: one manifest listing every architecture's assets, as the
+    distro's do."""
     version, minor, patch = parse_version(kubernetes)
     runtime_versions = release_runtime(minor, containerd)
     go = _Go(say)
-    kube = _kubernetes(go, version, minor, patch)
-    images = kubeadm_images(kube / "kubeadm", version)
+    images: dict[str, str] = {}
+    # this host's own architecture first: its kubeadm names the images without emulation
+    order = sorted(dict.fromkeys(arches), key=lambda a: not ARCHES[a].native)
+    built = {a: _build_arch(go, version, minor, patch, runtime_versions, ARCHES[a], images) for a in order}
+    first = built[order[0]]
+    runtime = first.runtime
     etcd_version = "v" + _tag(images["etcd"]).split("-")[0]
     coredns_version = _tag(images["coredns"])
-    etcd = _go_component(go, "etcd", "go.etcd.io/etcd/server/v3", etcd_version,
-                         {"etcd": "go.etcd.io/etcd/server/v3"})  # fmt: skip
-    etcdctl = _go_component(go, "etcdctl", "go.etcd.io/etcd/etcdctl/v3", etcd_version,
-                            {"etcdctl": "go.etcd.io/etcd/etcdctl/v3"})  # fmt: skip
-    coredns = _go_component(go, "coredns", "github.com/coredns/coredns", coredns_version,
-                            {"coredns": "github.com/coredns/coredns"})  # fmt: skip
-    runtime = _runtime(go, runtime_versions.containerd, runtime_versions.crictl)
-    crictl_version, crictl = runtime.crictl, runtime.crictl_bin
-    cni_module = "github.com/containernetworking/plugins"
-    cni = _go_component(go, "cni-plugins", cni_module, CNI_PLUGINS_VERSION,
-                        {p.rsplit("/", 1)[1]: f"{cni_module}/plugins/{p}" for p in CNI_PLUGINS})  # fmt: skip
-
+    crictl_version = runtime.crictl
     channel = f"1-{minor}"
     k8s_source = f"k8s.io/kubernetes@{version}"
     etcd_source = f"go.etcd.io/etcd/server/v3@{etcd_version}"
     coredns_source = f"github.com/coredns/coredns@{coredns_version}"
     crictl_source = f"sigs.k8s.io/cri-tools@{crictl_version}"
-    iptables_root = _iptables(say)
+    containerd_source = f"{containerd_module(runtime.containerd)}@{runtime.containerd}"
+    runc_source = f"github.com/opencontainers/runc@{runtime.runc}"
+
+    def lay_out_arch(out: Path, b: _Built, components: dict[str, list[dict[str, Any]]]) -> None:
+        """One architecture's files at their URLs' paths under ``out`` and its assets in ``components``."""
+        arch = b.target.name
+        base = f"{base_url.rstrip('/')}/kubernetes-{channel}/releases/{RECIPE}/artifacts"
+        kube_base = f"{base}/kubernetes/{version}/bin/linux/{arch}"
+
+        def add(component: str, name: str, url: str, data: bytes, description: str) -> None:
+            _write(out, url, data)
+            components[component].append(_asset(name, url, data, description, arch))
+
+        for binary in KUBE_BINARIES:
+            add("kubernetes", f"bin/linux/{arch}/{binary}", f"{kube_base}/{binary}", (b.kube / binary).read_bytes(),
+                f"{binary} binary for linux/{arch} from {k8s_source}")  # fmt: skip
+        image_files: dict[str, tuple[str, bytes, str]] = {}  # name -> (component, tar, url)
+        iptables = tree_entries(b.iptables, skip=("usr/share",))
+        for name in CONTROL_PLANE_IMAGES:
+            under = iptables if name == "kube-proxy" else None
+            tar = _image(images[name], {f"usr/local/bin/{name}": b.kube / name}, f"/usr/local/bin/{name}",
+                         k8s_source, under=under, arch=arch)  # fmt: skip
+            image_files[name] = ("kubernetes", tar, f"{kube_base}/{name}.tar")
+        # upstream's pause image runs as 65535 and its binary sits at the root
+        pause = _image(images["pause"], {"pause": b.kube / "pause"}, "/pause", f"{k8s_source} build/pause",
+                       "65535:65535", arch=arch)  # fmt: skip
+        image_files["pause"] = ("kubernetes", pause, f"{kube_base}/pause.tar")
+        etcd_files = {"usr/local/bin/etcd": b.etcd / "etcd", "usr/local/bin/etcdctl": b.etcdctl / "etcdctl"}
+        etcd_tar = _image(images["etcd"], etcd_files, "/usr/local/bin/etcd", etcd_source, arch=arch)
+        image_files["etcd"] = ("etcd", etcd_tar, f"{base}/etcd/{etcd_version}/bin/linux/{arch}/etcd.tar")
+        coredns_tar = _image(images["coredns"], {"coredns": b.coredns / "coredns"}, "/coredns", coredns_source,
+                             arch=arch)  # fmt: skip
+        image_files["coredns"] = ("coredns", coredns_tar,
+                                  f"{base}/coredns/{coredns_version}/bin/linux/{arch}/coredns.tar")  # fmt: skip
+        for name, (component, tar, url) in image_files.items():
+            add(component, f"bin/linux/{arch}/{name}.tar", url, tar, f"{name} linux/{arch} image tar (docker-archive)")
+
+        etcd_name = f"etcd-linux-{arch}-{etcd_version}.tar.gz"
+        etcd_tgz = gzip.compress(layer_tar({
+            f"etcd-{etcd_version}-linux-{arch}/etcd": Entry((b.etcd / "etcd").read_bytes(), 0o755),
+            f"etcd-{etcd_version}-linux-{arch}/etcdctl": Entry((b.etcdctl / "etcdctl").read_bytes(), 0o755),
+        }), mtime=0)  # fmt: skip
+        add("etcd", etcd_name, f"{base}/etcd/{etcd_version}/{etcd_name}", etcd_tgz,
+            f"etcd tarball for linux/{arch} from {etcd_source}")  # fmt: skip
+        cni_name = f"cni-plugins-linux-{arch}-{CNI_PLUGINS_VERSION}.tar.gz"
+        cni_tgz = gzip.compress(layer_tar({f"./{p.name}": Entry(p.read_bytes(), 0o755)
+                                           for p in sorted(b.cni.iterdir())}), mtime=0)  # fmt: skip
+        add("cni-plugins", cni_name, f"{base}/plugins/{CNI_PLUGINS_VERSION}/{cni_name}", cni_tgz,
+            f"cni-plugins tarball for linux/{arch} from {CNI_MODULE}@{CNI_PLUGINS_VERSION}")  # fmt: skip
+        crictl_name = f"crictl-{crictl_version}-linux-{arch}.tar.gz"
+        crictl_tgz = gzip.compress(layer_tar({"crictl": Entry((b.runtime.crictl_bin / "crictl").read_bytes(),
+                                                              0o755)}), mtime=0)  # fmt: skip
+        add("cri-tools", crictl_name, f"{base}/cri-tools/{crictl_version}/{crictl_name}", crictl_tgz,
+            f"crictl tarball for linux/{arch} from {crictl_source}")  # fmt: skip
+        containerd_name = f"containerd-{runtime.containerd}-linux-{arch}.tar.gz"
+        add("containerd", containerd_name, f"{base}/containerd/{runtime.containerd}/{containerd_name}",
+            runtime_tarball(b.runtime),
+            f"containerd tarball for linux/{arch} from {containerd_source} with runc from {runc_source} and "
+            "containerd's systemd unit (extracted at /)")  # fmt: skip
+        add(
+            "runc",
+            f"bin/linux/{arch}/runc",
+            f"{base}/runc/{runtime.runc}/bin/linux/{arch}/runc",
+            (b.runtime.runc_bin / "runc").read_bytes(),
+            f"runc binary for linux/{arch} from {runc_source}",
+        )
 
     def lay_out(out: Path) -> None:
         """The release's files at their URLs' paths under ``out``: binaries, tarballs, image tars, the manifest."""
-        base = f"{base_url.rstrip('/')}/kubernetes-{channel}/releases/{RECIPE}/artifacts"
-        kube_base = f"{base}/kubernetes/{version}/bin/linux/amd64"
         components: dict[str, list[dict[str, Any]]] = {"kubernetes": [], "etcd": [], "coredns": [], "cni-plugins": [],
                                                        "cri-tools": [], "containerd": [], "runc": []}  # fmt: skip
-        for binary in KUBE_BINARIES:
-            url = f"{kube_base}/{binary}"
-            data = (kube / binary).read_bytes()
-            _write(out, url, data)
-            components["kubernetes"].append(
-                _asset(f"bin/linux/amd64/{binary}", url, data, f"{binary} binary for linux/amd64 from {k8s_source}")
-            )
-        image_files: dict[str, tuple[str, bytes, str]] = {}  # name -> (component, tar, url)
-        iptables = tree_entries(iptables_root, skip=("usr/share",))
-        for name in CONTROL_PLANE_IMAGES:
-            under = iptables if name == "kube-proxy" else None
-            tar = _image(images[name], {f"usr/local/bin/{name}": kube / name}, f"/usr/local/bin/{name}", k8s_source,
-                         under=under)  # fmt: skip
-            image_files[name] = ("kubernetes", tar, f"{kube_base}/{name}.tar")
-        # upstream's pause image runs as 65535 and its binary sits at the root
-        pause = _image(images["pause"], {"pause": kube / "pause"}, "/pause", f"{k8s_source} build/pause", "65535:65535")
-        image_files["pause"] = ("kubernetes", pause, f"{kube_base}/pause.tar")
-        etcd_files = {"usr/local/bin/etcd": etcd / "etcd", "usr/local/bin/etcdctl": etcdctl / "etcdctl"}
-        etcd_tar = _image(images["etcd"], etcd_files, "/usr/local/bin/etcd", etcd_source)
-        image_files["etcd"] = ("etcd", etcd_tar, f"{base}/etcd/{etcd_version}/bin/linux/amd64/etcd.tar")
-        coredns_tar = _image(images["coredns"], {"coredns": coredns / "coredns"}, "/coredns", coredns_source)
-        image_files["coredns"] = (
-            "coredns",
-            coredns_tar,
-            f"{base}/coredns/{coredns_version}/bin/linux/amd64/coredns.tar",
-        )
-        for name, (component, tar, url) in image_files.items():
-            _write(out, url, tar)
-            components[component].append(_asset(f"bin/linux/amd64/{name}.tar", url, tar,
-                                                 f"{name} linux/amd64 image tar (docker-archive)"))  # fmt: skip
-            components[component].append(image_asset(name, images[name], f"{name} container image, {LABEL}"))
-
-        etcd_name = f"etcd-linux-amd64-{etcd_version}.tar.gz"
-        etcd_tgz = gzip.compress(layer_tar({
-            f"etcd-{etcd_version}-linux-amd64/etcd": Entry((etcd / "etcd").read_bytes(), 0o755),
-            f"etcd-{etcd_version}-linux-amd64/etcdctl": Entry((etcdctl / "etcdctl").read_bytes(), 0o755),
-        }), mtime=0)  # fmt: skip
-        url = f"{base}/etcd/{etcd_version}/{etcd_name}"
-        _write(out, url, etcd_tgz)
-        components["etcd"].insert(
-            0, _asset(etcd_name, url, etcd_tgz, f"etcd tarball for linux/amd64 from {etcd_source}")
-        )
-        cni_name = f"cni-plugins-linux-amd64-{CNI_PLUGINS_VERSION}.tar.gz"
-        cni_tgz = gzip.compress(layer_tar({f"./{p.name}": Entry(p.read_bytes(), 0o755) for p in sorted(cni.iterdir())}),
-                                mtime=0)  # fmt: skip
-        url = f"{base}/plugins/{CNI_PLUGINS_VERSION}/{cni_name}"
-        _write(out, url, cni_tgz)
-        components["cni-plugins"].append(
-            _asset(
-                cni_name, url, cni_tgz, f"cni-plugins tarball for linux/amd64 from {cni_module}@{CNI_PLUGINS_VERSION}"
-            )
-        )
-        crictl_name = f"crictl-{crictl_version}-linux-amd64.tar.gz"
-        crictl_tgz = gzip.compress(layer_tar({"crictl": Entry((crictl / "crictl").read_bytes(), 0o755)}), mtime=0)
-        url = f"{base}/cri-tools/{crictl_version}/{crictl_name}"
-        _write(out, url, crictl_tgz)
-        components["cri-tools"].append(
-            _asset(crictl_name, url, crictl_tgz, f"crictl tarball for linux/amd64 from {crictl_source}")
-        )
-
-        containerd_source = f"{containerd_module(runtime.containerd)}@{runtime.containerd}"
-        runc_source = f"github.com/opencontainers/runc@{runtime.runc}"
-        containerd_name = f"containerd-{runtime.containerd}-linux-amd64.tar.gz"
-        containerd_tgz = runtime_tarball(runtime)
-        url = f"{base}/containerd/{runtime.containerd}/{containerd_name}"
-        _write(out, url, containerd_tgz)
-        components["containerd"].append(_asset(
-            containerd_name, url, containerd_tgz,
-            f"containerd tarball for linux/amd64 from {containerd_source} with runc from {runc_source} and "
-            "containerd's systemd unit (extracted at /)"))  # fmt: skip
-        runc_url = f"{base}/runc/{runtime.runc}/bin/linux/amd64/runc"
-        runc_data = (runtime.runc_bin / "runc").read_bytes()
-        _write(out, runc_url, runc_data)
-        components["runc"].append(_asset("bin/linux/amd64/runc", runc_url, runc_data,
-                                         f"runc binary for linux/amd64 from {runc_source}"))  # fmt: skip
-
+        for name in sorted(built, key=lambda a: list(ARCHES).index(a)):
+            lay_out_arch(out, built[name], components)
+        # an image asset names every architecture its tars are there for, once (the distro's are multi-arch)
+        listed = tuple(sorted(built, key=lambda a: list(ARCHES).index(a)))
+        for name in (*CONTROL_PLANE_IMAGES, "pause"):
+            components["kubernetes"].append(image_asset(name, images[name], f"{name} container image, {LABEL}",
+                                                        listed))  # fmt: skip
+        for name in ("etcd", "coredns"):
+            components[name].append(image_asset(name, images[name], f"{name} container image, {LABEL}", listed))
         tags = {"kubernetes": version, "etcd": etcd_version, "coredns": coredns_version,
                 "cni-plugins": CNI_PLUGINS_VERSION, "cri-tools": crictl_version, "containerd": runtime.containerd,
                 "runc": runtime.runc}  # fmt: skip
         name = f"kubernetes-{channel}-{DISTRO}-{RECIPE}"
+        newest = max(p.stat().st_mtime for p in first.kube.iterdir())
+        date = dt.datetime.fromtimestamp(newest, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         manifest = {
             "apiVersion": load_profile().distro.manifest_api_version,
             "kind": "Release",
@@ -731,9 +871,7 @@ def build_release(
             "spec": {"channel": channel, "number": RECIPE},
             "status": {
                 "components": [{"assets": assets, "gitTag": tags[n], "name": n} for n, assets in components.items()],
-                "date": dt.datetime.fromtimestamp(max(p.stat().st_mtime for p in kube.iterdir()), dt.UTC).strftime(
-                    "%Y-%m-%dT%H:%M:%SZ"
-                ),
+                "date": date,
             },
         }
         _write(out, manifest_url(base_url, channel), yaml.safe_dump(manifest, sort_keys=False).encode())
@@ -741,26 +879,22 @@ def build_release(
     # the laid-out release is cached too, by every component's inputs: a rerun only copies what the folder lacks
     url = manifest_url(base_url, channel)
     rel = urlsplit(url).path.lstrip("/")
-    folders = (kube, etcd, etcdctl, coredns, crictl, cni, iptables_root, runtime.containerd_bin, runtime.runc_bin)
-    key = {"recipe": RECIPE, "base_url": base_url, "inputs": [(f.parent / "inputs.json").read_text() for f in folders]}
-    say(f"laying out release kubernetes-{channel}-{DISTRO}-{RECIPE} under {dest}")
-    _publish(_cached(source_cache() / f"release-{version}", key, (rel,), lay_out), dest)
-    built = (
-        Component("kubernetes", version, k8s_source, kube),
-        Component("etcd", etcd_version, etcd_source, etcd),
-        Component("coredns", coredns_version, coredns_source, coredns),
-        Component("cri-tools", crictl_version, crictl_source, crictl),
-        Component("cni-plugins", CNI_PLUGINS_VERSION, f"{cni_module}@{CNI_PLUGINS_VERSION}", cni),
-        Component(
-            "containerd",
-            runtime.containerd,
-            f"{containerd_module(runtime.containerd)}@{runtime.containerd}",
-            runtime.containerd_bin,
-        ),
-        Component("runc", runtime.runc, f"github.com/opencontainers/runc@{runtime.runc}", runtime.runc_bin),
+    inputs = [(f.parent / "inputs.json").read_text() for a in order for f in built[a].folders()]
+    key = {"recipe": RECIPE, "layout": 2, "arches": order, "base_url": base_url, "inputs": inputs}
+    say(f"laying out release kubernetes-{channel}-{DISTRO}-{RECIPE} ({', '.join(order)}) under {dest}")
+    layout = source_cache() / "-".join([f"release-{version}", *(a for a in order if a != "amd64")])
+    _publish(_cached(layout, key, (rel,), lay_out), dest)
+    components = (
+        Component("kubernetes", version, k8s_source, first.kube),
+        Component("etcd", etcd_version, etcd_source, first.etcd),
+        Component("coredns", coredns_version, coredns_source, first.coredns),
+        Component("cri-tools", crictl_version, crictl_source, runtime.crictl_bin),
+        Component("cni-plugins", CNI_PLUGINS_VERSION, f"{CNI_MODULE}@{CNI_PLUGINS_VERSION}", first.cni),
+        Component("containerd", runtime.containerd, containerd_source, runtime.containerd_bin),
+        Component("runc", runtime.runc, runc_source, runtime.runc_bin),
     )
     path = safe_join(dest, urlsplit(url).path.lstrip("/"))
-    return SourceRelease(channel, RECIPE, version, url, path, dest, images, built)
+    return SourceRelease(channel, RECIPE, version, url, path, dest, images, components, tuple(order))
 
 
 __all__ = [

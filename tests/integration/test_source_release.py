@@ -22,13 +22,14 @@ import yaml
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.image.boltdb import BoltFile
 from imagebuilder.image.nodecheck import kubeadm_config
-from imagebuilder.release.imagearchive import Entry, ImageSpec, archive_refs, docker_archive
+from imagebuilder.release.imagearchive import Entry, ImageSpec, archive_refs, docker_archive, image_config
 from imagebuilder.release.manifest import load_manifest
 from imagebuilder.release.source import LABEL, SourceRelease
 from tests.support.common import reference, run
 from tests.support.source_release import release_images
 
 SOURCE_VERSION = "v1.36.3"
+CNI = "v1.9.1"
 
 
 # --- fast -------------------------------------------------------------------------------------------------------
@@ -214,6 +215,75 @@ def test_a_release_built_from_source_is_a_distro_format_release(source_release: 
     again = build_release(SOURCE_VERSION, tmp_path / "again")
     assert {c.name: (c.bin_dir.parent / "inputs.json").stat().st_mtime_ns for c in again.components} == stamps
     assert again.manifest_path.read_bytes() == source_release.manifest_path.read_bytes()
+
+
+def _emulated(binary: Path, *args: str) -> str:
+    """What an arm64 program prints, run on this host through qemu-user-static (binfmt_misc)."""
+    proc = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=300, check=False)
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_an_arm64_release_is_cross_compiled_for_real_and_runs_under_emulation(tmp_path: Path) -> None:
+    """release.build --arch amd64,arm64 (issue 46): one manifest with both architectures' assets, as the distro's;
+    every arm64 program an ELF for aarch64, static, and run here through qemu-user it says its version (runc's
+    libseccomp included: linked from Debian's arm64 package by the cross gcc); the images are arm64 images."""
+    from imagebuilder.core.arch import ARCHES, elf_machine
+
+    res = run("release.build", "--kubernetes", SOURCE_VERSION, "--arch", "amd64,arm64", "--dest",
+              str(tmp_path / "rel"), timeout=3600)  # fmt: skip
+    assert res.code == 0, res.text
+    assert "architectures: amd64, arm64" in res.out and "--arch amd64,arm64" in res.out
+    manifest_path = next((tmp_path / "rel").rglob("kubernetes-1-36-source-3.yaml"))
+    amd, arm = (load_manifest(str(manifest_path), arch=a) for a in ("amd64", "arm64"))
+    assert amd.kubernetes_version == arm.kubernetes_version == SOURCE_VERSION and arm.arch == "arm64"
+    files = {}
+    for manifest, name in ((amd, "amd64"), (arm, "arm64")):
+        for a in manifest.artifacts:  # a binary or tarball by its URL, an image by its tar's
+            url = a.archive_uri or a.uri
+            path = tmp_path / "rel" / url.split("://", 1)[1].split("/", 1)[1]
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == a.sha256, path
+            assert f"linux/{name}" in url or f"linux-{name}" in url, url
+            files[(name, path.name)] = path
+    arm_bin = files[("arm64", "kubelet")].parent
+    unpacked = tmp_path / "unpacked"
+    # each image's layers, unpacked: the pause binary is shipped in its image only
+    for name in ("pause.tar", "kube-proxy.tar"):
+        with tarfile.open(files[("arm64", name)]) as outer:
+            layers = json.loads(outer.extractfile("manifest.json").read())[0]["Layers"]  # type: ignore[union-attr]
+            for layer_name in layers:
+                with tarfile.open(fileobj=outer.extractfile(layer_name)) as layer:  # type: ignore[arg-type]
+                    layer.extractall(unpacked / name, filter="fully_trusted")
+    programs = [arm_bin / b for b in ("kubelet", "kubeadm", "kubectl", "kube-apiserver")]
+    for path in [*programs, files[("arm64", "runc")], unpacked / "pause.tar" / "pause"]:
+        assert elf_machine(path) == ARCHES["arm64"].elf_machine, path
+        kind = subprocess.run(["file", "-L", str(path)], capture_output=True, text=True).stdout
+        assert "ARM aarch64" in kind and ("statically linked" in kind or "static-pie" in kind), kind
+    assert elf_machine(files[("amd64", "kubelet")]) == ARCHES["amd64"].elf_machine
+    assert SOURCE_VERSION in _emulated(arm_bin / "kubelet", "--version")
+    assert SOURCE_VERSION in _emulated(arm_bin / "kubeadm", "version", "-o", "short")
+    assert "pause.c v3.10.2-source" in _emulated(unpacked / "pause.tar" / "pause", "-v")
+    runc = _emulated(files[("arm64", "runc")], "--version")
+    assert "runc version 1.4.2" in runc and "libseccomp: 2." in runc, runc
+    for name in ("containerd-v2.3.1-linux-arm64.tar.gz", "crictl-v1.36.0-linux-arm64.tar.gz",
+                 f"cni-plugins-linux-arm64-{CNI}.tar.gz"):  # fmt: skip
+        with tarfile.open(files[("arm64", name)]) as tar:
+            tar.extractall(unpacked, filter="data")
+    assert "v2.3.1" in _emulated(unpacked / "usr/local/bin/containerd", "--version")
+    assert "crictl version 1.36.0" in _emulated(unpacked / "crictl", "--version")
+    assert f"CNI bridge plugin {CNI}" in _emulated(unpacked / "bridge", "version")
+    for name in ("kube-apiserver.tar", "kube-proxy.tar", "pause.tar", "etcd.tar", "coredns.tar"):
+        config = image_config(files[("arm64", name)].read_bytes())
+        assert config["architecture"] == "arm64" and config["os"] == "linux", name
+        assert image_config(files[("amd64", name)].read_bytes())["architecture"] == "amd64"
+    # kube-proxy's iptables is Debian's arm64 one
+    assert elf_machine(unpacked / "kube-proxy.tar/usr/sbin/xtables-nft-multi") == ARCHES["arm64"].elf_machine
+    # the mirror takes both architectures from it
+    mirror = run("mirror.create", "--release-channel", "1-36", "--release-manifest", str(manifest_path),
+                 "--source", str(tmp_path / "rel"), "--dest", str(tmp_path / "mirror"), "--arch", "amd64,arm64",
+                 timeout=600)  # fmt: skip
+    assert mirror.code == 0, mirror.text
 
 
 @pytest.mark.root
