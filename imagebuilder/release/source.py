@@ -87,6 +87,8 @@ KUBE_BINARIES = ("kubelet", "kubeadm", "kubectl", "kube-apiserver", "kube-contro
 CONTROL_PLANE_IMAGES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
 CNI_PLUGINS_VERSION = "v1.9.1"
 CNI_MODULE = "github.com/containernetworking/plugins"
+#: the version every plugin says (``bridge version``), stamped as upstream's scripts/release.sh does
+CNI_STAMP = f"-X {CNI_MODULE}/pkg/utils/buildversion.BuildVersion={CNI_PLUGINS_VERSION}"
 CNI_PLUGINS = ("main/bridge", "main/host-device", "main/ipvlan", "main/loopback", "main/macvlan", "main/ptp",
                "main/vlan", "ipam/host-local", "ipam/static", "meta/bandwidth", "meta/firewall", "meta/portmap",
                "meta/sbr", "meta/tuning", "meta/vrf")  # fmt: skip
@@ -738,7 +740,7 @@ def _build_arch(
     runtime = _runtime(go, runtime_versions.containerd, runtime_versions.crictl, target)
     cni = _go_component(go, "cni-plugins", CNI_MODULE, CNI_PLUGINS_VERSION,
                         {p.rsplit("/", 1)[1]: f"{CNI_MODULE}/plugins/{p}" for p in CNI_PLUGINS},
-                        target=target)  # fmt: skip
+                        Recipe(ldflags=CNI_STAMP), target)  # fmt: skip
     return _Built(target, kube, etcd, etcdctl, coredns, cni, runtime, _iptables(go.say, target))
 
 
