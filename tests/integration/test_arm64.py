@@ -43,6 +43,8 @@ def test_the_arm64_base_is_an_arm64_system_that_boots_by_uefi_only(arm64_base: P
             assert "console=ttyAMA0" in grub and "serial --unit" not in grub
             assert not (root / "boot/extlinux").exists()
             assert (root / "usr/lib/grub/arm64-efi/linux.mod").is_file()
+            # dpkg's fsyncs were skipped while the root was made, and the setting is not shipped
+            assert not list((root / "etc/dpkg/dpkg.cfg.d").glob("image-builder-*"))
 
 
 def test_the_dry_run_says_what_an_arm64_base_is(tmp_path: Path) -> None:
@@ -68,52 +70,59 @@ def test_build_plans_arm64_from_the_manifest_and_refuses_it_at_the_engine(mirror
     assert res.code == 2 and "--arch: the packer engine does not build arm64 images yet" in res.err, res.err
 
 
+#: the release the arm64 image carries: Kubernetes built from upstream source, cross-compiled for arm64
+SOURCE_MANIFEST = "https://kubernetes-source.invalid/kubernetes-1-36/kubernetes-1-36-source-3.yaml"
+
+
 @pytest.mark.qemu
-def test_build_arch_arm64_makes_a_bare_metal_image_that_boots_under_aavmf(
-    arm64_base: Path, tmp_path: Path, shared_dir: Path
-) -> None:
+def test_build_arch_arm64_makes_a_bare_metal_image_that_boots_under_aavmf(arm64_base: Path, tmp_path: Path) -> None:
     """``build --arch arm64`` on this amd64 host: the chroot engine provisions the arm64 base with Ansible, every
-    program in the chroot run by qemu-user; the release's arm64 artifacts come from a mirror made with
-    ``mirror.create --arch amd64,arm64`` (a stand-in release: its binaries are scripts, not Kubernetes); the image
-    is named for arm64, refuses an amd64 source, and boots under qemu-system-aarch64 with AAVMF."""
+    program in the chroot run by qemu-user (containerd too, importing the images); the release is Kubernetes
+    v1.36.3 with its containerd 2 runtime cross-compiled for arm64 by ``release.build --arch amd64,arm64`` (cached:
+    setup.sh --test builds it) and mirrored with ``mirror.create --arch arm64``; the image is named for arm64,
+    every node program in it is an aarch64 ELF, and it boots under qemu-system-aarch64 with AAVMF."""
     from imagebuilder.build.verify import verify_image
     from imagebuilder.core.files import sha256_file
+    from tests.support.common import vm_turn
+    from tests.support.sources import SOURCE_RELEASE
 
-    upstream, mirror = standin(tmp_path), tmp_path / "mirror"
-    made = run("mirror.create", "--release-channel", "1-24", "--source", str(upstream), "--dest", str(mirror),
-               "--runtime", "os", "--arch", "amd64,arm64")  # fmt: skip
-    assert made.code == 0 and "(amd64, arm64)" in made.out and "24 artifacts" in made.out, made.out + made.err
+    release, mirror = tmp_path / "release", tmp_path / "mirror"
+    built = run("release.build", "--kubernetes", SOURCE_RELEASE, "--arch", "amd64,arm64", "--dest", str(release),
+                timeout=3600)  # fmt: skip
+    assert built.code == 0 and "architectures: amd64, arm64" in built.out, built.out[-2000:] + built.err[-2000:]
+    made = run("mirror.create", "--release-channel", "1-36", "--release-manifest", SOURCE_MANIFEST, "--source",
+               str(release), "--dest", str(mirror), "--arch", "arm64")  # fmt: skip
+    assert made.code == 0 and "(arm64)" in made.out, made.out + made.err
     config = tmp_path / "bm.json"
     digest = sha256_file(arm64_base)
     config.write_text(f'{{"source_image_url": "{arm64_base}", "source_image_checksum": "sha256:{digest}"}}')
     out = tmp_path / "out"
-    args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", "arm64",
-            "--baremetal-config", str(config), "--mirror", str(mirror), "--offline", "--runtime", "os",
-            "--disk-gb", "4", "--output-dir", str(out)]  # fmt: skip
+    args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-36", "--arch", "arm64",
+            "--release-manifest", SOURCE_MANIFEST, "--baremetal-config", str(config), "--mirror", str(mirror),
+            "--offline", "--disk-gb", "6", "--output-dir", str(out)]  # fmt: skip
     dry = run(*args, "--dry-run")
     assert dry.code == 0 and "architecture        arm64" in dry.out and "node artifacts (linux/arm64)" in dry.out
     assert "engine              chroot (auto: the build starts from a disk image, and arm64" in dry.out, dry.out
     res = run(*args, timeout=5000)
     assert res.code == 0, res.out[-3000:] + res.err[-3000:]
     [image] = out.glob("*.gz")
-    assert image.name == "ubuntu-v1.24.17-eks-36-arm64.gz"
+    assert image.name == "ubuntu-v1.36.3-source-3-arm64.gz"
     with raw_view(image) as raw:
         check = check_raw(raw)
         assert check.ok and check.uefi_arches == ["arm64"], check.summary()
         with mounted_root(raw) as root:
-            assert "arm64" in (root / "usr/bin/kubelet").read_text(), "the release's arm64 kubelet (a stand-in)"
-            assert elf_machine(root / "usr/bin/containerd") == ARM64.elf_machine, "Debian's arm64 containerd"
-    # image.verify: the files (every node program aarch64; the stand-in release's are scripts, named as such) and a
-    # boot by the architecture the build manifest records
-    # alone among the run's guests: emulating arm64 under TCG beside another guest slowed its udev past systemd's
-    # 90 s wait for /dev/ttyAMA0, and the serial console's getty never started (seen here)
-    from tests.support.common import vm_turn
-
+            for program in ("usr/bin/kubelet", "usr/local/bin/containerd", "usr/local/sbin/runc", "opt/cni/bin/bridge"):
+                assert elf_machine(root / program) == ARM64.elf_machine, program
+    # image.verify: the files (every node program aarch64, the release's versions, the images imported) and a boot
+    # by the architecture the build manifest records, alone among the run's guests: emulating arm64 under TCG beside
+    # another guest slowed its udev past systemd's 90 s wait for /dev/ttyAMA0, and the serial console's getty never
+    # started (seen here)
     with vm_turn(alone=True):
         findings = {f.name: f for f in verify_image(image, boot_timeout=1800)}
     assert all(f.ok for f in findings.values()), [(f.name, f.detail) for f in findings.values() if not f.ok]
-    assert "are aarch64 ELF; not ELF (stand-ins?): opt/cni/bin/" in findings["architecture"].detail
-    assert "usr/bin/kubelet" in findings["architecture"].detail
+    assert findings["architecture"].detail.endswith("node programs are aarch64 ELF"), findings["architecture"].detail
+    assert "v1.36.3" in findings["kubelet version"].detail and "v2.3.1" in findings["containerd"].detail
+    assert "all 7 in containerd" in findings["preloaded images"].detail
     assert "BOOTAA64.EFI" in findings["UEFI loader"].detail and "UEFI, AAVMF" in findings["boot"].detail
 
 

@@ -171,3 +171,21 @@ def test_a_build_manifest_with_an_unknown_arch_is_bad_input_naming_it(value: obj
         recorded({"arch": value}, "m.json")
     assert exc.value.field == "plan.arch" and exc.value.source == "m.json" and len(str(exc.value)) < 200
     assert "\nX" not in str(exc.value)
+
+
+def test_release_build_for_arm64_names_the_cross_compiler_it_lacks(tmp_path: Path) -> None:
+    """On a host with Go and gcc but no cross gcc, ``release.build --arch arm64`` stops before anything runs, naming
+    the compiler and the Debian package that has it (exit 1: the host lacks it, the flag is right)."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("go", "gcc", "pkg-config", "apt-get", "dpkg-deb"):
+        found = shutil.which(tool)
+        assert found, f"{tool} is missing here: run ./scripts/setup.sh"
+        (bin_dir / tool).symlink_to(found)
+    res = cli("release.build", "--kubernetes", "v1.36.3", "--arch", "amd64,arm64", "--dest", str(tmp_path / "r"),
+              "--dry-run", env={"PATH": str(bin_dir)})  # fmt: skip
+    assert res.code == 1, res.text
+    assert "aarch64-linux-gnu-gcc (the cross compiler) is not installed" in res.err
+    assert "gcc-aarch64-linux-gnu" in res.err and not (tmp_path / "r").exists()
