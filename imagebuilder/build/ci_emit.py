@@ -103,7 +103,7 @@ S3_SECRETS = (Secret("AWS_ACCESS_KEY_ID", "env", "the S3 repository's credential
 def _config_args(plan: BuildPlan, request: BuildRequest) -> tuple[list[str | Var], tuple[Secret, ...]]:
     """The provider config flag of ``plan``'s entry: its path (a file in the repository), or, for a provider whose
     config holds a password, the secret file the job writes."""
-    path = request.configs.get(plan.provider)
+    path = request.for_arch(plan.arch).configs.get(plan.provider)
     if not path:
         return [], ()
     if registry.get(plan.provider).secret_variables:
@@ -173,18 +173,22 @@ def pipeline(plans: list[BuildPlan], request: BuildRequest, customize: str | Non
     layer_jobs: dict[str, str] = {}
     preflight_min = ["--min-disk-gb", str(options.min_disk_gb)] if options.min_disk_gb else []
     sign: list[str | Var] = ["--signing-key", _file_of(SIGNING_KEY)] if options.sign else []
-    groups: dict[tuple[str, str, str, str, str | None], list[BuildPlan]] = {}
+    groups: dict[tuple[str, str, str, str, str, str | None], list[BuildPlan]] = {}
     for plan in plans:
-        groups.setdefault((plan.os, plan.provider, plan.firmware, plan.engine, layer_key(plan)), []).append(plan)
-    for (os_name, provider, _fw, _engine, key), members in groups.items():
+        group = (plan.os, plan.provider, plan.arch, plan.firmware, plan.engine, layer_key(plan))
+        groups.setdefault(group, []).append(plan)
+    for (os_name, provider, arch, _fw, _engine, key), members in groups.items():
         first = members[0]
         config, secrets = _config_args(first, request)
-        base = [IMAGE_BUILDER, "build.matrix", "--pairs", f"{os_name}:{provider}"]
+        # an amd64 entry's command is as it was before architectures (the default); another's names its own
+        arch_args = ["--arch", arch] if arch != "amd64" else []
+        arch_id = (arch,) if arch != "amd64" else ()
+        base = [IMAGE_BUILDER, "build.matrix", "--pairs", f"{os_name}:{provider}", *arch_args]
         preflight = _command([IMAGE_BUILDER, "preflight", "--os", os_name, "--hypervisor", provider, *preflight_min])
         flags = _flags(first, request, customize)
         needs: tuple[str, ...] = ()
         if key is not None:
-            layer_id = _job_id("os-layer", os_name, first.os_version.version)
+            layer_id = _job_id("os-layer", os_name, first.os_version.version, *arch_id)
             if key in layer_jobs:
                 layer_id = layer_jobs[key]
             else:
@@ -199,12 +203,13 @@ def pipeline(plans: list[BuildPlan], request: BuildRequest, customize: str | Non
             needs = (layer_id,)
         command = _command([*base, "--release-channel", Var(CHANNEL_VAR), *config, *flags, "--layer-cache",
                             LAYER_DIR, "--output-dir", OUTPUT_DIR, *sign])  # fmt: skip
-        job_id = _job_id("build", os_name, provider, first.firmware, first.engine)
+        job_id = _job_id("build", os_name, provider, *arch_id, first.firmware, first.engine)
         engine = "root and loop devices (chroot engine)" if first.engine == "chroot" else "QEMU (Packer engine)"
         jobs.append(CiJob(job_id, "build", (preflight, command), needs=needs,
                           channels=tuple(p.channel.name for p in members), hands=OUTPUT_DIR,
                           secrets=secrets + ((SIGNING_KEY,) if options.sign else ()),
-                          comment=f"{os_name} on {provider}, one image per release line; needs {engine}"))  # fmt: skip
+                          comment=f"{os_name} on {provider}{' for ' + arch if arch_id else ''}, one image per release "
+                          f"line; needs {engine}"))  # fmt: skip
     if options.publish:
         images = [a for p in plans if p.output_name for a in ("--image", f"{OUTPUT_DIR}/{p.output_name}")]
         secrets = tuple(TUF_KEYS.values()) + (S3_SECRETS if options.publish.startswith("s3://") else ())

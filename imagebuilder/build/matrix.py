@@ -184,22 +184,32 @@ class MatrixRow:
     detail: str = ""
 
 
-def expand(request: BuildRequest, pairs: list[tuple[str, str]], channels: list[str]) -> list[BuildPlan]:
-    """One plan per (os, provider) pair and channel, each validated as ``build`` validates it."""
+def expand(
+    request: BuildRequest, pairs: list[tuple[str, str]], channels: list[str], arches: tuple[str, ...] = ("amd64",)
+) -> list[BuildPlan]:
+    """One plan per (os, provider) pair, channel and architecture, each validated as ``build`` validates it (a pair
+    not built for an architecture is refused naming why), each architecture's from its own provider config."""
     catalog = load_catalog()
+    # an architecture a pair is not built for is the matrix's first mistake, told before any entry's own
+    for os_name, provider in pairs:
+        pair = catalog.build_pair(catalog.os(os_name), catalog.provider(provider))
+        for arch in arches:
+            pair.check_arch(arch)
     plans: list[BuildPlan] = []
     seen: set[str] = set()
     for os_name, provider in pairs:
-        for channel in channels:
-            real_provider = catalog.provider(provider).name
-            configs = {k: v for k, v in request.configs.items() if k == real_provider}
-            plan = make_plan(dataclasses.replace(request, os=os_name, hypervisor=provider, release_channel=channel,
-                                                 configs=configs))  # fmt: skip
-            key = plan.output_name
-            if key in seen:
-                raise InputError(f"two entries make the same image {key}", field="--release-channel")
-            seen.add(key)
-            plans.append(plan)
+        for arch in arches:
+            for channel in channels:
+                real_provider = catalog.provider(provider).name
+                entry = request.for_arch(arch)
+                configs = {k: v for k, v in entry.configs.items() if k == real_provider}
+                plan = make_plan(dataclasses.replace(entry, os=os_name, hypervisor=provider, release_channel=channel,
+                                                     configs=configs))  # fmt: skip
+                key = plan.output_name
+                if key in seen:
+                    raise InputError(f"two entries make the same image {key}", field="--release-channel")
+                seen.add(key)
+                plans.append(plan)
     return plans
 
 

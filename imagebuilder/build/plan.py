@@ -6,6 +6,7 @@ and, when reachable, the release manifest, so a user learns in seconds what a 40
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +40,15 @@ class BuildRequest:
     engine: str | None = None  # packer (default), chroot (image-based builds, no VM) or auto
     runtime: str | None = None  # release (default: the release line's containerd) or os (the OS's package)
     arch: str | None = None  # amd64 (default) or arm64 (issue 46)
+    #: the config of a provider for one architecture (``--baremetal-config arm64=FILE``): arch -> provider -> path
+    arch_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def for_arch(self, arch: str) -> BuildRequest:
+        """This request for ``arch``, each provider's config that architecture's where one is named for it
+        (``--baremetal-config FILE,arm64=ARM64-FILE``): a matrix of both architectures builds each from its own
+        source image."""
+        configs = {**self.configs, **self.arch_configs.get(arch, {})}
+        return dataclasses.replace(self, arch=arch, configs=configs, arch_configs={})
 
 
 @dataclass(frozen=True)

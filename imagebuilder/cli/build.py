@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +31,8 @@ HELP = {
     "nutanix_config": "Nutanix build config file (JSON)",
     "hci_config": "alias of --nutanix-config",
     "ami_config": "AMI build config file (JSON)",
-    "baremetal_config": "bare metal build config file (JSON; optional for ubuntu)",
+    "baremetal_config": "bare metal build config file (JSON; optional for ubuntu); with --arch, per architecture:"
+    " FILE,arm64=ARM64-FILE (each architecture's source image)",
     "release_manifest": "release manifest (path or URL) to use instead of the channel's; its channel must match",
     "mirror": "local mirror (directory or URL) that keeps upstream URL paths, for air-gapped sites",
     "name": "output image name, without extension (default <os>-v<k8s>-<distro>-<n>-<arch>)",
@@ -83,7 +86,7 @@ def _request(
 ) -> BuildRequest:
     """The build request of ``build``'s and ``build.matrix``'s shared flags (config files by provider or alias)."""
 
-    from imagebuilder.release.catalog import check_arch, load_catalog
+    from imagebuilder.release.catalog import ARCHES, check_arch, load_catalog
 
     catalog = load_catalog()
     # the names first: a mistyped --os is answered before anything heavy is imported (the start-up benchmark)
@@ -94,26 +97,69 @@ def _request(
             lookup(value)
 
     configs: dict[str, str] = {}
-    for key, path in given.items():
-        if path:
+    arch_configs: dict[str, dict[str, str]] = {}
+    for key, value in given.items():
+        if value:
             real = catalog.provider(key).name  # config/matrix.yaml owns the aliases
-            if real in configs:
+            if real in configs or any(real in c for c in arch_configs.values()):
                 raise InputError(f"--{real}-config given twice (once as --{key}-config)", field=f"--{key}-config")
-            configs[real] = path
+            for arch, path in _arch_configs(value, f"--{key}-config").items():
+                if arch is None:
+                    configs[real] = path
+                else:
+                    arch_configs.setdefault(arch, {})[real] = path
     disk = flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None
     files = str(flags.existing_file(files_config, "--files-config")) if files_config else None
     verbosity = flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0
     from imagebuilder.build.plan import BuildRequest
     from imagebuilder.release.product import requested_release
 
-    return BuildRequest(
+    request = BuildRequest(
         configs=configs,
+        arch_configs=arch_configs,
         disk_gb=disk,
         files_config=files,
         eksa_release=requested_release(eksa_release),
         ansible_verbosity=verbosity,
         **fields,
     )
+    if "arch" not in fields:  # build.matrix: each entry's, when the matrix is expanded
+        return request
+    # a single build: its architecture's config, the others' left out (the plan records the one it used)
+    single = request.for_arch(fields["arch"] or ARCHES[0])
+    return dataclasses.replace(single, arch=fields["arch"])
+
+
+#: ``<arch>=`` at the start of a config flag's entry (a word: a path's own ``=`` elsewhere is a path's)
+_ARCH_ENTRY = re.compile(r"([A-Za-z0-9_-]+)=(.*)", re.S)
+
+
+def _arch_configs(value: str, flag: str) -> dict[str | None, str]:
+    """A config flag's value: a path (every architecture's), or comma-separated entries each ``<arch>=<path>`` or a
+    path for the others (``bm.json,arm64=bm-arm64.json``): a matrix of both architectures needs a source image of
+    each. A value with no entry naming an architecture (or a synonym: refused with the name to use) is one path,
+    commas and all, as before."""
+    from imagebuilder.release.catalog import ARCH_SYNONYMS, ARCHES, check_arch
+
+    def named(part: str) -> bool:
+        m = _ARCH_ENTRY.fullmatch(part)
+        return m is not None and (m.group(1) in ARCHES or m.group(1).lower() in ARCH_SYNONYMS)
+
+    parts = value.split(",")
+    if not any(named(p.strip()) for p in parts):
+        return {None: value}
+    out: dict[str | None, str] = {}
+    for part in (p.strip() for p in parts):
+        m = _ARCH_ENTRY.fullmatch(part)
+        arch = check_arch(m.group(1), flag) if m is not None and named(part) else None
+        path = m.group(2) if arch is not None and m is not None else part
+        if not path:
+            raise InputError(f"an entry names no file: {part!r}", field=flag, expected="<arch>=<file> or <file>")
+        if arch in out:
+            what = f"the {arch} config" if arch else "the config of every other architecture"
+            raise InputError(f"names {what} twice", field=flag, expected="each architecture once")
+        out[arch] = path
+    return out
 
 
 @task(help=HELP, iterable=["skip_check"], auto_shortflags=False, default=True)
@@ -244,6 +290,8 @@ def print_attestations(out_dir: Path, extra: dict[str, Any]) -> None:
 
 MATRIX_HELP = {
     **{k: v for k, v in HELP.items() if k not in ("name", "output", "release_manifest", "eksa_release", "arch")},
+    "arch": "architectures, comma-separated: amd64 (default), arm64 or amd64,arm64 (each entry for each; a pair not"
+    " built for one is refused naming why; give each its source image: --baremetal-config FILE,arm64=ARM64-FILE)",
     "os": "OSes, comma-separated (each with each --hypervisor); or use --pairs",
     "hypervisor": "providers, comma-separated",
     "pairs": "os:provider pairs, comma-separated (ubuntu:baremetal,ubuntu:vsphere), instead of --os/--hypervisor",
@@ -308,6 +356,7 @@ def matrix(
     packer: str | None = None,
     packer_plugins: str | None = None,
     signing_key: str | None = None,
+    arch: str | None = None,
 ) -> None:
     """Build many images at once: every pair and channel, one OS layer per OS shared by its channels."""
     from imagebuilder.release.catalog import load_catalog
@@ -326,6 +375,9 @@ def matrix(
     else:
         pair_list = [(o, h) for o in parse_list(os, "--os") for h in parse_list(hypervisor, "--hypervisor")]
     channels = parse_list(release_channel, "--release-channel")
+    from imagebuilder.release.catalog import check_arches
+
+    arches = check_arches(parse_list(arch, "--arch") if arch else [])
     catalog = load_catalog()  # the names first: a mistyped one is answered before the build modules load
     for os_name, provider in pair_list:
         catalog.os(os_name)
@@ -384,7 +436,8 @@ def matrix(
 
         options = CiOptions(runs_on=tuple(labels), publish=publish_to, concurrency=concurrency, sign=ci_sign,
                             min_disk_gb=min_disk)  # fmt: skip
-        text = flows.emit_matrix(emit, request, pair_list, channels, customize=customize, options=options)
+        text = flows.emit_matrix(emit, request, pair_list, channels, customize=customize, options=options,
+                                 arches=arches)  # fmt: skip
         if emit_file:
             from imagebuilder.core.files import atomic_write
 
@@ -396,7 +449,7 @@ def matrix(
         return
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
     prepared = flows.prepare_matrix(request, pair_list, channels, customization=customization, packer=packer,
-                                    plugins=plugin_dir, dry_run=dry_run, say=print)  # fmt: skip
+                                    plugins=plugin_dir, dry_run=dry_run, say=print, arches=arches)  # fmt: skip
     if prepared.tools:
         print("\n".join(prepared.tools.lines()))
     if dry_run:

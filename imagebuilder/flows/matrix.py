@@ -51,11 +51,12 @@ def prepare_matrix(
     plugins: Path | None = None,
     dry_run: bool = False,
     say: Say = silent,
+    arches: tuple[str, ...] = ("amd64",),
 ) -> PreparedMatrix:
     """One plan per pair and channel, each validated as ``build`` validates it, and the same checks before anything
     runs: Packer and the plugins of every builder, the disk each writes, and on a dry run the source images and the
     chroot engine's tools."""
-    plans = matrix.expand(request, pairs, channels)
+    plans = matrix.expand(request, pairs, channels, arches)
     tools = prepare_packer(plans, packer=packer, plugins=plugins, install=not dry_run, say=say)
     needs = [disk_need(p) for p in plans]
     checks = dry_run_checks(plans) if dry_run else []
@@ -64,12 +65,12 @@ def prepare_matrix(
 
 def emit_matrix(
     kind: str, request: BuildRequest, pairs: list[tuple[str, str]], channels: list[str], *, customize: str | None,
-    options: CiOptions
+    options: CiOptions, arches: tuple[str, ...] = ("amd64",)
 ) -> str:  # fmt: skip
     """The CI definition (``github-actions`` or ``gitlab-ci``) that runs this matrix, its plans validated first."""
     from imagebuilder.build.ci_emit import emit_ci
 
-    return emit_ci(kind, matrix.expand(request, pairs, channels), request=request, customize=customize,
+    return emit_ci(kind, matrix.expand(request, pairs, channels, arches), request=request, customize=customize,
                    options=options)  # fmt: skip
 
 
