@@ -4,6 +4,7 @@ qemu-system-aarch64 with AAVMF (TCG) to a login prompt; ``build --arch arm64``'s
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,7 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
                 timeout=3600)  # fmt: skip
     assert built.code == 0 and "architectures: amd64, arm64" in built.out, built.out[-2000:] + built.err[-2000:]
     made = run("mirror.create", "--release-channel", "1-36", "--release-manifest", SOURCE_MANIFEST, "--source",
-               str(release), "--dest", str(mirror), "--arch", "amd64,arm64")  # fmt: skip
+               str(release), "--dest", str(mirror), "--arch", "amd64,arm64", timeout=900)  # fmt: skip
     assert made.code == 0 and "(amd64, arm64)" in made.out, made.out + made.err
     configs = []
     for name, (source, digest) in (("amd64", base_image), ("arm64", (arm64_base, sha256_file(arm64_base)))):
@@ -103,9 +104,13 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
         config.write_text(f'{{"source_image_url": "{source}", "source_image_checksum": "sha256:{digest}"}}')
         configs.append(config)
     out = tmp_path / "out"
+    from imagebuilder.attest.keys import generate
+
+    generate(tmp_path / "build.pem")  # the key both builds sign their provenance with (image.publish wants it)
     args = ["build.matrix", "--pairs", "ubuntu:baremetal", "--release-channel", "1-36", "--arch", "amd64,arm64",
             "--baremetal-config", f"{configs[0]},arm64={configs[1]}", "--mirror", str(mirror), "--offline",
-            "--engine", "chroot", "--disk-gb", "6", "--output-dir", str(out), "--jobs", "1"]  # fmt: skip
+            "--engine", "chroot", "--disk-gb", "6", "--output-dir", str(out), "--jobs", "1",
+            "--signing-key", str(tmp_path / "build.pem")]  # fmt: skip
     dry = run(*args, "--dry-run", timeout=600)
     assert dry.code == 0 and "ubuntu-v1.36.3-source-3-arm64.gz" in dry.out, dry.out + dry.err
     assert "ubuntu-v1.36.3-source-3-amd64.gz" in dry.out, dry.out
@@ -121,6 +126,22 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
                 for program in ("usr/bin/kubelet", "usr/local/bin/containerd", "usr/local/sbin/runc",
                                 "opt/cni/bin/bridge", "usr/bin/env"):  # fmt: skip
                     assert elf_machine(root / program) == machine, (name, program)
+    # both architectures in one new repository version, under their own names; a client takes the arm64 one by name
+    repo, keys = tmp_path / "repo", tmp_path / "keys"
+    assert run("repo.keygen", "--dest", str(keys)).code == 0
+    assert run("repo.init", "--repo", str(repo), "--keys", str(keys)).code == 0
+    each = [a for p in sorted(images.values()) for a in ("--image", str(p))]
+    published = run("image.publish", *each, "--repo", str(repo), "--keys", str(keys), "--public-key",
+                    str(tmp_path / "build.pem.pub"), timeout=1200)  # fmt: skip
+    assert published.code == 0, published.out + published.err
+    targets = json.loads((repo / "metadata" / "targets.json").read_text())["signed"]
+    assert targets["version"] == 2 and set(images) <= set(targets["targets"]), sorted(targets["targets"])
+    got = run("download.image", "--repo", str(repo), "--root", str(repo / "metadata" / "1.root.json"), "--target",
+              "ubuntu-v1.36.3-source-3-arm64.gz", "--dest", str(tmp_path / "down"), timeout=1200,
+              env={"IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")})  # fmt: skip
+    assert got.code == 0, got.out + got.err
+    assert sha256_file(tmp_path / "down" / "ubuntu-v1.36.3-source-3-arm64.gz") == sha256_file(
+        images["ubuntu-v1.36.3-source-3-arm64.gz"])  # fmt: skip
     # image.verify of the arm64 one: the files (every node program aarch64, the release's versions, the images
     # imported) and a boot by the architecture the build manifest records, alone among the run's guests: emulating
     # arm64 under TCG beside another guest slowed its udev past systemd's 90 s wait for /dev/ttyAMA0, and the serial
