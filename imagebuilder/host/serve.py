@@ -242,12 +242,14 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def cluster_values(base_url: str, root: Path) -> dict[str, str]:
-    """The cluster spec values (spec 2.5) for what ``root`` holds: ``osImageURL`` for a gzip image and
-    ``hookImagesURLPath`` for the directory with the boot kernel and ramdisk."""
+    """The cluster spec values (spec 2.5) for what ``root`` holds: ``osImageURL`` for a gzip image (one per image,
+    named, when it holds several: the amd64 and arm64 images of a build are two, and a machine boots its own
+    architecture's) and ``hookImagesURLPath`` for the directory with the boot kernel and ramdisk."""
     values: dict[str, str] = {}
     images = sorted(p for p in root.rglob("*.gz") if p.is_file())
-    if images:
-        values["osImageURL"] = f"{base_url}/{quote(images[0].relative_to(root).as_posix())}"
+    for image in images:
+        key = "osImageURL" if len(images) == 1 else f"osImageURL ({image.relative_to(root).as_posix()})"
+        values[key] = f"{base_url}/{quote(image.relative_to(root).as_posix())}"
     for directory in sorted({p.parent for p in root.rglob(HOOK_FILES[0])}):
         if all((directory / f).is_file() for f in HOOK_FILES):
             rel = directory.relative_to(root).as_posix()

@@ -296,3 +296,19 @@ def test_the_matrix_builds_each_architecture_from_its_own_source_and_emits_a_job
     # a pair not built for arm64 in the same matrix: refused naming why, nothing written
     res = cli(*args[:2], "ubuntu:baremetal,ubuntu:ami", *args[3:])
     assert res.code == 2 and "ubuntu on ami is not built for arm64" in res.err, res.text
+
+
+def test_serve_names_each_architectures_image_url(tmp_path: Path) -> None:
+    """``serve --dir`` with a build's two images: an osImageURL for each, by name (a machine boots its own
+    architecture's); with one image, the one value as before."""
+    from imagebuilder.host.serve import cluster_values
+
+    for name in ("ubuntu-v1.36.3-source-3-amd64.gz", "ubuntu-v1.36.3-source-3-arm64.gz"):
+        (tmp_path / name).write_bytes(b"x")
+    values = cluster_values("http://h:8080", tmp_path)
+    assert values == {
+        "osImageURL (ubuntu-v1.36.3-source-3-amd64.gz)": "http://h:8080/ubuntu-v1.36.3-source-3-amd64.gz",
+        "osImageURL (ubuntu-v1.36.3-source-3-arm64.gz)": "http://h:8080/ubuntu-v1.36.3-source-3-arm64.gz",
+    }
+    (tmp_path / "ubuntu-v1.36.3-source-3-amd64.gz").unlink()
+    assert cluster_values("http://h:8080", tmp_path) == {"osImageURL": "http://h:8080/ubuntu-v1.36.3-source-3-arm64.gz"}
