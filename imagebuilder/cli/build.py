@@ -143,7 +143,7 @@ def _arch_configs(value: str, flag: str) -> dict[str | None, str]:
 
     def named(part: str) -> bool:
         m = _ARCH_ENTRY.fullmatch(part)
-        return m is not None and (m.group(1) in ARCHES or m.group(1).lower() in ARCH_SYNONYMS)
+        return m is not None and (m.group(1).lower() in ARCHES or m.group(1).lower() in ARCH_SYNONYMS)
 
     parts = value.split(",")
     if not any(named(p.strip()) for p in parts):

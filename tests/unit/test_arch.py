@@ -215,6 +215,7 @@ def test_a_config_flag_names_a_file_per_architecture(value: str, parsed: dict[st
     ("value", "message"),
     [
         ("bm.json,aarch64=b.json", "did you mean 'arm64'"),
+        ("bm.json,ARM64=b.json", "did you mean 'arm64'"),
         ("arm64=a.json,arm64=b.json", "names the arm64 config twice"),
         ("a.json,b.json,arm64=c.json", "names the config of every other architecture twice"),
         ("a.json,arm64=", "an entry names no file"),
