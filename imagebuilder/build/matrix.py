@@ -198,11 +198,11 @@ def expand(
     plans: list[BuildPlan] = []
     seen: set[str] = set()
     for os_name, provider in pairs:
+        real_provider = catalog.provider(provider).name
         for arch in arches:
+            entry = request.for_arch(arch)
+            configs = {k: v for k, v in entry.configs.items() if k == real_provider}
             for channel in channels:
-                real_provider = catalog.provider(provider).name
-                entry = request.for_arch(arch)
-                configs = {k: v for k, v in entry.configs.items() if k == real_provider}
                 plan = make_plan(dataclasses.replace(entry, os=os_name, hypervisor=provider, release_channel=channel,
                                                      configs=configs))  # fmt: skip
                 key = plan.output_name

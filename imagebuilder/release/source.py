@@ -206,6 +206,21 @@ def cross_compiler(target: Arch) -> str:
     return "gcc" if target.native else f"{target.machine}-linux-gnu-gcc"
 
 
+def _compiler_path(target: Arch) -> str:
+    """Where :func:`cross_compiler` is (exit 1 naming it when it is not installed)."""
+    name = cross_compiler(target)
+    return require_tools(name)[name]
+
+
+def _seccomp_library(target: Arch) -> str:
+    """libseccomp's static library in the unpacked Debian root of ``target``."""
+    return f"usr/lib/{_multiarch(target)}/libseccomp.a"
+
+
+#: the file that says kube-proxy's iptables root is whole
+IPTABLES_MARK = "usr/sbin/xtables-nft-multi"
+
+
 def _cached(folder: Path, key: dict[str, Any], outputs: tuple[str, ...], build: Callable[[Path], None]) -> Path:
     """``folder/bin`` holding ``outputs``, built by ``build(bin_dir)`` unless a build of the same ``key`` is there."""
     stamp = folder / "inputs.json"
@@ -302,7 +317,7 @@ def _kubernetes(go: _Go, version: str, minor: int, patch: int, target: Arch) -> 
         # the pause container's binary: upstream's C source, static, as build/pause/Makefile compiles it (with the
         # cross compiler for another architecture, as its Makefile does)
         pause_version = _pause_version(src)
-        gcc = require_tools(cross_compiler(target))[cross_compiler(target)]
+        gcc = _compiler_path(target)
         run_checked(gcc, "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{pause_version}-{DISTRO}",
                     "-o", str(bin_dir / "pause"), str(src / "build/pause/linux/pause.c"))  # fmt: skip
         shutil.rmtree(src)
@@ -436,9 +451,8 @@ def _cgo_env(target: Arch, say: Say) -> tuple[tuple[str, str], ...]:
     Debian's cross gcc and that architecture's libseccomp unpacked from its packages (pkg-config looks there only)."""
     if target.native:
         return (("CGO_ENABLED", "1"),)
-    root = _debian_root("libseccomp-debian", SECCOMP_PACKAGES, {}, ("usr/lib/" + _multiarch(target) + "/libseccomp.a",),
-                        target, say)  # fmt: skip
-    return (("CGO_ENABLED", "1"), ("CC", require_tools(cross_compiler(target))[cross_compiler(target)]),
+    root = _debian_root("libseccomp-debian", SECCOMP_PACKAGES, {}, (_seccomp_library(target),), target, say)
+    return (("CGO_ENABLED", "1"), ("CC", _compiler_path(target)),
             ("PKG_CONFIG_LIBDIR", str(root / "usr/lib" / _multiarch(target) / "pkgconfig")),
             ("PKG_CONFIG_SYSROOT_DIR", str(root)))  # fmt: skip
 
@@ -488,10 +502,9 @@ def needed_tools(arches: tuple[str, ...] = ("amd64",)) -> tuple[str, ...]:
     for name in arches:
         target = ARCHES[name]
         tools.append(cross_compiler(target))
-        roots = [_arch_folder("iptables-debian", target) / "bin" / "usr/sbin/xtables-nft-multi"]
+        roots = [_arch_folder("iptables-debian", target) / "bin" / IPTABLES_MARK]
         if not target.native:
-            roots.append(_arch_folder("libseccomp-debian", target) / "bin" / "usr/lib" / _multiarch(target) /
-                         "libseccomp.a")  # fmt: skip
+            roots.append(_arch_folder("libseccomp-debian", target) / "bin" / _seccomp_library(target))
         if not all(r.is_file() for r in roots):
             tools += ["apt-get", "dpkg-deb"]
     return tuple(dict.fromkeys(tools))
@@ -565,7 +578,7 @@ def _debian_root(
 def _iptables(say: Say, target: Arch = ARCHES["amd64"]) -> Path:
     """Debian's iptables and its libraries unpacked into one folder, with the names kube-proxy runs."""
     return _debian_root("iptables-debian", IPTABLES_PACKAGES, IPTABLES_LINKS,
-                        ("usr/sbin/xtables-nft-multi", *IPTABLES_LINKS), target, say)  # fmt: skip
+                        (IPTABLES_MARK, *IPTABLES_LINKS), target, say)  # fmt: skip
 
 
 # --- the release ----------------------------------------------------------------------------------------------
