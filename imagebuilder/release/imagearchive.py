@@ -17,6 +17,7 @@ import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: PATH inside the images, as distroless images set it
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -112,23 +113,24 @@ def docker_archive(spec: ImageSpec) -> bytes:
     return layer_tar(files)
 
 
+def _archive_manifest(tar: tarfile.TarFile) -> list[dict[str, Any]]:
+    """A docker-archive's ``manifest.json``: one entry per image (Config, RepoTags, Layers); empty without one."""
+    member = tar.extractfile("manifest.json")
+    found = json.loads(member.read()) if member is not None else []
+    return [image for image in found if isinstance(image, dict)] if isinstance(found, list) else []
+
+
 def archive_refs(data: bytes) -> list[str]:
     """The references a docker-archive tarball names (its ``manifest.json``'s RepoTags)."""
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        member = tar.extractfile("manifest.json")
-        if member is None:
-            return []
-        return [ref for image in json.loads(member.read()) for ref in image.get("RepoTags") or []]
+        return [ref for image in _archive_manifest(tar) for ref in image.get("RepoTags") or []]
 
 
 def image_config(data: bytes) -> dict[str, object]:
     """The image configuration a docker-archive tarball carries (its first image's ``Config``: ``architecture``,
     ``os``, ``config``...); empty when it has none."""
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        member = tar.extractfile("manifest.json")
-        images = json.loads(member.read()) if member is not None else []
-        if not images:
-            return {}
-        config = tar.extractfile(images[0]["Config"])
+        images = _archive_manifest(tar)
+        config = tar.extractfile(images[0]["Config"]) if images else None
         found = json.loads(config.read()) if config is not None else {}
     return found if isinstance(found, dict) else {}
