@@ -28,17 +28,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from imagebuilder.core.arch import recorded
-from imagebuilder.core.disk import mounted_root, run_tempdir
+from imagebuilder.core.disk import copy_sparse, loop_device, mounted, mounted_root, root_partition, run_tempdir
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import sha256_file
+from imagebuilder.core.hostinfo import kvm_status
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.image import qemu
 from imagebuilder.release.catalog import Firmware
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+    from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+
+    Key = EllipticCurvePrivateKey | RSAPrivateKey
 
 #: what the guest says on its serial console, one line each: ``NODE-CHECK <event> [detail]``
 MARK = "NODE-CHECK"
@@ -68,18 +75,22 @@ class _Failed(Exception):
         self.step = step
 
 
-def _ca_and_admin(work: Path) -> dict[str, bytes]:
-    """A cluster CA for kubeadm to use, and an admin client certificate of it (``system:masters``) for the host."""
+def _ca_and_admin(work: Path, *, ecdsa: bool) -> dict[str, bytes]:
+    """A cluster CA for kubeadm to use, and an admin client certificate of it (``system:masters``) for the host;
+    ``ecdsa``: P-256 keys (the cluster's algorithm, :func:`kubeadm_config`), else RSA 2048 as kubeadm's default."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.x509.oid import NameOID
 
+    def new_key() -> Key:
+        return ec.generate_private_key(ec.SECP256R1()) if ecdsa else rsa.generate_private_key(65537, 2048)
+
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_key = new_key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
 
-    def issue(subject: x509.Name, key: rsa.RSAPrivateKey, extension: x509.ExtensionType, critical: bool) -> Any:
+    def issue(subject: x509.Name, key: Key, extension: x509.ExtensionType, critical: bool) -> Any:
         """A certificate of ``key`` for ``subject``, signed by the CA's key, valid for the day of the check."""
         builder = (
             x509.CertificateBuilder()
@@ -98,7 +109,7 @@ def _ca_and_admin(work: Path) -> dict[str, bytes]:
         return builder.sign(ca_key, hashes.SHA256())
 
     ca = issue(ca_name, ca_key, x509.BasicConstraints(ca=True, path_length=None), True)
-    admin_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    admin_key = new_key()
     admin_name = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
@@ -107,7 +118,7 @@ def _ca_and_admin(work: Path) -> dict[str, bytes]:
     )
     admin = issue(admin_name, admin_key, x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), False)
 
-    def pem_key(key: rsa.RSAPrivateKey) -> bytes:
+    def pem_key(key: Key) -> bytes:
         return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
                                  serialization.NoEncryption())  # fmt: skip
 
@@ -144,6 +155,37 @@ def _api(kubernetes_version: str) -> tuple[str, int]:
 #: kubeadm's waits on a node check: its defaults (4-5 minutes) are tight for a guest emulated on a shared host (TCG);
 #: the node check's own deadline still bounds the whole check
 SLOW_HOST_WAIT = "20m0s"
+#: the key algorithm of the node check's cluster from kubeadm 1.31 on (v1beta4's ``encryptionAlgorithm``; older
+#: releases keep RSA 2048). Why: every TLS handshake with the API server is a signature by its serving key, and under
+#: TCG an RSA 2048 signature costs tens of milliseconds of the emulated CPUs where P-256 costs a fraction of one. The
+#: 1.36 control plane's clients (the kubelet, the controller manager, the scheduler, the API server's own loopback,
+#: the probes) gave up on handshakes after 10 s and tried again, and the retries kept the two vCPUs busy until the
+#: API server never answered one (seen on 2026-11-29, kubeadm init unfinished after 15 minutes)
+CLUSTER_KEYS = "ECDSA-P256"
+#: where the first guest's kubeadm finds its patches of the control plane's static pods (:func:`probe_patches`)
+PATCHES_DIR = "/root/node-check/patches"
+
+
+def probe_patches() -> dict[str, str]:
+    """kubeadm's patches (strategic merge, one file per static pod) that give the control plane's probes the time an
+    emulated guest needs: kubeadm's defaults kill a component whose health endpoint has not answered within 15 s,
+    8 times running (24 times from its start). Under TCG on a busy or slower host, the 1.36 API server and etcd
+    answered later than that, the kubelet restarted them (7 restarts in 10 minutes of one check, seen here), and
+    every restart began the slow start again: kubeadm init never finished, where on a faster host it took 100 s.
+    Only the probes kubeadm writes for every component are patched (a probe the patch added would have no handler,
+    and the kubelet would refuse the pod): liveness and startup, and the API server's readiness."""
+    patient = {"timeoutSeconds": 60, "periodSeconds": 20}
+    patches = {}
+    for component in CONTROL_PLANE:
+        probes: dict[str, Any] = {
+            "livenessProbe": {**patient, "failureThreshold": 30},
+            "startupProbe": {**patient, "failureThreshold": 90},
+        }
+        if component == "kube-apiserver":
+            probes["readinessProbe"] = {"timeoutSeconds": 60}
+        patches[f"{component}.yaml"] = yaml.safe_dump({"spec": {"containers": [{"name": component, **probes}]}},
+                                                      sort_keys=False)  # fmt: skip
+    return patches
 
 
 def _timeouts(minor: int) -> dict[str, Any]:
@@ -185,6 +227,7 @@ def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join |
         "kind": "InitConfiguration",
         "nodeRegistration": _node_registration(NODE_NAME, WIRE_IPS[0] if join else None, minor),
         **_timeouts(minor),
+        "patches": {"directory": PATCHES_DIR},
     }
     if join is not None:
         init["localAPIEndpoint"] = {"advertiseAddress": WIRE_IPS[0], "bindPort": 6443}
@@ -197,9 +240,16 @@ def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join |
             "kind": "ClusterConfiguration",
             "kubernetesVersion": tag,
             "imageRepository": repo,
+            **({"encryptionAlgorithm": CLUSTER_KEYS} if minor >= 31 else {}),
             "apiServer": {
                 "certSANs": ["127.0.0.1"],
-                **({} if minor >= 31 else {"timeoutForControlPlane": SLOW_HOST_WAIT}),
+                # the API server's own checks of etcd (in its /livez and /readyz) give up after 2 s by default;
+                # under TCG etcd answered reads in up to 2 s, so the API server was not ready while it served
+                **(
+                    {"extraArgs": _args({"etcd-healthcheck-timeout": "30s", "etcd-readycheck-timeout": "30s"}, minor)}
+                    if minor >= 31
+                    else {"timeoutForControlPlane": SLOW_HOST_WAIT}
+                ),
             },
             # one control plane: no leader to elect. Under TCG the API server of 1.36 answers the leases' renewals
             # late, and a controller manager that loses its lease restarts (six times in one check) and holds up
@@ -364,6 +414,8 @@ def _seed(files: dict[str, bytes], kubeadm: str, *, index: int = 0, joined: bool
             {"path": "/etc/kubernetes/pki/ca.crt", "content": files["ca.crt"].decode(), "permissions": "0644"},
             {"path": "/etc/kubernetes/pki/ca.key", "content": files["ca.key"].decode(), "permissions": "0600"},
         ]
+        write += [{"path": f"{PATCHES_DIR}/{name}", "content": patch, "permissions": "0600"}
+                  for name, patch in probe_patches().items()]  # fmt: skip
     user_data = {"write_files": write, "runcmd": [["/root/node-check/run.sh"]]}
     seed = {
         "meta-data": yaml.safe_dump(
@@ -576,6 +628,57 @@ def _pod_events(kubectl: _Kubectl, name: str) -> str:
     return "events: " + ("\n  ".join(["", *lines]) if lines else "none")
 
 
+#: the kernel parameter the node check's throwaway copy boots with under TCG (:func:`_emulated_clock_copy`)
+TCG_CLOCK = "tsc=reliable"
+
+
+def with_kernel_parameter(text: str, parameter: str, *, bls: bool = False) -> tuple[str, int]:
+    """``text`` (a GRUB configuration, or with ``bls`` a Boot Loader Specification entry) with ``parameter`` added
+    to every kernel command line it holds (GRUB's ``linux``/``linuxefi`` lines, a BLS entry's ``options``), and how
+    many lines that was. A line that has it already is left as it is."""
+    keys = ("options",) if bls else ("linux", "linuxefi", "linux16")
+    lines, changed = text.splitlines(keepends=True), 0
+    for i, line in enumerate(lines):
+        words = line.split()
+        if words and words[0] in keys and parameter not in words[1:]:
+            body = line.rstrip("\r\n")
+            lines[i] = f"{body} {parameter}{line[len(body) :]}"
+            changed += 1
+    return "".join(lines), changed
+
+
+def _emulated_clock_copy(raw: Path, work: Path) -> tuple[Path, str]:
+    """A sparse copy of ``raw`` in ``work`` whose kernel command lines add :data:`TCG_CLOCK`, and what was done.
+
+    Why: under TCG the guest's kernel finds its emulated CPUs' TSCs unsynchronized (QEMU's vCPUs are host threads
+    that read the host's TSC at different moments) and falls back to the HPET, so every clock read is an emulated
+    device access served under QEMU's global lock. kubeadm's control plane is Go, whose runtime reads the clock
+    constantly: with two vCPUs on HPET the 1.36 API server did not finish a TLS handshake for 10 minutes on an idle
+    host (seen on 2026-11-29). Real hardware and KVM give the kernel synchronized TSCs, so the copy is told what
+    they would have told it; the image itself is not changed, and its own boot check boots it as it is."""
+    copy = work / "node.raw"
+    copy_sparse(raw, copy)
+    part = root_partition(copy)
+    patched = 0
+    with (
+        run_tempdir("node-root") as mnt,
+        loop_device(copy, part.offset, part.length) as dev,
+        mounted(dev, mnt, "rw"),
+    ):
+        root = Path(mnt)
+        configs = [(root / c, False) for c in ("boot/grub/grub.cfg", "boot/grub2/grub.cfg")]
+        configs += [(c, True) for c in sorted((root / "boot/loader/entries").glob("*.conf"))]
+        for config, bls in configs:
+            if config.is_file() and not config.is_symlink():
+                text, n = with_kernel_parameter(config.read_text(), TCG_CLOCK, bls=bls)
+                if n:
+                    config.write_text(text)
+                    patched += n
+    if not patched:
+        return copy, f"no kernel command line found to add {TCG_CLOCK} to (the guest keeps the HPET)"
+    return copy, f"booted with {TCG_CLOCK} (TCG: the emulated TSCs fail the kernel's sync check)"
+
+
 def node_check(
     raw: Path,
     expected: dict[str, Any],
@@ -609,7 +712,11 @@ def node_check(
         work.chmod(0o700)
         with mounted_root(raw) as root:
             kubectl_binary = _image_kubectl(root, work, expected)
-        files = _ca_and_admin(work)
+        clock = ""
+        if machine.name == "amd64" and not kvm_status().usable:
+            raw, clock = _emulated_clock_copy(raw, work)
+            say(f"node check: {clock}")
+        files = _ca_and_admin(work, ecdsa=_api(version)[1] >= 31)
         token = f"{secrets.token_hex(3)}.{secrets.token_hex(8)}"
         joining = Join(token, files["ca.hash"].decode()) if join else None
         (work / "first").mkdir()
@@ -627,7 +734,8 @@ def node_check(
             t = time.monotonic()
             event, detail = console.wait(("started",), (), min(900.0, timeout))
             step("boot and cloud-init", event == "started",
-                 f"the seed's script started ({guest.how})" if event == "started" else
+                 f"the seed's script started ({guest.how}{', ' + TCG_CLOCK if clock.startswith('booted') else ''})"
+                 if event == "started" else
                  f"{detail}; console ends: {guest.console(600)}", t)  # fmt: skip
             t = time.monotonic()
             event, detail = console.wait(("runtime",), ("containerd-down",), 300)

@@ -415,6 +415,8 @@ def test_offline_bare_metal_build_is_verified(
     assert "on node-check " in next(f.detail for f in findings if f.name == "test pod Running") + " "
     boot = next(f for f in findings if f.name == "boot and cloud-init")
     assert "UEFI, OVMF" in boot.detail, "the UEFI image is booted as UEFI machines boot it"
+    # under TCG the throwaway copy's kernel is told its TSCs are synchronized, as real hardware's are
+    assert "tsc=reliable" in boot.detail or ", kvm" in boot.detail, boot.detail
     with raw_view(custom) as raw, mounted_root(raw) as root:
         # customizations add up: the build's CA and registry stay beside the site's
         for stem in ("build-ca", "site-ca"):

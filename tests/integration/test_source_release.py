@@ -363,6 +363,44 @@ def test_real_kubeadm_validates_the_node_checks_configurations(source_release: S
         assert res.returncode != 0 and "kubeletHealthChek" in res.stderr, res.stderr
 
 
+def test_real_kubeadm_gives_the_control_plane_the_node_checks_patient_probes(
+    source_release: SourceRelease, tmp_path: Path
+) -> None:
+    """The release's kubeadm writes the four static pods (``init phase ... --dry-run``, into a folder of the test's)
+    with the node check's patches applied: each probe that kills a component waits 60 s for an answer and allows many
+    failures, and every probe keeps the health endpoint kubeadm gave it (a patch that dropped it would leave a probe
+    the kubelet refuses)."""
+    from imagebuilder.image.nodecheck import CONTROL_PLANE, PATCHES_DIR, _seed, probe_patches
+
+    kubeadm = next(c.bin_dir for c in source_release.components if c.name == "kubernetes") / "kubeadm"
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    for name, text in probe_patches().items():
+        (patches / name).write_text(text)
+    config = tmp_path / "kubeadm.yaml"
+    text = kubeadm_config(source_release.images, source_release.kubernetes_version)
+    assert PATCHES_DIR in text
+    config.write_text(text.replace(PATCHES_DIR, str(patches)))
+    dry = tmp_path / "dry"
+    dry.mkdir()
+    env = {**os.environ, "KUBEADM_INIT_DRYRUN_DIR": str(dry)}
+    for phase in (("control-plane", "all"), ("etcd", "local")):
+        res = subprocess.run([str(kubeadm), "init", "phase", *phase, "--config", str(config), "--dry-run"],
+                             capture_output=True, text=True, env=env, check=False)  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+    for component in CONTROL_PLANE:
+        [container] = yaml.safe_load((dry / f"{component}.yaml").read_text())["spec"]["containers"]
+        for probe in ("livenessProbe", "startupProbe"):
+            assert container[probe]["timeoutSeconds"] == 60, (component, probe, container[probe])
+            assert container[probe]["failureThreshold"] * container[probe]["periodSeconds"] >= 600, container[probe]
+        for probe in ("livenessProbe", "startupProbe", "readinessProbe"):
+            if probe in container:
+                assert container[probe]["httpGet"]["path"].startswith("/"), (component, probe, container[probe])
+    # the first guest's seed carries the patches where the configuration says
+    first = yaml.safe_load(_seed({"ca.crt": b"c", "ca.key": b"k"}, text, index=0)["user-data"])
+    assert {f"{PATCHES_DIR}/{c}.yaml" for c in CONTROL_PLANE} <= {f["path"] for f in first["write_files"]}
+
+
 def test_a_pod_that_does_not_run_says_why(tmp_path: Path) -> None:
     """The node check's failure detail for a Pending pod: its unmet conditions (an unscheduled pod has no container
     statuses) and its events. kubectl is a stand-in here printing the API's documented Pod and Event shapes."""

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.image.boltdb import BoltFile, containerd_images
-from imagebuilder.image.nodecheck import kubeadm_config
+from imagebuilder.image.nodecheck import CONTROL_PLANE, PATCHES_DIR, kubeadm_config, probe_patches
 from imagebuilder.release.imagearchive import Entry, ImageSpec, archive_refs, docker_archive
 from imagebuilder.release.manifest import IMAGE_REF, parse_manifest
 from imagebuilder.release.source import parse_version
@@ -88,6 +88,7 @@ def test_kubeadm_is_told_the_repositories_and_tags_a_distro_release_names() -> N
     assert f"{dns['imageRepository']}/coredns:{dns['imageTag']}" == images["coredns"]
     assert "127.0.0.1" in cluster["apiServer"]["certSANs"] and kubelet["cgroupDriver"] == "systemd"
     assert cluster["controllerManager"]["extraArgs"] == {"leader-elect": "false"}, "v1beta3 takes a map"
+    assert "encryptionAlgorithm" not in cluster, "v1beta3 has no such field: kubeadm's RSA keys"
 
 
 def test_kubeadm_configuration_of_a_current_release_is_v1beta4() -> None:
@@ -108,6 +109,12 @@ def test_kubeadm_configuration_of_a_current_release_is_v1beta4() -> None:
     for part in ("controllerManager", "scheduler"):
         assert cluster[part]["extraArgs"] == [{"name": "leader-elect", "value": "false"}], part
     assert init["timeouts"]["kubernetesAPICall"] == init["timeouts"]["etcdAPICall"] == "20m0s"
+    # the static pods' probes are patched from the folder the first guest's seed writes (patient probes under TCG)
+    assert init["patches"] == {"directory": PATCHES_DIR}
+    # P-256 keys: a TLS handshake's signature under TCG costs a fraction of an RSA 2048 one
+    assert cluster["encryptionAlgorithm"] == "ECDSA-P256"
+    assert {"name": "etcd-readycheck-timeout", "value": "30s"} in cluster["apiServer"]["extraArgs"]
+    assert sorted(probe_patches()) == [f"{c}.yaml" for c in sorted(CONTROL_PLANE)]
 
 
 def test_crictl_is_optional_in_a_release_and_installed_when_shipped(tmp_path: Path) -> None:
