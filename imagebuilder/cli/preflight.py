@@ -18,6 +18,7 @@ from imagebuilder.core.hostinfo import CHECKS
         "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
         "packer": "the packer binary builds run (default: packer on PATH): its version and plugins are shown",
         "packer_plugins": "folder of Packer plugin binaries a build would install missing plugins from",
+        "arch": "the image's architecture: amd64 (default) or arm64 (its programs must run here: qemu-user)",
     },
     iterable=["skip_check"],
     auto_shortflags=False,
@@ -31,20 +32,22 @@ def preflight(
     min_disk_gb: str | None = None,
     packer: str | None = None,
     packer_plugins: str | None = None,
+    arch: str = "",
 ) -> None:
-    """Check this host before a build: OS, arch, disk, CPUs, memory, tools, Packer and its plugins, /dev/kvm, SSH
-    config, proxy."""
+    """Check this host before a build: OS, arch (and for an arm64 image, qemu-user), disk, CPUs, memory, tools,
+    Packer and its plugins, /dev/kvm, SSH config, proxy."""
     flags.required(os, "--os", "ubuntu or redhat")
     flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
     from imagebuilder.core.hostinfo import check_skips
-    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.catalog import ARCHES, check_arch, load_catalog
 
     catalog = load_catalog()
     catalog.os(os)
     catalog.provider(hypervisor)
+    target = check_arch(arch) if arch else ARCHES[0]
     check_skips(skip_check or [])
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
     from imagebuilder.host.preflight import require
 
-    require(os, hypervisor, skip_check or [], min_disk, say=print, packer=packer, plugins=plugin_dir)
+    require(os, hypervisor, skip_check or [], min_disk, say=print, packer=packer, plugins=plugin_dir, arch=target)

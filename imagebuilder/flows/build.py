@@ -108,6 +108,6 @@ def run_build(
         raise ValueError("a dry run's preparation is not run")  # a caller's mistake, never the user's
     plan = prepared.plan
     require(plan.os, plan.provider, preflight_skips(skip_checks, prepared.tools), min_disk_gb, say=say,
-            checked=prepared.tools, need=prepared.need)  # fmt: skip
+            checked=prepared.tools, need=prepared.need, arch=plan.arch)  # fmt: skip
     return runner.run_build(plan, keep_on_error=keep_on_error, customization=prepared.customization, say=status,
                             plugins=prepared.tools, signer=signer, reproducible=reproducible)  # fmt: skip

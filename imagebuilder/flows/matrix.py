@@ -92,18 +92,18 @@ def run_matrix(
     build: the builds' workspaces come and go, one at a time per job), then build every plan."""
     if prepared.dry_run:
         raise ValueError("a dry run's preparation is not run")  # a caller's mistake, never the user's
-    largest: dict[tuple[str, str], DiskNeed] = {}
-    packer_pairs: set[tuple[str, str]] = set()
+    largest: dict[tuple[str, str, str], DiskNeed] = {}
+    packer_pairs: set[tuple[str, str, str]] = set()
     for plan, need in zip(prepared.plans, prepared.needs, strict=True):
-        key = (plan.os, plan.provider)
+        key = (plan.os, plan.provider, plan.arch)
         if key not in largest or need.total > largest[key].total:
             largest[key] = need
         if plan.engine == "packer":
             packer_pairs.add(key)
-    for (os_name, provider), need in largest.items():
-        tools = prepared.tools if (os_name, provider) in packer_pairs else None  # a chroot pair runs no Packer
+    for (os_name, provider, arch), need in largest.items():
+        tools = prepared.tools if (os_name, provider, arch) in packer_pairs else None  # a chroot pair runs no Packer
         require(os_name, provider, preflight_skips(skip_checks, tools), min_disk_gb, say=say, checked=tools,
-                need=need)  # fmt: skip
+                need=need, arch=arch)  # fmt: skip
     return matrix.run_matrix(prepared.plans, customization=prepared.customization, jobs=jobs, force=force,
                              layer_cache=layer_cache, layer_only=layer_only, say=status, keep_on_error=keep_on_error,
                              plugins=prepared.tools, signer=signer)  # fmt: skip

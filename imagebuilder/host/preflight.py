@@ -16,6 +16,7 @@ from typing import Literal
 
 from imagebuilder.build.disk_need import GIB, DiskNeed
 from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, check_plugins, requirements_for
+from imagebuilder.core.arch import ARCHES as MACHINES
 from imagebuilder.core.errors import ExternalError, ImageBuilderError
 from imagebuilder.core.grammar import redact_url
 from imagebuilder.core.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
@@ -23,7 +24,7 @@ from imagebuilder.core.paths import existing_parent, workspace_root
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.host.config import load_host_config
 from imagebuilder.providers import registry
-from imagebuilder.release.catalog import BuildPair, load_catalog
+from imagebuilder.release.catalog import ARCHES, BuildPair, load_catalog
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
@@ -142,18 +143,19 @@ def check_host_os(pair: BuildPair, facts: HostFacts) -> Check:
 
 
 def run_checks(
-    pair: BuildPair, facts: HostFacts, *, skip: tuple[str, ...] = (), min_disk_gb: int | None = None
+    pair: BuildPair,
+    facts: HostFacts,
+    *,
+    skip: tuple[str, ...] = (),
+    min_disk_gb: int | None = None,
+    target: str = ARCHES[0],
 ) -> list[Check]:
-    """Every check, in a fixed order; skipped ones are reported as skipped."""
+    """Every check, in a fixed order; skipped ones are reported as skipped. ``target``: the image's architecture."""
     check_skips(skip)
     cfg = load_host_config()
     req = cfg.requirements
     checks: list[Check] = [check_host_os(pair, facts)]
-
-    arch_ok = facts.machine in ("x86_64", "amd64")
-    checks.append(
-        Check("arch", "ok" if arch_ok else "fail", facts.machine, None if arch_ok else "use an AMD64 (x86_64) host")
-    )
+    checks.append(check_arch(facts, target))
 
     checks.append(check_disk(facts, min_disk_gb, req.min_disk_gb))
 
@@ -224,6 +226,22 @@ def run_checks(
     checks.append(Check("proxy", "ok", proxies or "no proxy variables set (direct connections)"))
 
     return [Check(c.name, "skipped", c.detail) if c.name in skip else c for c in checks]
+
+
+def check_arch(facts: HostFacts, target: str) -> Check:
+    """An AMD64 host, and for an image of another architecture its programs run here: the chroot engine runs the
+    image's package scripts, Ansible's modules and containerd through qemu-user (binfmt_misc, the F flag)."""
+    if facts.machine not in ("x86_64", "amd64"):
+        return Check("arch", "fail", facts.machine, "use an AMD64 (x86_64) host")
+    image = MACHINES[target]
+    if image.native:
+        return Check("arch", "ok", facts.machine)
+    problem = image.emulation_problem()
+    if problem:
+        return Check("arch", "fail", f"{facts.machine}; {target} images: {problem}",
+                     f"install Debian's qemu-user-static and register {image.binfmt} with binfmt_misc"
+                     f" (./scripts/setup.sh does both)")  # fmt: skip
+    return Check("arch", "ok", f"{facts.machine}; {target} programs run by qemu-user (binfmt_misc {image.binfmt})")
 
 
 def check_disk(facts: HostFacts, min_disk_gb: int | None, host_gb: int) -> Check:
@@ -303,14 +321,16 @@ def require(
     plugins: Path | None = None,
     checked: PluginCheck | None = None,
     need: DiskNeed | None = None,
+    arch: str = ARCHES[0],
 ) -> list[Check]:
     """The gate before a build: gather, check, report; :class:`ExternalError` when a check fails. ``checked`` is
     the build's own Packer check (:func:`imagebuilder.build.packer.prepare_packer`), for the plugins its template
-    needs."""
+    needs; ``arch``: the image's architecture (a pair not built for it: exit 2, naming why)."""
     catalog = load_catalog()
     pair = catalog.build_pair(catalog.os(os_name), catalog.provider(hypervisor))
+    pair.check_arch(arch)
     facts = HostFacts.gather(pair, packer=packer, plugins=plugins, checked=checked, need=need)
-    checks = run_checks(pair, facts, skip=tuple(skip), min_disk_gb=min_disk_gb)
+    checks = run_checks(pair, facts, skip=tuple(skip), min_disk_gb=min_disk_gb, target=arch)
     say(format_checks(checks))
     bad = failed(checks)
     if bad:

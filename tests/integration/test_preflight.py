@@ -83,6 +83,26 @@ def test_preflight_cli(tmp_path: Path) -> None:
     assert run("preflight", "--os", "ubuntu", "--hypervisor", "ami", "--skip-check", "nope", env=env).code == 2
 
 
+def test_preflight_arch_checks_that_arm64_programs_run_here(tmp_path: Path) -> None:
+    """``preflight --arch arm64`` on this host, where ./scripts/setup.sh registered qemu-user-static's handler: the
+    arch check says how arm64 programs run; a pair not built for arm64 and a synonym are refused (exit 2) naming
+    why, before any check runs."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    env = {"HOME": str(home)}
+    base = ("preflight", "--os", "ubuntu", "--hypervisor", "baremetal", "--skip-check", "host-os", "--skip-check",
+            "packer", "--min-disk-gb", "1")  # fmt: skip
+    res = run(*base, "--arch", "arm64", env=env)
+    assert res.code == 0, res.out + res.err
+    assert "[ok  ] arch     x86_64; arm64 programs run by qemu-user (binfmt_misc qemu-aarch64)" in res.out, res.out
+    assert "arm64 programs" not in run(*base, env=env).out
+    refused = run("preflight", "--os", "ubuntu", "--hypervisor", "vsphere", "--arch", "arm64", env=env)
+    assert refused.code == 2 and "ubuntu on vsphere is not built for arm64" in refused.err, refused.err
+    assert "[ok" not in refused.out, "refused before any check"
+    synonym = run(*base, "--arch", "aarch64", env=env)
+    assert synonym.code == 2 and "did you mean 'arm64'" in synonym.err, synonym.err
+
+
 @pytest.mark.root
 def test_the_disk_check_follows_the_work(tmp_path: Path) -> None:
     """A workspace on a small filesystem of its own (a loop-mounted ext4): a build whose work fits passes the disk

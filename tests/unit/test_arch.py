@@ -143,13 +143,14 @@ def test_the_binfmt_handler_is_read_as_the_kernel_shows_it(
      "https://user:s3cr3t@example.com/arm64", "arm64,,arm64", "ARM64\x1b[2J"],
 )  # fmt: skip
 def test_the_arch_flags_refuse_a_hostile_arch_and_create_nothing(value: str, tmp_path: Path) -> None:
-    """Every task that takes ``--arch`` (a build's, the mirror's, the base image's, the release's): exit 2 naming the
-    flag, no traceback, no secret echoed, nothing made. Unicode digits and full-width letters are not the names."""
+    """Every task that takes ``--arch`` (a build's, the mirror's, the base image's, the release's, preflight's): exit 2
+    naming the flag, no traceback, no secret echoed, nothing made. Unicode digits and full-width letters are not the names."""
     for args in (("mirror.create", "--release-channel", "1-24", "--dest", str(tmp_path / "m")),
                  ("image.base", "--dest", str(tmp_path / "b" / "base.qcow2"), "--dry-run"),
                  ("release.build", "--kubernetes", "v1.36.3", "--dest", str(tmp_path / "r"), "--dry-run"),
                  ("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--dry-run",
-                  "--offline", "--output-dir", str(tmp_path / "out"))):  # fmt: skip
+                  "--offline", "--output-dir", str(tmp_path / "out")),
+                 ("preflight", "--os", "ubuntu", "--hypervisor", "baremetal")):  # fmt: skip
         res = cli(*args, "--arch", value)
         assert res.code == 2 and "--arch" in res.err and "Traceback" not in res.text, res.text
         assert "s3cr3t" not in res.text and "\x1b" not in res.text

@@ -4,10 +4,12 @@ the task: tests/integration/test_preflight.py)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from imagebuilder.build.packer_plugins import PluginState, Version, requirements_for
+from imagebuilder.core import arch as arch_module
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.hostinfo import CHECKS, KvmStatus, kvm_status
 from imagebuilder.host.preflight import GIB, run_checks
@@ -109,3 +111,40 @@ def test_kvm_probe_is_real_and_can_be_overridden(monkeypatch: pytest.MonkeyPatch
     assert not kvm_status("/dev/no-such-kvm").usable
     monkeypatch.setenv("IMAGE_BUILDER_ACCEL", "tcg")
     assert kvm_status().accelerator == "tcg"
+
+
+def _binfmt(root: Path, handler: str | None) -> Path:
+    """A binfmt_misc folder as the kernel shows it: ``register`` and, when given, the qemu-aarch64 handler's text."""
+    root.mkdir()
+    (root / "register").write_text("")
+    if handler is not None:
+        (root / "qemu-aarch64").write_text(handler)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("handler", "problem"),
+    [
+        (None, "no binfmt_misc handler qemu-aarch64"),
+        ("disabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: POCF\n", "is disabled"),
+        ("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: P\n", "lacks the F flag"),
+    ],
+)
+def test_an_arm64_image_needs_its_programs_to_run_here_and_the_fix_names_the_package(
+    handler: str | None, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(arch_module, "BINFMT_DIR", _binfmt(tmp_path / "binfmt_misc", handler))
+    check = by_name(run_checks(UBUNTU_BM, GOOD, target="arm64"))["arch"]
+    assert check.status == "fail" and problem in check.detail and "arm64 images" in check.detail, check
+    assert "qemu-user-static" in (check.fix or "") and "qemu-aarch64" in (check.fix or "")
+    # an amd64 image on the same host needs none of it
+    assert by_name(run_checks(UBUNTU_BM, GOOD))["arch"].status == "ok"
+
+
+def test_an_arm64_image_on_a_host_that_runs_arm64_programs_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handler = "enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: POCF\n"
+    monkeypatch.setattr(arch_module, "BINFMT_DIR", _binfmt(tmp_path / "binfmt_misc", handler))
+    check = by_name(run_checks(UBUNTU_BM, GOOD, target="arm64"))["arch"]
+    assert check.status == "ok" and "arm64 programs run by qemu-user" in check.detail, check
