@@ -144,7 +144,8 @@ def test_the_binfmt_handler_is_read_as_the_kernel_shows_it(
 )  # fmt: skip
 def test_the_arch_flags_refuse_a_hostile_arch_and_create_nothing(value: str, tmp_path: Path) -> None:
     """Every task that takes ``--arch`` (a build's, the mirror's, the base image's, the release's, preflight's): exit 2
-    naming the flag, no traceback, no secret echoed, nothing made. Unicode digits and full-width letters are not the names."""
+    naming the flag, no traceback, no secret echoed, nothing made. Unicode digits and full-width letters are not the
+    names."""
     for args in (("mirror.create", "--release-channel", "1-24", "--dest", str(tmp_path / "m")),
                  ("image.base", "--dest", str(tmp_path / "b" / "base.qcow2"), "--dry-run"),
                  ("release.build", "--kubernetes", "v1.36.3", "--dest", str(tmp_path / "r"), "--dry-run"),
