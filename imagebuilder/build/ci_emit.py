@@ -118,6 +118,7 @@ def _flags(plan: BuildPlan, request: BuildRequest, customize: str | None) -> lis
     out: list[str] = []
     for flag, value in (
         ("--os-version", request.os_version),
+        ("--release-manifest", request.release_manifest),
         ("--mirror", request.mirror),
         ("--disk-gb", str(request.disk_gb) if request.disk_gb is not None else None),
         ("--firmware", plan.firmware),

@@ -290,6 +290,8 @@ def print_attestations(out_dir: Path, extra: dict[str, Any]) -> None:
 
 MATRIX_HELP = {
     **{k: v for k, v in HELP.items() if k not in ("name", "output", "release_manifest", "eksa_release", "arch")},
+    "release_manifest": "release manifest (path or URL) to build instead of the channel's (a release built from"
+    " source, a distro's newer one): with one --release-channel, the manifest's",
     "arch": "architectures, comma-separated: amd64 (default), arm64 or amd64,arm64 (each entry for each; a pair not"
     " built for one is refused naming why; give each its source image: --baremetal-config FILE,arm64=ARM64-FILE)",
     "os": "OSes, comma-separated (each with each --hypervisor); or use --pairs",
@@ -357,6 +359,7 @@ def matrix(
     packer_plugins: str | None = None,
     signing_key: str | None = None,
     arch: str | None = None,
+    release_manifest: str | None = None,
 ) -> None:
     """Build many images at once: every pair and channel, one OS layer per OS shared by its channels."""
     from imagebuilder.release.catalog import load_catalog
@@ -375,6 +378,12 @@ def matrix(
     else:
         pair_list = [(o, h) for o in parse_list(os, "--os") for h in parse_list(hypervisor, "--hypervisor")]
     channels = parse_list(release_channel, "--release-channel")
+    if release_manifest is not None and len(channels) != 1:
+        raise InputError(
+            f"one release manifest names one release, and the matrix has {len(channels)} channels",
+            field="--release-manifest",
+            expected="one --release-channel: the manifest's",
+        )
     from imagebuilder.release.catalog import check_arches
 
     arches = check_arches(parse_list(arch, "--arch") if arch else [])
@@ -416,6 +425,7 @@ def matrix(
         hypervisor=None,
         release_channel=None,
         os_version=os_version,
+        release_manifest=release_manifest,
         mirror=mirror,
         output_dir=output_dir,
         offline=offline,

@@ -315,3 +315,34 @@ def test_serve_names_each_architectures_image_url(tmp_path: Path) -> None:
     }
     (tmp_path / "ubuntu-v1.36.3-source-3-amd64.gz").unlink()
     assert cluster_values("http://h:8080", tmp_path) == {"osImageURL": "http://h:8080/ubuntu-v1.36.3-source-3-arm64.gz"}
+
+
+def test_the_matrix_builds_both_architectures_of_a_release_manifest_given_to_it(tmp_path: Path) -> None:
+    """``build.matrix --release-manifest``: a release of its own (built from source, a distro's newer one) for the
+    matrix's one channel, for each architecture; the emitted jobs carry it. More than one channel is refused naming
+    the flag: one manifest names one release."""
+    amd, arm = _source(tmp_path, "amd"), _source(tmp_path, "arm")
+    manifest = tmp_path / "kubernetes-1-24-eks-9.yaml"
+    manifest.write_text(make_manifest("1-24", 9, "v1.24.17"))
+    args = ("build.matrix", "--pairs", "ubuntu:baremetal", "--release-channel", "1-24", "--arch", "amd64,arm64",
+            "--baremetal-config", f"{amd},arm64={arm}", "--offline", "--engine", "chroot", "--runtime", "os",
+            "--release-manifest", str(manifest))  # fmt: skip
+    res = cli(*args, "--emit", "gitlab-ci")
+    assert res.code == 0, res.text
+    import yaml
+
+    jobs = {k: v for k, v in yaml.safe_load(res.out).items() if isinstance(v, dict) and "script" in v}
+    builds = [j for j in jobs if j.startswith("build-")]
+    assert len(builds) == 2, jobs
+    for job in builds:
+        assert f"--release-manifest {manifest} " in jobs[job]["script"][-1], jobs[job]["script"][-1]
+    from imagebuilder.build.matrix import expand
+    from imagebuilder.cli.build import _request
+
+    request = _request({"baremetal": f"{amd},arm64={arm}"}, os=None, hypervisor=None, release_channel=None,
+                       release_manifest=str(manifest), offline=True, engine="chroot", runtime="os", disk_gb=None,
+                       files_config=None, eksa_release=None, ansible_verbosity=None)  # fmt: skip
+    plans = expand(request, [("ubuntu", "baremetal")], ["1-24"], ("amd64", "arm64"))
+    assert [p.output_name for p in plans] == ["ubuntu-v1.24.17-eks-9-amd64.gz", "ubuntu-v1.24.17-eks-9-arm64.gz"]
+    refused = cli(*args[:4], "1-23,1-24", *args[5:], "--dry-run")
+    assert refused.code == 2 and "--release-manifest" in refused.err and "2 channels" in refused.err, refused.text
