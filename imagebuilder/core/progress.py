@@ -85,8 +85,10 @@ def follow(
     redacted, and each line that ``pick`` turns into text said as progress; returns the child's exit status."""
     log.write(f"$ {' '.join(args)}\n")
     log.flush()
-    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1)  # fmt: skip
+    # stdin is not the child's: Ansible (run by Packer, or by the chroot build) refuses a non-blocking stdin, which
+    # the caller's may be (a CI runner's, a test harness's pipe), and nothing here answers a prompt
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)  # fmt: skip
     assert proc.stdout is not None
     try:
         for line in proc.stdout:

@@ -142,7 +142,10 @@ def run_playbook(
         ]  # fmt: skip
         say(f"ansible-playbook {playbook} on {login.host}")
         with log.open("a") as out:
-            proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            # not the caller's stdin: ansible-playbook refuses a non-blocking one ("Ansible requires blocking IO"),
+            # as a CI runner's or a test harness's pipe may be, and it prompts for nothing here
+            proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)  # fmt: skip
             assert proc.stdout is not None
             tail: list[str] = []
             deadline = time.monotonic() + timeout

@@ -53,6 +53,33 @@ def test_a_child_that_ends_is_followed_to_its_status(tmp_path: Path) -> None:
     assert code == 3 and said == ["one", "two"] and "one\ntwo\n" in log.getvalue()
 
 
+def test_ansible_runs_under_a_caller_whose_stdin_is_non_blocking(tmp_path: Path) -> None:
+    """ansible-playbook refuses a non-blocking stdin ("Ansible requires blocking IO"), and the caller's may be one (a
+    CI runner's, a test harness's pipe: image.customize's Ansible run failed so in a CI run of 2026-11-29). The
+    children this tool runs Ansible in get no stdin of the caller's: a real playbook runs here with ours made
+    non-blocking, where, run with the caller's stdin, it fails as it did there."""
+    from imagebuilder.core.hostinfo import tool_search_path
+
+    playbook = tmp_path / "play.yml"
+    playbook.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: {msg: ran}\n")
+    args = ["ansible-playbook", "-i", "localhost,", "-c", "local", str(playbook)]
+    env = {**os.environ, "PATH": tool_search_path(), "HOME": str(tmp_path), "ANSIBLE_NOCOLOR": "1"}
+    read, write = os.pipe()
+    saved = os.dup(0)
+    try:
+        os.set_blocking(read, False)
+        os.dup2(read, 0)
+        inherited = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+        assert inherited.returncode != 0 and "blocking" in inherited.stdout + inherited.stderr, inherited
+        log = io.StringIO()
+        code = follow(args, env=env, log=log, redact=str, say=lambda _: None, pick=lambda _: None)
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read, write):
+            os.close(fd)
+    assert code == 0 and '"msg": "ran"' in log.getvalue(), log.getvalue()[-2000:]
+
+
 @pytest.mark.root
 def test_loop_devices_left_on_an_image_are_detached(tmp_path: Path) -> None:
     image = tmp_path / "disk.raw"
