@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from imagebuilder.core.arch import recorded
-from imagebuilder.core.disk import copy_sparse, loop_device, mounted, mounted_root, root_partition, run_tempdir
+from imagebuilder.core.disk import copy_sparse, mounted_root, run_tempdir
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import sha256_file
 from imagebuilder.core.hostinfo import kvm_status
@@ -658,14 +658,8 @@ def _emulated_clock_copy(raw: Path, work: Path) -> tuple[Path, str]:
     they would have told it; the image itself is not changed, and its own boot check boots it as it is."""
     copy = work / "node.raw"
     copy_sparse(raw, copy)
-    part = root_partition(copy)
     patched = 0
-    with (
-        run_tempdir("node-root") as mnt,
-        loop_device(copy, part.offset, part.length) as dev,
-        mounted(dev, mnt, "rw"),
-    ):
-        root = Path(mnt)
+    with mounted_root(copy, writable=True) as root:
         configs = [(root / c, False) for c in ("boot/grub/grub.cfg", "boot/grub2/grub.cfg")]
         configs += [(c, True) for c in sorted((root / "boot/loader/entries").glob("*.conf"))]
         for config, bls in configs:

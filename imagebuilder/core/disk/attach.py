@@ -122,13 +122,14 @@ def mounted(source: str, target: Path, *options: str, log: Say | None = None) ->
 
 
 @contextlib.contextmanager
-def mounted_root(raw: Path) -> Iterator[Path]:
-    """The root partition of a raw disk, mounted read-only without replaying its journal."""
+def mounted_root(raw: Path, *, writable: bool = False) -> Iterator[Path]:
+    """The root partition of a raw disk, mounted read-only without replaying its journal; ``writable``: read-write
+    (a throwaway copy a caller edits)."""
     part = root_partition(raw)
     with (
         run_tempdir("root") as mnt,
-        loop_device(raw, part.offset, part.length, read_only=True) as dev,
-        mounted(dev, mnt, "ro", "noload"),
+        loop_device(raw, part.offset, part.length, read_only=not writable) as dev,
+        mounted(dev, mnt, *(("rw",) if writable else ("ro", "noload"))),
     ):
         yield mnt
 
