@@ -37,7 +37,10 @@ class InputError(ImageBuilderError):
         super().__init__(self._format())
 
     def _format(self) -> str:
-        where = ": ".join(p for p in (self.source, self.field) if p)
+        # a source the user gave may be any length (a 10k-character path): the message names its start and end
+        source = self.source if self.source is None or len(self.source) <= 200 else (
+            f"{self.source[:120]}...{self.source[-60:]}")  # fmt: skip
+        where = ": ".join(p for p in (source, self.field) if p)
         text = f"{where}: {self.detail}" if where else self.detail
         if self.expected:
             text += f" (expected {self.expected})"

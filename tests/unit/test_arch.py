@@ -346,3 +346,12 @@ def test_the_matrix_builds_both_architectures_of_a_release_manifest_given_to_it(
     assert [p.output_name for p in plans] == ["ubuntu-v1.24.17-eks-9-amd64.gz", "ubuntu-v1.24.17-eks-9-arm64.gz"]
     refused = cli(*args[:4], "1-23,1-24", *args[5:], "--dry-run")
     assert refused.code == 2 and "--release-manifest" in refused.err and "2 channels" in refused.err, refused.text
+
+
+def test_a_huge_release_manifest_value_is_refused_without_being_echoed_whole(tmp_path: Path) -> None:
+    """``build.matrix --release-manifest`` of 10,000 characters: exit 2, the message names the value's start and end,
+    nothing is written."""
+    res = cli("build.matrix", "--pairs", "ubuntu:baremetal", "--release-channel", "1-24", "--release-manifest",
+              "a" * 10_000, "--offline", "--dry-run", "--output-dir", str(tmp_path / "out"))  # fmt: skip
+    assert res.code == 2 and len(res.err) < 400 and "..." in res.err, res.err[:500]
+    assert not any(tmp_path.iterdir())
