@@ -83,11 +83,12 @@ def print_findings(findings: list[Finding]) -> None:
         "manifest": "its build manifest (default: <name>.build-manifest.json beside the image)",
         "no_boot": "skip the boot test (offline checks only)",
         "boot_timeout": "seconds to wait for the login prompt (default 600)",
-        "kubernetes": "the node check: boot it, kubeadm init a single-node cluster offline from the preloaded images, "
-        "and check the node Ready, the control plane and a test pod Running (needs a real release's image)",
+        "kubernetes": "the node check: run the image's own control plane on this host, boot the image to kubeadm join "
+        "it offline, and check the node Ready, kube-proxy, CoreDNS and a test pod Running (needs a real release's "
+        "image)",
         "node_timeout": "seconds the node check may take in all (default 2400; TCG is slow)",
-        "join": "with --kubernetes: a second copy of the image joins the first as a worker (kubeadm join over a "
-        "private wire between the two guests) and the test pod runs there",
+        "join": "with --kubernetes: a second copy of the image joins too, as a second node, and the test pod runs "
+        "there",
         "provenance": "check this provenance (<name>.intoto.json) instead of the image's contents: its signature by"
         " --public-key, its subject against the image, the SBOM it names against the file beside it",
         "public_key": "with --provenance: the PEM public key the build signed with (or the signing key's"

@@ -2,11 +2,11 @@
 flow of flows (the build is :mod:`imagebuilder.flows.build`'s, with the same checks and gate as ``build``).
 
 By default the release is Kubernetes built from upstream source (``release.build``, cached: about 15 minutes the
-first time on 2 cores, seconds after) and the image is proven by nodes: ``image.verify --kubernetes --join`` brings
-a control plane up on one copy of it and joins a second copy as a worker. ``--standin`` keeps the quick flow on a
-stand-in release whose binaries are scripts (labelled so), verified to a login prompt. Each step is the same library
-call a user's command makes. Steps converge: a rerun reuses a base image, release and mirror whose checksums still
-match.
+first time on 2 cores, seconds after) and the image is proven by nodes: ``image.verify --kubernetes --join`` runs the
+image's own control plane on the host and joins two copies of the image to it as nodes. ``--standin`` keeps the
+quick flow on a stand-in release whose binaries are scripts (labelled so), verified to a login prompt. Each step is
+the same library call a user's command makes. Steps converge: a rerun reuses a base image, release and mirror whose
+checksums still match.
 """
 
 from __future__ import annotations
@@ -162,8 +162,8 @@ def run_demo(
     say(f"image: {build.artifact}  sha256 {build.sha256}")
     if boot and not standin:
         say(
-            "node check: kubeadm init on the image under QEMU, a second copy joins it, then both nodes, the control "
-            "plane, kube-proxy, CoreDNS and a pod on the second node"
+            "node check: the image's control plane on this host, two copies of the image under QEMU join it as nodes, "
+            "then kube-proxy, CoreDNS and a pod on the second node"
         )
     findings = verify_image(build.artifact, manifest=build.manifest, boot=boot, kubernetes=boot and not standin,
                             join=boot and not standin, say=status)  # fmt: skip

@@ -1,25 +1,24 @@
 """The node check (``image.verify --kubernetes``): an image is proven by a node that becomes Ready on it.
 
-A throwaway copy of the image boots under QEMU (KVM when usable, else TCG) with a NoCloud seed. cloud-init runs
-one script there: it lists what this kubeadm will pull (``kubeadm config images list``) against containerd's
-preloaded images, then ``kubeadm init`` brings up a single-node control plane from those images alone (no
-registry, no network beyond QEMU's user network), with a bridge CNI configuration of the installed CNI plugins.
-The script reports each step on the serial console, and on a failure the kubelet's and containerd's journal.
+The control plane runs on the build host from the image's own programs (:mod:`imagebuilder.image.controlplane`:
+under TCG a control plane inside the guest was most of the guest's work, and collapsed on a busy host). A
+throwaway copy of the image boots under QEMU (KVM when usable, else TCG) with a NoCloud seed, and cloud-init runs
+one script there: it lists what this kubeadm would pull for a control plane (``kubeadm config images list``) against
+containerd's preloaded images, then ``kubeadm join`` makes the guest a node of the host's control plane with the
+bootstrap token and the pinned CA (no registry, no network beyond QEMU's user network), with a bridge CNI
+configuration of the installed CNI plugins. The script reports each step on the serial console, and on a failure
+the kubelet's and containerd's journal. With ``join``, a second copy joins as a second node, and the test pod runs
+there.
 
-The host then checks the node as a cluster's user would, with the image's own kubectl over a forwarded port on
-127.0.0.1: the node Ready, the control-plane pods Running and ready, kubeadm's addons (kube-proxy, whose rules route
-the service network, and CoreDNS, which is ready only once it reaches the API server through them) Running and ready,
-one pod of the preloaded pause
-image Running and then deleted. The cluster's CA and an admin client certificate are made here (kubeadm uses a CA it
-finds in place), so nothing has to be copied out of the guest; keys live in a 0700 work folder removed with the
-check.
+The host then checks the node as a cluster's user would, with the image's own kubectl: the node Ready, kubeadm's
+addons (kube-proxy, whose rules route the service network, and CoreDNS, which is ready only once it reaches the API
+server through them) Running and ready on it, one pod of the preloaded pause image Running and then deleted. Keys
+live in a 0700 work folder removed with the check.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import hashlib
 import json
 import secrets
 import shutil
@@ -28,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -38,14 +37,10 @@ from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import sha256_file
 from imagebuilder.core.hostinfo import kvm_status
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.image import qemu
+from imagebuilder.core.safepath import safe_join
+from imagebuilder.image import controlplane, qemu
+from imagebuilder.image.controlplane import SERVICE_SUBNET
 from imagebuilder.release.catalog import Firmware
-
-if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
-    from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
-
-    Key = EllipticCurvePrivateKey | RSAPrivateKey
 
 #: what the guest says on its serial console, one line each: ``NODE-CHECK <event> [detail]``
 MARK = "NODE-CHECK"
@@ -54,11 +49,7 @@ POD_SUBNET = "10.244.0.0/16"
 NODE_SUBNETS = ("10.244.0.0/24", "10.244.1.0/24")
 NODE_NAME = "node-check"
 WORKER_NAME = "node-check-2"
-#: the private wire between the two guests of a join: RFC 2544's benchmarking range, inside the guests only
-WIRE_IPS = ("198.18.0.10", "198.18.0.11")
-#: the guests' NICs: on QEMU's user network, and on the wire
-MACS = (("52:54:00:6e:63:01", "52:54:00:6e:63:11"), ("52:54:00:6e:63:02", "52:54:00:6e:63:12"))
-CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+NODE_NAMES = (NODE_NAME, WORKER_NAME)
 ADDONS = ("kube-proxy", "coredns")
 
 
@@ -75,63 +66,6 @@ class _Failed(Exception):
         self.step = step
 
 
-def _ca_and_admin(work: Path, *, ecdsa: bool) -> dict[str, bytes]:
-    """A cluster CA for kubeadm to use, and an admin client certificate of it (``system:masters``) for the host;
-    ``ecdsa``: P-256 keys (the cluster's algorithm, :func:`kubeadm_config`), else RSA 2048 as kubeadm's default."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
-    from cryptography.x509.oid import NameOID
-
-    def new_key() -> Key:
-        return ec.generate_private_key(ec.SECP256R1()) if ecdsa else rsa.generate_private_key(65537, 2048)
-
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    ca_key = new_key()
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
-
-    def issue(subject: x509.Name, key: Key, extension: x509.ExtensionType, critical: bool) -> Any:
-        """A certificate of ``key`` for ``subject``, signed by the CA's key, valid for the day of the check."""
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(extension, critical=critical)
-        )
-        if key is ca_key:
-            builder = builder.add_extension(
-                x509.KeyUsage(True, False, True, False, False, True, True, False, False), critical=True
-            )
-        return builder.sign(ca_key, hashes.SHA256())
-
-    ca = issue(ca_name, ca_key, x509.BasicConstraints(ca=True, path_length=None), True)
-    admin_key = new_key()
-    admin_name = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-            x509.NameAttribute(NameOID.COMMON_NAME, "image-builder-node-check"),
-        ]
-    )
-    admin = issue(admin_name, admin_key, x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), False)
-
-    def pem_key(key: Key) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                 serialization.NoEncryption())  # fmt: skip
-
-    spki = ca.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return {
-        "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
-        "ca.hash": hashlib.sha256(spki).hexdigest().encode(),
-        "ca.key": pem_key(ca_key),
-        "admin.crt": admin.public_bytes(serialization.Encoding.PEM),
-        "admin.key": pem_key(admin_key),
-    }
-
-
 def _split(ref: str) -> tuple[str, str]:
     """``registry.k8s.io/coredns/coredns:v1.12.1`` -> (``registry.k8s.io/coredns``, ``v1.12.1``)."""
     name, tag = ref.rsplit(":", 1)
@@ -140,11 +74,12 @@ def _split(ref: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Join:
-    """A second node joining the first over a private wire between the two guests: the bootstrap token kubeadm
-    init creates and the join presents, and the CA's public-key hash the join pins."""
+    """How the guests join the host's control plane: the bootstrap token kubeadm's phase creates and each join
+    presents, the CA's public-key hash the joins pin, and the API server's address as the guests reach it."""
 
     token: str
     ca_hash: str
+    endpoint: str
 
 
 def _api(kubernetes_version: str) -> tuple[str, int]:
@@ -155,108 +90,53 @@ def _api(kubernetes_version: str) -> tuple[str, int]:
 #: kubeadm's waits on a node check: its defaults (4-5 minutes) are tight for a guest emulated on a shared host (TCG);
 #: the node check's own deadline still bounds the whole check
 SLOW_HOST_WAIT = "20m0s"
-#: the key algorithm of the node check's cluster from kubeadm 1.31 on (v1beta4's ``encryptionAlgorithm``; older
-#: releases keep RSA 2048). Why: every TLS handshake with the API server is a signature by its serving key, and under
-#: TCG an RSA 2048 signature costs tens of milliseconds of the emulated CPUs where P-256 costs a fraction of one. The
-#: 1.36 control plane's clients (the kubelet, the controller manager, the scheduler, the API server's own loopback,
-#: the probes) gave up on handshakes after 10 s and tried again, and the retries kept the two vCPUs busy until the
-#: API server never answered one (seen on 2026-11-29, kubeadm init unfinished after 15 minutes)
-CLUSTER_KEYS = "ECDSA-P256"
-#: where the first guest's kubeadm finds its patches of the control plane's static pods (:func:`probe_patches`)
-PATCHES_DIR = "/root/node-check/patches"
-
-
-def probe_patches() -> dict[str, str]:
-    """kubeadm's patches (strategic merge, one file per static pod) that give the control plane's probes the time an
-    emulated guest needs: kubeadm's defaults kill a component whose health endpoint has not answered within 15 s,
-    8 times running (24 times from its start). Under TCG on a busy or slower host, the 1.36 API server and etcd
-    answered later than that, the kubelet restarted them (7 restarts in 10 minutes of one check, seen here), and
-    every restart began the slow start again: kubeadm init never finished, where on a faster host it took 100 s.
-    Only the probes kubeadm writes for every component are patched (a probe the patch added would have no handler,
-    and the kubelet would refuse the pod): liveness and startup, and the API server's readiness."""
-    patient = {"timeoutSeconds": 60, "periodSeconds": 20}
-    patches = {}
-    for component in CONTROL_PLANE:
-        probes: dict[str, Any] = {
-            "livenessProbe": {**patient, "failureThreshold": 30},
-            "startupProbe": {**patient, "failureThreshold": 90},
-        }
-        if component == "kube-apiserver":
-            probes["readinessProbe"] = {"timeoutSeconds": 60}
-        patches[f"{component}.yaml"] = yaml.safe_dump({"spec": {"containers": [{"name": component, **probes}]}},
-                                                      sort_keys=False)  # fmt: skip
-    return patches
 
 
 def _timeouts(minor: int) -> dict[str, Any]:
     """The fields that lengthen kubeadm's waits (v1beta4's ``timeouts``, kubeadm 1.31+); older releases take
-    ``apiServer.timeoutForControlPlane`` and ``discovery.timeout`` instead, set where those documents are built."""
+    ``discovery.timeout`` instead, set where the join's document is built."""
     if minor < 31:
         return {}
-    # kubernetesAPICall and etcdAPICall bound kubeadm's retries of one call (1 and 2 minutes by default): kubeadm
-    # 1.36 creates the admin's ClusterRoleBinding while the API server under TCG still answers in more than that
-    return {"timeouts": {"controlPlaneComponentHealthCheck": SLOW_HOST_WAIT, "kubeletHealthCheck": SLOW_HOST_WAIT,
-                         "kubernetesAPICall": SLOW_HOST_WAIT, "etcdAPICall": SLOW_HOST_WAIT,
+    return {"timeouts": {"kubeletHealthCheck": SLOW_HOST_WAIT, "kubernetesAPICall": SLOW_HOST_WAIT,
                          "tlsBootstrap": SLOW_HOST_WAIT, "discovery": SLOW_HOST_WAIT}}  # fmt: skip
 
 
-def _args(args: dict[str, str], minor: int) -> list[dict[str, str]] | dict[str, str]:
-    """Extra arguments as kubeadm's API of that release takes them: v1beta4 (1.31+) a list of name/value pairs,
-    v1beta3 a map."""
-    return [{"name": k, "value": v} for k, v in args.items()] if minor >= 31 else dict(args)
+def _node_registration(name: str) -> dict[str, Any]:
+    return {"name": name, "criSocket": "unix:///run/containerd/containerd.sock"}
 
 
-def _node_registration(name: str, ip: str | None, minor: int) -> dict[str, Any]:
-    registration: dict[str, Any] = {"name": name, "criSocket": "unix:///run/containerd/containerd.sock"}
-    if ip is not None:  # the kubelet's address on the wire, not QEMU's user network (the same 10.0.2.15 on both)
-        # v1beta4 takes a list of name/value pairs where v1beta3 took a map
-        registration["kubeletExtraArgs"] = _args({"node-ip": ip}, minor)
-    return registration
-
-
-def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join | None = None) -> str:
-    """kubeadm's configuration for a node of these images: the repository and tags the manifest names, so kubeadm
-    asks for exactly what the image preloaded (a distro's ``v1.24.8-eks-1-24-5`` tags included); with ``join``,
-    the API server advertised on the wire and a bootstrap token for the second node."""
+def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join) -> str:
+    """kubeadm's configuration of the check's cluster, for kubeadm's phases on the host and for the guest's list of
+    a control plane's images: the repository and tags the manifest names, so kubeadm asks for exactly what the image
+    preloaded (a distro's ``v1.24.8-eks-1-24-5`` tags included), the API server at the guests' address, and the
+    bootstrap token the joins present."""
     repo, tag = _split(images["kube-apiserver"])
     etcd_repo, etcd_tag = _split(images["etcd"])
     dns_repo, dns_tag = _split(images["coredns"])
-    api, minor = _api(kubernetes_version)
-    init: dict[str, Any] = {
-        "apiVersion": api,
-        "kind": "InitConfiguration",
-        "nodeRegistration": _node_registration(NODE_NAME, WIRE_IPS[0] if join else None, minor),
-        **_timeouts(minor),
-        "patches": {"directory": PATCHES_DIR},
-    }
-    if join is not None:
-        init["localAPIEndpoint"] = {"advertiseAddress": WIRE_IPS[0], "bindPort": 6443}
-        init["bootstrapTokens"] = [{"token": join.token, "ttl": "2h", "usages": ["signing", "authentication"],
-                                    "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]  # fmt: skip
+    api, _minor = _api(kubernetes_version)
+    host, port = join.endpoint.rsplit(":", 1)
     docs: list[dict[str, Any]] = [
-        init,
+        {
+            "apiVersion": api,
+            "kind": "InitConfiguration",
+            "nodeRegistration": _node_registration(NODE_NAME),
+            "localAPIEndpoint": {"advertiseAddress": host, "bindPort": int(port)},
+            "bootstrapTokens": [
+                {
+                    "token": join.token,
+                    "ttl": "2h",
+                    "usages": ["signing", "authentication"],
+                    "groups": ["system:bootstrappers:kubeadm:default-node-token"],
+                }
+            ],
+        },
         {
             "apiVersion": api,
             "kind": "ClusterConfiguration",
             "kubernetesVersion": tag,
             "imageRepository": repo,
-            **({"encryptionAlgorithm": CLUSTER_KEYS} if minor >= 31 else {}),
-            "apiServer": {
-                "certSANs": ["127.0.0.1"],
-                # the API server's own checks of etcd (in its /livez and /readyz) give up after 2 s by default;
-                # under TCG etcd answered reads in up to 2 s, so the API server was not ready while it served
-                **(
-                    {"extraArgs": _args({"etcd-healthcheck-timeout": "30s", "etcd-readycheck-timeout": "30s"}, minor)}
-                    if minor >= 31
-                    else {"timeoutForControlPlane": SLOW_HOST_WAIT}
-                ),
-            },
-            # one control plane: no leader to elect. Under TCG the API server of 1.36 answers the leases' renewals
-            # late, and a controller manager that loses its lease restarts (six times in one check) and holds up
-            # kube-proxy's and CoreDNS's pods
-            "controllerManager": {"extraArgs": _args({"leader-elect": "false"}, minor)},
-            "scheduler": {"extraArgs": _args({"leader-elect": "false"}, minor)},
-            "networking": {"podSubnet": POD_SUBNET, "serviceSubnet": "10.96.0.0/12"},
+            "controlPlaneEndpoint": join.endpoint,
+            "networking": {"podSubnet": POD_SUBNET, "serviceSubnet": SERVICE_SUBNET},
             "etcd": {"local": {"imageRepository": etcd_repo, "imageTag": etcd_tag}},
             "dns": {"imageRepository": dns_repo, "imageTag": dns_tag},
         },
@@ -269,11 +149,11 @@ def kubeadm_config(images: dict[str, str], kubernetes_version: str, join: Join |
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def join_config(kubernetes_version: str, join: Join) -> str:
-    """The second node's ``kubeadm join`` configuration: the first node's API server on the wire, the token, the
-    CA pinned by its public-key hash."""
+def join_config(kubernetes_version: str, join: Join, name: str) -> str:
+    """A guest's ``kubeadm join`` configuration: the host's API server at the guests' address, the token, the CA
+    pinned by its public-key hash, the node's name."""
     api, minor = _api(kubernetes_version)
-    discovery: dict[str, Any] = {"bootstrapToken": {"apiServerEndpoint": f"{WIRE_IPS[0]}:6443", "token": join.token,
+    discovery: dict[str, Any] = {"bootstrapToken": {"apiServerEndpoint": join.endpoint, "token": join.token,
                                                     "caCertHashes": [f"sha256:{join.ca_hash}"]}}  # fmt: skip
     if minor < 31:
         discovery["timeout"] = SLOW_HOST_WAIT
@@ -281,7 +161,7 @@ def join_config(kubernetes_version: str, join: Join) -> str:
         "apiVersion": api,
         "kind": "JoinConfiguration",
         "discovery": discovery,
-        "nodeRegistration": _node_registration(WORKER_NAME, WIRE_IPS[1], minor),
+        "nodeRegistration": _node_registration(name),
         **_timeouts(minor),
     }, sort_keys=False)  # fmt: skip
 
@@ -312,7 +192,7 @@ journal() {{
 cd /root/node-check || exit 1
 """
 
-#: what the first guest says of its runtime (``say runtime ...``, read by :func:`runtime_ok`): the cgroup
+#: what a guest says of its runtime (``say runtime ...``, read by :func:`runtime_ok`): the cgroup
 #: hierarchy's file system type, the ``SystemdCgroup`` that ``crictl info`` reports containerd's runc runs with, and
 #: the version containerd's server states
 RUNTIME_REPORT = """cgroup=$(stat -fc %T /sys/fs/cgroup)
@@ -322,54 +202,31 @@ server=$(ctr version 2>/dev/null | awk '/Version:/ {v = $2} END {print v}')
 say runtime "cgroup=$cgroup" "systemd=${systemd:-unknown}" "containerd=$server"
 """
 
-#: the first guest's side, run once by cloud-init: preloaded images, kubeadm init, the node Ready
+#: each guest's side, run once by cloud-init: its runtime, the preloaded images, the host's API server reached,
+#: ``kubeadm join``
 GUEST_SCRIPT = (
     SCRIPT_HEAD
-    + """export KUBECONFIG=/etc/kubernetes/admin.conf
-say started
+    + """say started
 i=0
 until ctr version >/dev/null 2>&1; do
   i=$((i + 1)); [ $i -lt 120 ] || { say containerd-down; journal; exit 1; }; sleep 1
 done
 """
     + RUNTIME_REPORT
-    + f"""wanted=$(kubeadm config images list --config kubeadm.yaml 2>kubeadm-images.log) || {{
-  say images-failed "$(tail -n 3 kubeadm-images.log | tr '\\n' ' ')"; exit 1; }}
+    + """wanted=$(kubeadm config images list --config kubeadm.yaml 2>kubeadm-images.log) || {
+  say images-failed "$(tail -n 3 kubeadm-images.log | tr '\\n' ' ')"; exit 1; }
 have=$(ctr -n k8s.io images ls -q)
 missing=""
 for ref in $wanted; do
   echo "$have" | grep -qxF "$ref" || missing="$missing $ref"
 done
 if [ -n "$missing" ]; then say images-missing$missing; else say images-ok $(echo $wanted); fi
-say init-begin
-if kubeadm init --config kubeadm.yaml > init.log 2>&1; then
-  say init-ok
-else
-  say init-failed
-  tail -n 40 init.log > $out
-  journal
-  exit 1
-fi
+server=$(awk '/apiServerEndpoint:/ {print $2}' join.yaml)
 i=0
-ready='{{.status.conditions[?(@.type=="Ready")].status}}'
-until kubectl get node {NODE_NAME} -o jsonpath="$ready" 2>/dev/null | grep -qx True; do
-  i=$((i + 1)); [ $i -lt 180 ] || {{ say not-ready; kubectl describe node {NODE_NAME} > $out 2>&1; journal; exit 1; }}
-  sleep 5
+until curl -ks --max-time 10 "https://$server/healthz" | grep -qx ok; do
+  i=$((i + 1)); [ $i -lt 60 ] || { say api-unreachable "$server"; ip addr > $out; ip route > $out; exit 1; }; sleep 5
 done
-say ready
-"""
-)
-
-
-#: the second node's side: wait for the first node's API server on the wire, then kubeadm join
-WORKER_SCRIPT = (
-    SCRIPT_HEAD
-    + f"""say started
-i=0
-until curl -ks --max-time 5 https://{WIRE_IPS[0]}:6443/healthz | grep -qx ok; do
-  i=$((i + 1)); [ $i -lt 400 ] || {{ say api-unreachable; ip addr > $out; exit 1; }}; sleep 5
-done
-say api-reachable
+say join-begin
 if kubeadm join --config join.yaml > join.log 2>&1; then
   say join-ok
 else
@@ -390,62 +247,22 @@ def runtime_ok(event: str, detail: str) -> bool:
     return event == "runtime" and words.get("cgroup") == "cgroup2fs" and words.get("systemd") == "true"
 
 
-def _network_config(index: int) -> str:
-    """netplan for guest ``index``: DHCP on QEMU's user network, its fixed address on the wire (NICs by MAC)."""
-    uplink, wire = MACS[index]
-    return yaml.safe_dump({"version": 2, "ethernets": {
-        "uplink": {"match": {"macaddress": uplink}, "dhcp4": True},
-        "wire": {"match": {"macaddress": wire}, "dhcp4": False, "addresses": [f"{WIRE_IPS[index]}/24"]},
-    }}, sort_keys=False)  # fmt: skip
-
-
-def _seed(files: dict[str, bytes], kubeadm: str, *, index: int = 0, joined: bool = False) -> dict[str, str]:
-    """The NoCloud seed of guest ``index``: 0 runs kubeadm init (with the CA), 1 joins it."""
+def _seed(cluster: str, join: str, index: int) -> dict[str, str]:
+    """The NoCloud seed of guest ``index`` (0 or 1): its pod range's CNI configuration, the cluster's kubeadm
+    configuration (for the list of a control plane's images), its join configuration and the script. No key of the
+    cluster's: a join needs the token and the CA's hash only."""
     write = [
         {"path": "/etc/cni/net.d/10-node-check.conflist", "content": json.dumps(_cni_config(NODE_SUBNETS[index]),
                                                                                 indent=2), "permissions": "0644"},
-        {"path": f"/root/node-check/{'kubeadm' if index == 0 else 'join'}.yaml", "content": kubeadm,
-         "permissions": "0600"},
-        {"path": "/root/node-check/run.sh", "content": GUEST_SCRIPT if index == 0 else WORKER_SCRIPT,
-         "permissions": "0700"},
+        {"path": "/root/node-check/kubeadm.yaml", "content": cluster, "permissions": "0600"},
+        {"path": "/root/node-check/join.yaml", "content": join, "permissions": "0600"},
+        {"path": "/root/node-check/run.sh", "content": GUEST_SCRIPT, "permissions": "0700"},
     ]  # fmt: skip
-    if index == 0:
-        write += [
-            {"path": "/etc/kubernetes/pki/ca.crt", "content": files["ca.crt"].decode(), "permissions": "0644"},
-            {"path": "/etc/kubernetes/pki/ca.key", "content": files["ca.key"].decode(), "permissions": "0600"},
-        ]
-        write += [{"path": f"{PATCHES_DIR}/{name}", "content": patch, "permissions": "0600"}
-                  for name, patch in probe_patches().items()]  # fmt: skip
     user_data = {"write_files": write, "runcmd": [["/root/node-check/run.sh"]]}
-    seed = {
-        "meta-data": yaml.safe_dump(
-            {"instance-id": f"node-check-{index + 1}", "local-hostname": NODE_NAME if index == 0 else WORKER_NAME}
-        ),
+    return {
+        "meta-data": yaml.safe_dump({"instance-id": f"node-check-{index + 1}", "local-hostname": NODE_NAMES[index]}),
         "user-data": "#cloud-config\n" + yaml.safe_dump(user_data, sort_keys=False),
     }
-    if joined:
-        seed["network-config"] = _network_config(index)
-    return seed
-
-
-def _kubeconfig(files: dict[str, bytes], work: Path, port: int) -> Path:
-    for name in ("ca.crt", "admin.crt", "admin.key"):
-        (work / name).write_bytes(files[name])
-        (work / name).chmod(0o600)
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "node-check", "cluster": {"server": f"https://127.0.0.1:{port}",
-                                                       "certificate-authority": str(work / "ca.crt")}}],
-        "users": [{"name": "admin", "user": {"client-certificate": str(work / "admin.crt"),
-                                             "client-key": str(work / "admin.key")}}],
-        "contexts": [{"name": "node-check", "context": {"cluster": "node-check", "user": "admin"}}],
-        "current-context": "node-check",
-    }  # fmt: skip
-    path = work / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
 
 
 class _Kubectl:
@@ -463,23 +280,24 @@ class _Kubectl:
         return json.loads(proc.stdout)
 
 
-def _image_kubectl(root: Path, work: Path, expected: dict[str, Any]) -> Path:
-    """The image's own kubectl, copied out, after checking it is the release manifest's (and a real binary)."""
-    source = root / "usr/bin/kubectl"
+def _image_program(root: Path, work: Path, expected: dict[str, Any], name: str) -> Path:
+    """The image's own ``/usr/bin/<name>`` (kubectl, kubeadm), copied out, after checking it is the release
+    manifest's (and a real program)."""
+    source = safe_join(root, f"usr/bin/{name}", what=f"the image's {name}")  # its links stay in the image
     if not source.is_file():
-        raise InputError("the image has no /usr/bin/kubectl", expected="an image built with a Kubernetes release")
+        raise InputError(f"the image has no /usr/bin/{name}", expected="an image built with a Kubernetes release")
     with source.open("rb") as fh:
         if fh.read(4) != b"\x7fELF":
             raise InputError(
-                "the image's kubectl is not a program (a stand-in release's script?)",
+                f"the image's {name} is not a program (a stand-in release's script?)",
                 expected="an image of a real release: image-builder release.build, or the distro's",
             )
-    want = next((a.get("sha256") for a in expected["plan"]["artifacts"] if a["name"] == "kubectl"), None)
-    copy = work / "kubectl"
+    want = next((a.get("sha256") for a in expected["plan"]["artifacts"] if a["name"] == name), None)
+    copy = work / name
     shutil.copyfile(source, copy)
     copy.chmod(0o700)
     if want and sha256_file(copy) != want:
-        raise InputError("the image's kubectl differs from the release manifest's", expected=f"sha256 {want}")
+        raise InputError(f"the image's {name} differs from the release manifest's", expected=f"sha256 {want}")
     return copy
 
 
@@ -682,13 +500,15 @@ def node_check(
     join: bool = False,
     say: Say = silent,
 ) -> list[Step]:
-    """Boot ``raw`` (left untouched), bring a single-node cluster up on it and check it; ``join``: a second copy
-    joins it as a worker over a private wire between the two guests, and the test pod runs there. One
-    :class:`Step` each, timed; steps after a failed one are not run (its detail carries the guest's journal)."""
+    """Boot ``raw`` (left untouched) as a node of a control plane the host runs from the image's own programs, and
+    check it; ``join``: a second copy joins as a second node, and the test pod runs there. One :class:`Step` each,
+    timed; steps after a failed one are not run (its detail carries the guest's journal, or the component's log)."""
     steps: list[Step] = []
     machine = recorded(expected["plan"], "the build manifest")  # an arm64 node boots under qemu-system-aarch64
     images = _images(expected)
     version = expected["plan"].get("kubernetes_version") or _split(images["kube-apiserver"])[1]
+    tags = {name: _split(images[name])[1] for name in controlplane.PROGRAMS if name in images}
+    tags.update({name: version for name in controlplane.PROGRAMS if name not in images})
     began = time.monotonic()
 
     def step(name: str, ok: bool, detail: str, since: float) -> None:
@@ -701,97 +521,94 @@ def node_check(
     def left() -> float:
         return max(60.0, timeout - (time.monotonic() - began))
 
-    with run_tempdir("node-check") as tmp, contextlib.ExitStack() as guests:
+    with run_tempdir("node-check") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         work.chmod(0o700)
-        with mounted_root(raw) as root:
-            kubectl_binary = _image_kubectl(root, work, expected)
-        clock = ""
-        if machine.name == "amd64" and not kvm_status().usable:
-            raw, clock = _emulated_clock_copy(raw, work)
-            say(f"node check: {clock}")
-        files = _ca_and_admin(work, ecdsa=_api(version)[1] >= 31)
-        token = f"{secrets.token_hex(3)}.{secrets.token_hex(8)}"
-        joining = Join(token, files["ca.hash"].decode()) if join else None
-        (work / "first").mkdir()
-        seed = qemu.seed_iso(_seed(files, kubeadm_config(images, version, joining), joined=join), work / "first")
-        port = qemu.free_port()
-        wire = qemu.free_port() if join else 0
-        kubectl = _Kubectl(kubectl_binary, _kubeconfig(files, work, port))
-        say(f"node check: booting the image under QEMU with kubeadm's seed (API server on 127.0.0.1:{port})")
-        guest = guests.enter_context(qemu.running(
-            raw, serial=work / "serial.log", snapshot=True, cdrom=seed, memory_mb=3072, firmware=firmware,
-            machine=machine, forwards=((port, 6443),), mac=MACS[0][0] if join else None,
-            link=qemu.Link(wire, MACS[0][1], listen=True) if join else None))  # fmt: skip
-        console = _Console(guest)
         try:
             t = time.monotonic()
-            event, detail = console.wait(("started",), (), min(900.0, timeout))
-            step("boot and cloud-init", event == "started",
-                 f"the seed's script started ({guest.how}{', ' + TCG_CLOCK if clock.startswith('booted') else ''})"
-                 if event == "started" else
-                 f"{detail}; console ends: {guest.console(600)}", t)  # fmt: skip
-            t = time.monotonic()
-            event, detail = console.wait(("runtime",), ("containerd-down",), 300)
-            step("runtime: systemd cgroups on cgroup v2", runtime_ok(event, detail),
-                 f"crictl info and the guest's /sys/fs/cgroup: {detail}", t)  # fmt: skip
-            t = time.monotonic()
-            event, detail = console.wait(("images-ok",), ("images-missing", "images-failed", "containerd-down"),
-                                         300)  # fmt: skip
-            step("preloaded images", event == "images-ok",
-                 f"every image kubeadm {version} asks for is in containerd: {detail}" if event == "images-ok"
-                 else f"{event}: {detail}", t)  # fmt: skip
-            t = time.monotonic()
-            event, detail = console.wait(("init-ok",), ("init-failed",), left())
-            step("kubeadm init", event == "init-ok",
-                 "control plane, offline, from the preloaded images" if event == "init-ok"
-                 else f"{event}: {detail}\n{console.journal(since=event, wait=90)}", t)  # fmt: skip
-            # the second guest boots once the first's control plane is up (beside kubeadm init, its vCPU slowed
-            # 1.36's init past 11 minutes under TCG) and joins while kube-proxy and CoreDNS come up; one vCPU is
-            # enough for a worker (kubeadm asks for two on a control plane only), and under TCG the two guests' vCPUs
-            # are host threads that share the host's cores: a third thread instead of a fourth leaves the control
-            # plane more of them
-            if joining is not None:
-                (work / "second").mkdir()
-                second_seed = qemu.seed_iso(_seed(files, join_config(version, joining), index=1, joined=True),
-                                            work / "second")  # fmt: skip
-                worker = guests.enter_context(qemu.running(
-                    raw, serial=work / "serial-2.log", snapshot=True, cdrom=second_seed, memory_mb=2048, cpus=1,
-                    firmware=firmware, mac=MACS[1][0], link=qemu.Link(wire, MACS[1][1], listen=False),
-                    machine=machine))  # fmt: skip
-            t = time.monotonic()
-            ok, detail = _poll("node Ready", lambda: _node_ready(kubectl), 600)
-            step("node Ready", ok, detail if ok else f"{detail}\n{console.journal()}", t)
-            t = time.monotonic()
-            ok, detail = _poll("control-plane pods", lambda: _pods_running(kubectl, CONTROL_PLANE), 600)
-            step("control-plane pods Running", ok, detail, t)
+            (work / "bin").mkdir(mode=0o700)
+            with mounted_root(raw) as root:
+                kubectl_binary = _image_program(root, work, expected, "kubectl")
+                kubeadm_binary = _image_program(root, work, expected, "kubeadm")
+                try:
+                    programs = controlplane.image_programs(root, tags, work / "bin")
+                except ExternalError as exc:
+                    step("control plane on the host", False, str(exc), t)
+            if problem := machine.emulation_problem():
+                step("control plane on the host", False, f"the image's programs are {machine.name}: {problem}", t)
+            pki = controlplane.pki(work)
+            port = qemu.free_port()
+            joining = Join(f"{secrets.token_hex(3)}.{secrets.token_hex(8)}", pki.ca_hash,
+                           f"{controlplane.HOST_FROM_GUEST}:{port}")  # fmt: skip
+            cluster = kubeadm_config(images, version, joining)
+            try:
+                endpoint = stack.enter_context(
+                    controlplane.running(programs, kubeadm_binary, kubectl_binary, cluster, work, port)
+                )
+            except ExternalError as exc:
+                step("control plane on the host", False, str(exc), t)
+            kubectl = _Kubectl(kubectl_binary, work / "admin.conf")
+            step("control plane on the host", True,
+                 f"the image's etcd, API server, controller manager and scheduler on {endpoint.host} "
+                 f"({endpoint.guest} from the guests), kubeadm's phases", t)  # fmt: skip
+            clock = ""
+            if machine.name == "amd64" and not kvm_status().usable:
+                raw, clock = _emulated_clock_copy(raw, work)
+                say(f"node check: {clock}")
+
+            def boot(index: int, cpus: int, memory_mb: int) -> _Console:
+                folder = work / f"guest-{index + 1}"
+                folder.mkdir()
+                seed = qemu.seed_iso(_seed(cluster, join_config(version, joining, NODE_NAMES[index]), index), folder)
+                guest = stack.enter_context(qemu.running(
+                    raw, serial=folder / "serial.log", snapshot=True, cdrom=seed, memory_mb=memory_mb, cpus=cpus,
+                    firmware=firmware, machine=machine))  # fmt: skip
+                return _Console(guest)
+
+            def joined(console: _Console, name: str, label: str) -> None:
+                t = time.monotonic()
+                event, detail = console.wait(("started",), (), min(900.0, left()))
+                step(f"{label}boot and cloud-init", event == "started",
+                     f"the seed's script started ({console.guest.how}"
+                     f"{', ' + TCG_CLOCK if clock.startswith('booted') else ''})"
+                     if event == "started" else f"{detail}; console ends: {console.guest.console(600)}", t)  # fmt: skip
+                t = time.monotonic()
+                event, detail = console.wait(("runtime",), ("containerd-down",), 300)
+                step(f"{label}runtime: systemd cgroups on cgroup v2", runtime_ok(event, detail),
+                     f"crictl info and the guest's /sys/fs/cgroup: {detail}", t)  # fmt: skip
+                t = time.monotonic()
+                event, detail = console.wait(("images-ok",), ("images-missing", "images-failed", "containerd-down"),
+                                             300)  # fmt: skip
+                step(f"{label}preloaded images", event == "images-ok",
+                     f"every image kubeadm {version} asks for is in containerd: {detail}" if event == "images-ok"
+                     else f"{event}: {detail}", t)  # fmt: skip
+                t = time.monotonic()
+                event, detail = console.wait(("join-ok",), ("join-failed", "api-unreachable"), left())
+                step(f"{label}kubeadm join", event == "join-ok",
+                     f"to {joining.endpoint} with the bootstrap token and the pinned CA" if event == "join-ok"
+                     else f"{event}: {detail}\n{console.journal(since=event, wait=90)}", t)  # fmt: skip
+                t = time.monotonic()
+                ok, detail = _poll("node Ready", lambda: _node_ready(kubectl, name), min(900.0, left()))
+                step(f"{label}node Ready", ok, detail if ok else f"{detail}\n{console.journal()}", t)
+
+            say(f"node check: booting the image under QEMU to join the control plane on {endpoint.host}")
+            joined(boot(0, 2, 2048), NODE_NAME, "")
             pod_node = NODE_NAME
-            if joining is not None:
-                second = _Console(worker)
-                t = time.monotonic()
-                event, detail = second.wait(("join-ok",), ("join-failed", "api-unreachable"), left())
-                joined = event == "join-ok"
-                step("second node joined", joined,
-                     f"kubeadm join over the wire ({WIRE_IPS[1]} -> {WIRE_IPS[0]}:6443), token and pinned CA" if joined
-                     else f"{event}: {detail}\n{second.journal(since=event, wait=90)}", t)  # fmt: skip
-                t = time.monotonic()
-                ok, detail = _poll("second node Ready", lambda: _node_ready(kubectl, WORKER_NAME), 900)
-                step("second node Ready", ok, detail if ok else f"{detail}\n{second.journal()}", t)
+            if join:  # the second guest boots once the first is a node: one guest's vCPUs at a time on the cores
+                joined(boot(1, 1, 2048), WORKER_NAME, "second node: ")
                 pod_node = WORKER_NAME
             t = time.monotonic()
-            # under TCG a 1.36 kube-proxy takes minutes from its start to its first rules, and CoreDNS is not
-            # ready until it reaches the API through them (557 s of this wait, measured alone)
+            # under TCG kube-proxy takes minutes from its start to its first rules, and CoreDNS is not ready until
+            # it reaches the API server through them
             ok, detail = _poll("kube-proxy and CoreDNS", lambda: _pods_running(kubectl, ADDONS), min(1200.0, left()))
             step("kube-proxy and CoreDNS Running", ok, detail, t)
             t = time.monotonic()
             pod = json.dumps(_test_pod(images["pause"], pod_node))
 
-            def create() -> tuple[bool, str]:  # the default service account appears a little after init
+            def create() -> tuple[bool, str]:  # the default service account appears a little after the phases
                 proc = kubectl.run("apply", "-f", "-", stdin=pod)
                 return proc.returncode == 0, proc.stderr.strip()[-200:]
 
-            # (both waits as long as the check has left, up to 10 and 20 minutes: under TCG a 1.36 control plane's
-            # controllers and a kubelet's sandbox take minutes)
             ok, detail = _poll("test pod created", create, min(600.0, left()))
             if ok:
                 ok, detail = _poll("test pod Running", lambda: _pod_state(kubectl), min(1200.0, left()))

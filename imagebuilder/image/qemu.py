@@ -42,19 +42,6 @@ def seed_iso(files: dict[str, str], work: Path) -> Path:
     return iso
 
 
-@dataclass(frozen=True)
-class Link:
-    """One end of a private Ethernet wire between two guests: QEMU's socket network over a TCP port on 127.0.0.1
-    (the first guest listens, the second connects), so nothing of it reaches a network of the host."""
-
-    port: int
-    mac: str
-    listen: bool
-
-    def netdev(self, name: str) -> str:
-        return f"socket,id={name},{'listen' if self.listen else 'connect'}=127.0.0.1:{self.port}"
-
-
 @dataclass
 class Guest:
     proc: subprocess.Popen[bytes]
@@ -104,16 +91,11 @@ def running(
     cpus: int = 2,
     kvm: KvmStatus | None = None,
     firmware: Firmware = "bios",
-    forwards: tuple[tuple[int, int], ...] = (),
-    mac: str | None = None,
-    link: Link | None = None,
     machine: Arch | None = None,
 ) -> Iterator[Guest]:
     """Start a guest on ``disk`` (``snapshot``: writes go to a throwaway overlay) and stop it after the block;
     ``cpus``: its vCPUs (under TCG each is a host thread); ``firmware="efi"``: OVMF in place of SeaBIOS, the guest
-    boots by UEFI; ``forwards``: more (host port, guest port) pairs reached on 127.0.0.1, beside ``ssh_port`` (the
-    node check's API server); ``mac``: the first NIC's address; ``link``: a second NIC on a private wire to another
-    guest (the node check's second node); ``machine``: the guest's architecture (default amd64; another one is
+    boots by UEFI; ``machine``: the guest's architecture (default amd64; another one is
     emulated by its QEMU under TCG, and boots UEFI: arm64 machines have no BIOS)."""
     machine = machine or arch("amd64")
     if not machine.native:
@@ -124,13 +106,11 @@ def running(
     qemu = require_tools(machine.qemu)[machine.qemu]
     serial.touch()
     pairs = ((ssh_port, 22),) if ssh_port else ()
-    netdev = "user,id=n0" + "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in (*pairs, *forwards))
+    netdev = "user,id=n0" + "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in pairs)
     cmd = [qemu, *machine.qemu_machine, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", str(cpus),
            "-display", "none", "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
            "-drive", f"file={disk},if=virtio,format={fmt}",
-           "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0" + (f",mac={mac}" if mac else "")]  # fmt: skip
-    if link is not None:
-        cmd += ["-netdev", link.netdev("n1"), "-device", f"virtio-net-pci,netdev=n1,mac={link.mac}"]
+           "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"]  # fmt: skip
     if firmware == "efi":
         cmd += ["-bios", str(machine.firmware())]
     if snapshot:

@@ -308,48 +308,57 @@ def test_the_release_images_import_into_containerd_under_kubeadms_names(
     assert set(source_release.images.values()) <= names
 
 
-def test_a_second_node_joins_with_the_token_and_the_pinned_ca_hash(tmp_path: Path) -> None:
-    """The join's configuration: the first node's address on the wire, the bootstrap token the init creates, and
-    the CA's public-key hash computed the way kubeadm's documentation computes it with openssl."""
-    from imagebuilder.image.nodecheck import WIRE_IPS, Join, _ca_and_admin, _seed, join_config
+def test_a_join_pins_the_ca_hash_kubeadm_documents(tmp_path: Path) -> None:
+    """The joins' configuration: the host's API server at the guests' address, the bootstrap token kubeadm's phase
+    creates, and the CA's public-key hash computed the way kubeadm's documentation computes it with openssl; no key
+    of the cluster's goes into a guest's seed."""
+    from imagebuilder.image.controlplane import pki
+    from imagebuilder.image.nodecheck import NODE_NAMES, Join, _seed, join_config
 
-    files = _ca_and_admin(tmp_path)
-    (tmp_path / "ca.pem").write_bytes(files["ca.crt"])
-    pub = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "ca.pem"), "-pubkey", "-noout"],
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    cluster_pki = pki(work)
+    pub = subprocess.run(["openssl", "x509", "-in", str(cluster_pki.folder / "ca.crt"), "-pubkey", "-noout"],
                          capture_output=True, check=True).stdout  # fmt: skip
     der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pub, capture_output=True,
                          check=True).stdout  # fmt: skip
-    assert files["ca.hash"].decode() == hashlib.sha256(der).hexdigest()
-    join = Join("abcdef.0123456789abcdef", files["ca.hash"].decode())
+    assert cluster_pki.ca_hash == hashlib.sha256(der).hexdigest()
+    # the API server's certificate names every address it is reached at: the host's, the guests', the service's
+    text = subprocess.run(["openssl", "x509", "-in", str(cluster_pki.folder / "apiserver.crt"), "-noout", "-text"],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    for name in ("IP Address:127.0.0.1", "IP Address:10.0.2.2", "IP Address:10.96.0.1", "DNS:kubernetes.default.svc"):
+        assert name in text, text
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in cluster_pki.folder.iterdir()} == {
+        n: "0o600" for n in ("ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
+                             "sa.key", "sa.pub")}  # fmt: skip
+    join = Join("abcdef.0123456789abcdef", cluster_pki.ca_hash, "10.0.2.2:40123")
     images = release_images(reference("eksd", "kubernetes-1-21-eks-4.yaml"))
-    init = next(yaml.safe_load_all(kubeadm_config(images, "v1.34.2", join)))
-    assert init["localAPIEndpoint"]["advertiseAddress"] == WIRE_IPS[0]
-    assert init["bootstrapTokens"][0]["token"] == join.token
-    assert init["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "node-ip", "value": WIRE_IPS[0]}]
-    joined = yaml.safe_load(join_config("v1.30.0", join))
+    init, cluster, _ = yaml.safe_load_all(kubeadm_config(images, "v1.34.2", join))
+    assert init["localAPIEndpoint"] == {"advertiseAddress": "10.0.2.2", "bindPort": 40123}
+    assert init["bootstrapTokens"][0]["token"] == join.token and cluster["controlPlaneEndpoint"] == join.endpoint
+    joined = yaml.safe_load(join_config("v1.30.0", join, NODE_NAMES[1]))
     assert joined["apiVersion"] == "kubeadm.k8s.io/v1beta3" and joined["kind"] == "JoinConfiguration"
     token = joined["discovery"]["bootstrapToken"]
-    assert token["apiServerEndpoint"] == f"{WIRE_IPS[0]}:6443" and token["caCertHashes"] == [f"sha256:{join.ca_hash}"]
-    assert joined["nodeRegistration"]["kubeletExtraArgs"] == {"node-ip": WIRE_IPS[1]}
-    # the second guest's seed: no CA key, its own address on the wire, the join configuration
-    seed = _seed(files, join_config("v1.34.2", join), index=1, joined=True)
+    assert token["apiServerEndpoint"] == "10.0.2.2:40123" and token["caCertHashes"] == [f"sha256:{join.ca_hash}"]
+    assert joined["nodeRegistration"]["name"] == "node-check-2"
+    seed = _seed(kubeadm_config(images, "v1.34.2", join), join_config("v1.34.2", join, NODE_NAMES[1]), 1)
     user_data = yaml.safe_load(seed["user-data"])
-    paths = {f["path"] for f in user_data["write_files"]}
-    assert "/etc/kubernetes/pki/ca.key" not in paths and "/root/node-check/join.yaml" in paths
-    assert f"{WIRE_IPS[1]}/24" in yaml.safe_load(seed["network-config"])["ethernets"]["wire"]["addresses"]
-    first = yaml.safe_load(_seed(files, "x", index=0)["user-data"])
-    assert "/etc/kubernetes/pki/ca.key" in {f["path"] for f in first["write_files"]}
+    assert {f["path"] for f in user_data["write_files"]} == {
+        "/etc/cni/net.d/10-node-check.conflist", "/root/node-check/kubeadm.yaml", "/root/node-check/join.yaml",
+        "/root/node-check/run.sh"}  # fmt: skip
+    assert "BEGIN" not in seed["user-data"], "no key or certificate of the cluster's in a guest"
+    assert "10.244.1.0/24" in seed["user-data"] and "local-hostname: node-check-2" in seed["meta-data"]
 
 
 def test_real_kubeadm_validates_the_node_checks_configurations(source_release: SourceRelease, tmp_path: Path) -> None:
-    """kubeadm's own strict decoder (``kubeadm config validate``) accepts what the node check hands the guests: the
-    init configuration with the join's token and the join configuration, the lengthened waits included."""
-    from imagebuilder.image.nodecheck import SLOW_HOST_WAIT, Join, join_config
+    """kubeadm's own strict decoder (``kubeadm config validate``) accepts what the node check hands kubeadm: the
+    cluster's configuration with the join's token and the join configuration, the lengthened waits included."""
+    from imagebuilder.image.nodecheck import NODE_NAME, SLOW_HOST_WAIT, Join, join_config
 
     kubeadm = next(c.bin_dir for c in source_release.components if c.name == "kubernetes") / "kubeadm"
-    join = Join("abcdef.0123456789abcdef", "a" * 64)
+    join = Join("abcdef.0123456789abcdef", "a" * 64, "10.0.2.2:40123")
     for name, text in (("init", kubeadm_config(source_release.images, source_release.kubernetes_version, join)),
-                       ("join", join_config(source_release.kubernetes_version, join))):  # fmt: skip
+                       ("join", join_config(source_release.kubernetes_version, join, NODE_NAME))):  # fmt: skip
         assert f"tlsBootstrap: {SLOW_HOST_WAIT}" in text or name == "init"
         config = tmp_path / f"{name}.yaml"
         config.write_text(text)
@@ -357,48 +366,99 @@ def test_real_kubeadm_validates_the_node_checks_configurations(source_release: S
                              text=True, check=False)  # fmt: skip
         assert res.returncode == 0, f"{name}: {res.stdout}{res.stderr}"
         # the decoder is strict: a misspelt field is refused, so the passes above mean something
-        config.write_text(text.replace("kubeletHealthCheck:", "kubeletHealthChek:"))
+        config.write_text(text.replace("kubernetesVersion:", "kubernetesVersoin:").replace("discovery:", "discovry:"))
         res = subprocess.run([str(kubeadm), "config", "validate", "--config", str(config)], capture_output=True,
                              text=True, check=False)  # fmt: skip
-        assert res.returncode != 0 and "kubeletHealthChek" in res.stderr, res.stderr
+        assert res.returncode != 0, res.stderr
 
 
-def test_real_kubeadm_gives_the_control_plane_the_node_checks_patient_probes(
+def test_the_node_checks_control_plane_runs_on_the_host_from_the_releases_programs(
     source_release: SourceRelease, tmp_path: Path
 ) -> None:
-    """The release's kubeadm writes the four static pods (``init phase ... --dry-run``, into a folder of the test's)
-    with the node check's patches applied: each probe that kills a component waits 60 s for an answer and allows many
-    failures, and every probe keeps the health endpoint kubeadm gave it (a patch that dropped it would leave a probe
-    the kubelet refuses)."""
-    from imagebuilder.image.nodecheck import CONTROL_PLANE, PATCHES_DIR, _seed, probe_patches
+    """The node check's control plane (imagebuilder.image.controlplane) from the release's real programs: etcd, the
+    API server, the controller manager and the scheduler on 127.0.0.1, then the release's kubeadm's phases against
+    them. A join's every need is in place: ``cluster-info`` at the guests' address, signed for the token by the
+    controller manager's bootstrap signer; the token; the RBAC rules that approve its CSRs; kubeadm's and the
+    kubelet's ConfigMaps; kube-proxy and CoreDNS; the ``kubernetes`` service's endpoint at the guests' address. The
+    components end with the block."""
+    import base64
 
-    kubeadm = next(c.bin_dir for c in source_release.components if c.name == "kubernetes") / "kubeadm"
-    patches = tmp_path / "patches"
-    patches.mkdir()
-    for name, text in probe_patches().items():
-        (patches / name).write_text(text)
-    config = tmp_path / "kubeadm.yaml"
-    text = kubeadm_config(source_release.images, source_release.kubernetes_version)
-    assert PATCHES_DIR in text
-    config.write_text(text.replace(PATCHES_DIR, str(patches)))
-    dry = tmp_path / "dry"
-    dry.mkdir()
-    env = {**os.environ, "KUBEADM_INIT_DRYRUN_DIR": str(dry)}
-    for phase in (("control-plane", "all"), ("etcd", "local")):
-        res = subprocess.run([str(kubeadm), "init", "phase", *phase, "--config", str(config), "--dry-run"],
-                             capture_output=True, text=True, env=env, check=False)  # fmt: skip
-        assert res.returncode == 0, res.stdout + res.stderr
-    for component in CONTROL_PLANE:
-        [container] = yaml.safe_load((dry / f"{component}.yaml").read_text())["spec"]["containers"]
-        for probe in ("livenessProbe", "startupProbe"):
-            assert container[probe]["timeoutSeconds"] == 60, (component, probe, container[probe])
-            assert container[probe]["failureThreshold"] * container[probe]["periodSeconds"] >= 600, container[probe]
-        for probe in ("livenessProbe", "startupProbe", "readinessProbe"):
-            if probe in container:
-                assert container[probe]["httpGet"]["path"].startswith("/"), (component, probe, container[probe])
-    # the first guest's seed carries the patches where the configuration says
-    first = yaml.safe_load(_seed({"ca.crt": b"c", "ca.key": b"k"}, text, index=0)["user-data"])
-    assert {f"{PATCHES_DIR}/{c}.yaml" for c in CONTROL_PLANE} <= {f["path"] for f in first["write_files"]}
+    from imagebuilder.image import controlplane
+    from imagebuilder.image.nodecheck import Join
+    from imagebuilder.image.qemu import free_port
+
+    bins = {c.name: c.bin_dir for c in source_release.components}
+    programs = {name: bins["etcd" if name == "etcd" else "kubernetes"] / name for name in controlplane.PROGRAMS}
+    kubeadm, kubectl = bins["kubernetes"] / "kubeadm", bins["kubernetes"] / "kubectl"
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    cluster_pki = controlplane.pki(work)
+    port = free_port()
+    join = Join("abcdef.0123456789abcdef", cluster_pki.ca_hash, f"10.0.2.2:{port}")
+    config = kubeadm_config(source_release.images, source_release.kubernetes_version, join)
+
+    def get(*args: str) -> dict[str, object]:
+        res = subprocess.run([str(kubectl), "--kubeconfig", str(work / "admin.conf"), "get", *args, "-o", "json"],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+        assert res.returncode == 0, (args, res.stderr)
+        return json.loads(res.stdout)  # type: ignore[no-any-return]
+
+    with controlplane.running(programs, kubeadm, kubectl, config, work, port) as endpoint:
+        assert endpoint.host == f"https://127.0.0.1:{port}" and endpoint.guest == join.endpoint
+        deadline = time.monotonic() + 120
+        while "jws-kubeconfig-abcdef" not in (info := get("configmap", "cluster-info", "-n", "kube-public"))["data"]:
+            assert time.monotonic() < deadline, info
+            time.sleep(2)
+        discovered = yaml.safe_load(info["data"]["kubeconfig"])  # type: ignore[index]
+        [cluster] = discovered["clusters"]
+        assert cluster["cluster"]["server"] == f"https://10.0.2.2:{port}"
+        assert base64.b64decode(cluster["cluster"]["certificate-authority-data"]) == cluster_pki.ca
+        secret = get("secret", "bootstrap-token-abcdef", "-n", "kube-system")
+        assert base64.b64decode(secret["data"]["token-secret"]).decode() == "0123456789abcdef"  # type: ignore[index]
+        get("clusterrolebinding", "kubeadm:node-autoapprove-bootstrap")
+        get("configmap", "kubeadm-config", "-n", "kube-system")
+        get("configmap", "kubelet-config", "-n", "kube-system")
+        get("daemonset", "kube-proxy", "-n", "kube-system")
+        get("deployment", "coredns", "-n", "kube-system")
+        proxy = get("configmap", "kube-proxy", "-n", "kube-system")
+        assert f"server: https://10.0.2.2:{port}" in json.dumps(proxy["data"]).replace("\\n", "\n")
+        endpoints = json.dumps(get("endpoints", "kubernetes", "-n", "default"))
+        assert '"ip": "10.0.2.2"' in endpoints and f'"port": {port}' in endpoints, endpoints
+        # no secret of the token's in any component's command line
+        assert not [p for p in Path("/proc").glob("[0-9]*/cmdline")
+                    if "0123456789abcdef" in p.read_text(errors="replace")]  # fmt: skip
+    left = [p for p in Path("/proc").glob("[0-9]*/cmdline") if str(work) in p.read_text(errors="replace")]
+    assert not left, "the control plane's components ended with the block"
+
+
+def test_a_control_plane_that_cannot_start_says_which_component_and_why(tmp_path: Path) -> None:
+    """A component that exits (here an etcd whose data folder is a file) fails the control plane at once with its
+    log's end, and the components that did start end too."""
+    from imagebuilder.image import controlplane
+
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    controlplane.pki(work)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    programs = {}
+    for name in controlplane.PROGRAMS:
+        script = fake / name
+        script.write_text("#!/bin/sh\necho 'etcd: cannot access data directory' >&2; exit 3\n" if name == "etcd"
+                          else "#!/bin/sh\nexec sleep 300\n")  # fmt: skip
+        script.chmod(0o755)
+        programs[name] = script
+    kubectl = fake / "kubectl"
+    kubectl.write_text("#!/bin/sh\necho 'connection refused' >&2; exit 1\n")
+    kubectl.chmod(0o755)
+    with (
+        pytest.raises(ExternalError, match=r"etcd exited \(3\)") as err,
+        controlplane.running(programs, kubectl, kubectl, "x", work, 1),
+    ):
+        pass
+    assert "cannot access data directory" in str(err.value)
+    left = [p for p in Path("/proc").glob("[0-9]*/cmdline") if str(fake) in p.read_text(errors="replace")]
+    assert not left, "the components that started were ended"
 
 
 def test_a_pod_that_does_not_run_says_why(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.image.boltdb import BoltFile, containerd_images
-from imagebuilder.image.nodecheck import CONTROL_PLANE, PATCHES_DIR, kubeadm_config, probe_patches
+from imagebuilder.image.nodecheck import Join, join_config, kubeadm_config
 from imagebuilder.release.imagearchive import Entry, ImageSpec, archive_refs, docker_archive
 from imagebuilder.release.manifest import IMAGE_REF, parse_manifest
 from imagebuilder.release.source import parse_version
@@ -76,9 +76,12 @@ def test_a_folder_becomes_layer_entries_with_its_links(tmp_path: Path) -> None:
         assert tar.getmember("usr/sbin/xtables-nft-multi").mode == 0o755
 
 
+JOIN = Join("abcdef.0123456789abcdef", "a" * 64, "10.0.2.2:40123")
+
+
 def test_kubeadm_is_told_the_repositories_and_tags_a_distro_release_names() -> None:
     images = release_images(reference("eksd", "kubernetes-1-21-eks-4.yaml"))
-    docs = list(yaml.safe_load_all(kubeadm_config(images, "v1.21.2")))
+    docs = list(yaml.safe_load_all(kubeadm_config(images, "v1.21.2", JOIN)))
     init, cluster, kubelet = docs
     assert init["apiVersion"] == "kubeadm.k8s.io/v1beta3" and init["kind"] == "InitConfiguration"
     assert cluster["imageRepository"] == "public.ecr.aws/eks-distro/kubernetes"
@@ -86,9 +89,8 @@ def test_kubeadm_is_told_the_repositories_and_tags_a_distro_release_names() -> N
     etcd, dns = cluster["etcd"]["local"], cluster["dns"]
     assert f"{etcd['imageRepository']}/etcd:{etcd['imageTag']}" == images["etcd"]
     assert f"{dns['imageRepository']}/coredns:{dns['imageTag']}" == images["coredns"]
-    assert "127.0.0.1" in cluster["apiServer"]["certSANs"] and kubelet["cgroupDriver"] == "systemd"
-    assert cluster["controllerManager"]["extraArgs"] == {"leader-elect": "false"}, "v1beta3 takes a map"
-    assert "encryptionAlgorithm" not in cluster, "v1beta3 has no such field: kubeadm's RSA keys"
+    assert kubelet["cgroupDriver"] == "systemd"
+    assert "timeouts" not in init, "v1beta3 has no timeouts: the join's discovery.timeout instead"
 
 
 def test_kubeadm_configuration_of_a_current_release_is_v1beta4() -> None:
@@ -98,23 +100,19 @@ def test_kubeadm_configuration_of_a_current_release_is_v1beta4() -> None:
         "coredns": "registry.k8s.io/coredns/coredns:v1.12.1",
         "pause": "registry.k8s.io/pause:3.10.1",
     }
-    init, cluster, _ = yaml.safe_load_all(kubeadm_config(images, "v1.34.2"))
+    init, cluster, _ = yaml.safe_load_all(kubeadm_config(images, "v1.34.2", JOIN))
     assert init["apiVersion"] == cluster["apiVersion"] == "kubeadm.k8s.io/v1beta4"
     assert (
         cluster["imageRepository"] == "registry.k8s.io"
         and cluster["dns"]["imageRepository"] == "registry.k8s.io/coredns"
     )
-    # one control plane elects no leader (a lost lease restarts the controller manager under a slow API server);
-    # kubeadm's calls to the API and etcd wait as long as its other waits
-    for part in ("controllerManager", "scheduler"):
-        assert cluster[part]["extraArgs"] == [{"name": "leader-elect", "value": "false"}], part
-    assert init["timeouts"]["kubernetesAPICall"] == init["timeouts"]["etcdAPICall"] == "20m0s"
-    # the static pods' probes are patched from the folder the first guest's seed writes (patient probes under TCG)
-    assert init["patches"] == {"directory": PATCHES_DIR}
-    # P-256 keys: a TLS handshake's signature under TCG costs a fraction of an RSA 2048 one
-    assert cluster["encryptionAlgorithm"] == "ECDSA-P256"
-    assert {"name": "etcd-readycheck-timeout", "value": "30s"} in cluster["apiServer"]["extraArgs"]
-    assert sorted(probe_patches()) == [f"{c}.yaml" for c in sorted(CONTROL_PLANE)]
+    # the control plane is the host's, reached by the guests at QEMU's address of the host: kube-proxy's kubeconfig
+    # and the joins' discovery say so
+    assert cluster["controlPlaneEndpoint"] == "10.0.2.2:40123"
+    assert init["localAPIEndpoint"] == {"advertiseAddress": "10.0.2.2", "bindPort": 40123}
+    # a join under TCG waits longer than kubeadm's defaults (the host's phases need no more than them)
+    joined = yaml.safe_load(join_config("v1.34.2", JOIN, "node-check"))
+    assert joined["timeouts"]["tlsBootstrap"] == joined["timeouts"]["discovery"] == "20m0s" and "timeouts" not in init
 
 
 def test_crictl_is_optional_in_a_release_and_installed_when_shipped(tmp_path: Path) -> None:
