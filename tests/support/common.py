@@ -179,6 +179,17 @@ def tagged(run: int) -> list[str]:
     return found
 
 
+def running_with(text: str) -> list[str]:
+    """The command lines of the processes running now that contain ``text`` (one that ends while it is read is
+    skipped)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and text.encode() in (cmdline := (entry / "cmdline").read_bytes()):
+                found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
 def run_folders(run: int) -> list[Path]:
     return [
         *Path("/dev/shm").glob(f"image-builder-{run}-*"),
