@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -280,15 +281,31 @@ def pki(work: Path) -> Pki:
     return Pki(folder, ca.public_bytes(serialization.Encoding.PEM), hashlib.sha256(spki).hexdigest())
 
 
+class Kubectl:
+    """The image's kubectl with a kubeconfig: a command's result, or its JSON (ExternalError when it fails)."""
+
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.args = [str(binary), "--kubeconfig", str(kubeconfig), "--request-timeout=30s"]
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.args, *args], input=stdin, capture_output=True, text=True, timeout=90,
+                              check=False)  # fmt: skip
+
+    def json(self, *args: str) -> Any:
+        proc = self.run(*args, "-o", "json")
+        if proc.returncode != 0:
+            raise ExternalError(f"kubectl {' '.join(args)}: {proc.stderr.strip()[-300:]}")
+        return json.loads(proc.stdout)
+
+
 #: kubeadm's phases that give a cluster what ``kubeadm join`` and a node's addons need, run on the host against
 #: the host's API server: the kubeadm and kubelet ConfigMaps, the bootstrap token with its RBAC rules (the join's
 #: discovery, its CSR approved), and kube-proxy and CoreDNS
 KUBEADM_PHASES = (("upload-config", "all"), ("bootstrap-token", "--skip-token-print"), ("addon", "all"))
 
 
-def _ready(kubectl: list[str]) -> tuple[bool, str]:
-    proc = subprocess.run([*kubectl, "get", "--raw=/readyz"], capture_output=True, text=True, timeout=60,
-                          check=False)  # fmt: skip
+def _ready(kubectl: Kubectl) -> tuple[bool, str]:
+    proc = kubectl.run("get", "--raw=/readyz")
     return proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.stdout + proc.stderr).strip()[-300:]
 
 
@@ -312,7 +329,7 @@ def running(
     (work / "kubeadm.yaml").write_text(config)
     (work / "kubeadm.yaml").chmod(0o600)
     cmds = commands(programs, work, port, (free_port(), free_port()), (free_port(), free_port()))
-    ctl = [str(kubectl), "--kubeconfig", str(admin), "--request-timeout=30s"]
+    ctl = Kubectl(kubectl, admin)
     with serving(cmds, work) as procs:
         deadline = time.monotonic() + timeout
         ok, detail = _ready(ctl)
@@ -328,7 +345,7 @@ def running(
         steps: list[tuple[list[str], str]] = [
             ([str(kubeadm), "init", "phase", phase, arg, "--config", str(work / "kubeadm.yaml"), "--kubeconfig",
               str(admin)], f"kubeadm init phase {phase}") for phase, arg in KUBEADM_PHASES]  # fmt: skip
-        steps.append(([*ctl, "patch", "configmap", "cluster-info", "-n", "kube-public", "--type", "merge", "-p",
+        steps.append(([*ctl.args, "patch", "configmap", "cluster-info", "-n", "kube-public", "--type", "merge", "-p",
                        patch], "cluster-info at the guests' address"))  # fmt: skip
         for argv, what in steps:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
@@ -337,4 +354,4 @@ def running(
         yield Endpoint(port)
 
 
-__all__ = ["HOST_FROM_GUEST", "Endpoint", "Pki", "image_programs", "kubeconfig", "pki", "running"]
+__all__ = ["HOST_FROM_GUEST", "Endpoint", "Kubectl", "Pki", "image_programs", "kubeconfig", "pki", "running"]

@@ -22,7 +22,6 @@ import contextlib
 import json
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from imagebuilder.core.hostinfo import kvm_status
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.core.safepath import safe_join
 from imagebuilder.image import controlplane, qemu
-from imagebuilder.image.controlplane import SERVICE_SUBNET
+from imagebuilder.image.controlplane import SERVICE_SUBNET, Kubectl
 from imagebuilder.release.catalog import Firmware
 
 #: what the guest says on its serial console, one line each: ``NODE-CHECK <event> [detail]``
@@ -265,21 +264,6 @@ def _seed(cluster: str, join: str, index: int) -> dict[str, str]:
     }
 
 
-class _Kubectl:
-    def __init__(self, binary: Path, kubeconfig: Path) -> None:
-        self.args = [str(binary), "--kubeconfig", str(kubeconfig), "--request-timeout=30s"]
-
-    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*self.args, *args], input=stdin, capture_output=True, text=True, timeout=90,
-                              check=False)  # fmt: skip
-
-    def json(self, *args: str) -> Any:
-        proc = self.run(*args, "-o", "json")
-        if proc.returncode != 0:
-            raise ExternalError(f"kubectl {' '.join(args)}: {proc.stderr.strip()[-300:]}")
-        return json.loads(proc.stdout)
-
-
 def _image_program(root: Path, work: Path, expected: dict[str, Any], name: str) -> Path:
     """The image's own ``/usr/bin/<name>`` (kubectl, kubeadm), copied out, after checking it is the release
     manifest's (and a real program)."""
@@ -361,7 +345,7 @@ def _poll(what: str, check: Callable[[], tuple[bool, str]], timeout: float) -> t
     return ok, detail if ok else f"{what}: {detail} (after {timeout:.0f} s)"
 
 
-def _pod_phases(kubectl: _Kubectl) -> dict[str, str]:
+def _pod_phases(kubectl: Kubectl) -> dict[str, str]:
     """kube-system's pods: name -> ``Running, ready`` (its phase, and whether every container passed its probes)."""
     pods = kubectl.json("get", "pods", "-n", "kube-system")
     out = {}
@@ -372,7 +356,7 @@ def _pod_phases(kubectl: _Kubectl) -> dict[str, str]:
     return out
 
 
-def _node_ready(kubectl: _Kubectl, name: str = NODE_NAME) -> tuple[bool, str]:
+def _node_ready(kubectl: Kubectl, name: str = NODE_NAME) -> tuple[bool, str]:
     try:
         node = kubectl.json("get", "node", name)
     except ExternalError as exc:
@@ -385,7 +369,7 @@ def _node_ready(kubectl: _Kubectl, name: str = NODE_NAME) -> tuple[bool, str]:
     return ready.get("status") == "True", detail
 
 
-def _pods_running(kubectl: _Kubectl, prefixes: tuple[str, ...]) -> tuple[bool, str]:
+def _pods_running(kubectl: Kubectl, prefixes: tuple[str, ...]) -> tuple[bool, str]:
     """Every kube-system pod of each prefix Running and ready (and at least one of each)."""
     try:
         phases = _pod_phases(kubectl)
@@ -415,7 +399,7 @@ def _test_pod(pause: str, node: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _pod_state(kubectl: _Kubectl) -> tuple[bool, str]:
+def _pod_state(kubectl: Kubectl) -> tuple[bool, str]:
     try:
         pod = kubectl.json("get", "pod", "node-check", "-n", "default")
     except ExternalError as exc:
@@ -436,7 +420,7 @@ def _pod_state(kubectl: _Kubectl) -> tuple[bool, str]:
     return phase == "Running", detail
 
 
-def _pod_events(kubectl: _Kubectl, name: str) -> str:
+def _pod_events(kubectl: Kubectl, name: str) -> str:
     """The newest events of a pod (why it is not Running: scheduling, sandbox creation, the image), for a failure's
     detail."""
     proc = kubectl.run("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={name}",
@@ -539,7 +523,7 @@ def node_check(
             pki = controlplane.pki(work)
             port = qemu.free_port()
             joining = Join(f"{secrets.token_hex(3)}.{secrets.token_hex(8)}", pki.ca_hash,
-                           f"{controlplane.HOST_FROM_GUEST}:{port}")  # fmt: skip
+                           controlplane.Endpoint(port).guest)  # fmt: skip
             cluster = kubeadm_config(images, version, joining)
             try:
                 endpoint = stack.enter_context(
@@ -547,7 +531,7 @@ def node_check(
                 )
             except ExternalError as exc:
                 step("control plane on the host", False, str(exc), t)
-            kubectl = _Kubectl(kubectl_binary, work / "admin.conf")
+            kubectl = Kubectl(kubectl_binary, work / "admin.conf")
             step("control plane on the host", True,
                  f"the image's etcd, API server, controller manager and scheduler on {endpoint.host} "
                  f"({endpoint.guest} from the guests), kubeadm's phases", t)  # fmt: skip

@@ -461,7 +461,8 @@ def test_a_control_plane_that_cannot_start_says_which_component_and_why(tmp_path
 def test_a_pod_that_does_not_run_says_why(tmp_path: Path) -> None:
     """The node check's failure detail for a Pending pod: its unmet conditions (an unscheduled pod has no container
     statuses) and its events. kubectl is a stand-in here printing the API's documented Pod and Event shapes."""
-    from imagebuilder.image.nodecheck import _Kubectl, _pod_events, _pod_state
+    from imagebuilder.image.controlplane import Kubectl
+    from imagebuilder.image.nodecheck import _pod_events, _pod_state
 
     pod = {"status": {"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
@@ -474,7 +475,7 @@ def test_a_pod_that_does_not_run_says_why(tmp_path: Path) -> None:
         "esac\n"
     )
     kubectl.chmod(0o755)
-    client = _Kubectl(kubectl, tmp_path / "kubeconfig")
+    client = Kubectl(kubectl, tmp_path / "kubeconfig")
     ok, detail = _pod_state(client)
     assert not ok
     why = "0/2 nodes are available: 1 node(s) had untolerated taint"
