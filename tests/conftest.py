@@ -56,9 +56,36 @@ def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, righ
 _FAILED: list[str] = []
 
 
+#: a phase of a test (its setup, call or teardown) this long is named as it ends, with the time of day: the CI's log
+#: then shows where a run's time went even when the run is stopped before pytest's list of the slowest tests
+LONG_PHASE = 60.0
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed and report.nodeid not in _FAILED:
         _FAILED.append(report.nodeid)
+    if report.duration >= LONG_PHASE and _REPORTER:
+        import time
+
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        where = f" on {worker.id}" if worker is not None else ""
+        _REPORTER[0].write("\n")  # xdist's progress dots leave the line open
+        _REPORTER[0].write_line(
+            f"[{time.strftime('%H:%M:%S')}] {report.duration:5.0f} s {report.when} {report.outcome}{where}: "
+            f"{report.nodeid}"
+        )
+
+
+#: the controller's terminal reporter (pytest_runtest_logreport writes the long phases through it)
+_REPORTER: list[pytest.TerminalReporter] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller: the workers' output is not the log's
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            _REPORTER[:] = [reporter]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

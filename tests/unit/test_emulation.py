@@ -1,0 +1,119 @@
+"""An emulated guest's throwaway copy boots with parameters added to each kernel command line of its boot
+configuration (imagebuilder.image.emulation.with_kernel_parameter): GRUB's ``linux`` lines, a Boot Loader
+Specification entry's ``options``, EXTLINUX's ``APPEND``; nothing else changes, and adding it twice adds it once.
+Which parameters: the device wait for every emulated guest, the clock for the node check's amd64 one."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from imagebuilder.core.arch import arch
+from imagebuilder.core.hostinfo import KvmStatus
+from imagebuilder.image.emulation import CLOCK as TCG_CLOCK
+from imagebuilder.image.emulation import DEVICE_WAIT, emulated, parameters, with_kernel_parameter
+
+GRUB = """set default=0
+menuentry 'Debian' {
+  search --no-floppy --fs-uuid --set=root a04a
+  linux /boot/vmlinuz-6.1.0-50-amd64 root=UUID=a04a ro console=tty0 console=ttyS0,115200n8
+  initrd /boot/initrd.img-6.1.0-50-amd64
+}
+menuentry 'Debian (recovery)' {
+\tlinuxefi /boot/vmlinuz root=UUID=a04a ro single\r
+\tinitrd /boot/initrd.img
+}
+# linux in a comment is not a command line
+"""
+
+
+def test_every_grub_kernel_line_gets_the_parameter_and_nothing_else_changes() -> None:
+    text, changed = with_kernel_parameter(GRUB, TCG_CLOCK)
+    assert changed == 2
+    before, after = GRUB.splitlines(keepends=True), text.splitlines(keepends=True)
+    assert len(before) == len(after)
+    differing = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
+    assert [a for _, a in differing] == [
+        "  linux /boot/vmlinuz-6.1.0-50-amd64 root=UUID=a04a ro console=tty0 console=ttyS0,115200n8 tsc=reliable\n",
+        "\tlinuxefi /boot/vmlinuz root=UUID=a04a ro single tsc=reliable\r\n",
+    ]
+    # a second pass finds it there already
+    assert with_kernel_parameter(text, TCG_CLOCK) == (text, 0)
+
+
+def test_a_bls_entry_gets_it_on_its_options_line_only() -> None:
+    entry = "title Red Hat Enterprise Linux\nversion 5.14.0\nlinux /vmlinuz-5.14.0\noptions root=/dev/sda2 ro\n"
+    text, changed = with_kernel_parameter(entry, TCG_CLOCK, syntax="bls")
+    assert changed == 1
+    assert text == entry.replace("options root=/dev/sda2 ro\n", "options root=/dev/sda2 ro tsc=reliable\n")
+
+
+def test_extlinux_append_lines_get_it_whatever_their_case_and_grub_words_there_do_not() -> None:
+    conf = "DEFAULT linux\nLABEL linux\n  LINUX /boot/vmlinuz\n  APPEND root=UUID=a04a ro\n\tappend quiet\n"
+    text, changed = with_kernel_parameter(conf, DEVICE_WAIT[0], syntax="extlinux")
+    assert changed == 2
+    assert text == conf.replace("ro\n", f"ro {DEVICE_WAIT[0]}\n").replace("quiet\n", f"quiet {DEVICE_WAIT[0]}\n")
+    # EXTLINUX's LINUX names the kernel: it is no command line there
+    assert "/boot/vmlinuz\n" in text
+
+
+def test_every_emulated_guest_waits_for_devices_and_only_an_amd64_one_is_given_the_clock() -> None:
+    amd64, arm64 = arch("amd64"), arch("arm64")
+    tcg, kvm = KvmStatus(False, "no /dev/kvm"), KvmStatus(True, "ok")
+    assert emulated(amd64, tcg) and emulated(arm64, kvm) and not emulated(amd64, kvm)
+    assert parameters(amd64) == parameters(arm64) == DEVICE_WAIT
+    assert parameters(amd64, clock=True) == (*DEVICE_WAIT, TCG_CLOCK)
+    assert parameters(arm64, clock=True) == DEVICE_WAIT, "arm64's generic timer needs no TSC"
+    assert all(p.startswith("systemd.") and p.endswith("=900") for p in DEVICE_WAIT)
+
+
+def test_a_configuration_without_a_kernel_line_is_left_as_it_is() -> None:
+    assert with_kernel_parameter("set timeout=5\nconfigfile /boot/grub/real.cfg\n", TCG_CLOCK) == (
+        "set timeout=5\nconfigfile /boot/grub/real.cfg\n",
+        0,
+    )
+
+
+_lines = st.lists(
+    st.one_of(
+        st.builds(
+            lambda ws, args: f"{ws}linux /vmlinuz {args}",
+            st.sampled_from(["", "  ", "\t"]),
+            st.text(st.characters(whitelist_categories=("Ll", "Nd"), whitelist_characters="=/._- "), max_size=30),
+        ),
+        st.text(st.characters(blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), max_size=40),
+    ),
+    max_size=12,
+)
+
+
+@given(_lines, st.sampled_from(["\n", "\r\n"]))
+def test_the_parameter_is_on_every_kernel_line_once_and_other_lines_are_untouched(lines: list[str], eol: str) -> None:
+    text = "".join(line + eol for line in lines)
+    out, changed = with_kernel_parameter(text, TCG_CLOCK)
+    before, after = text.splitlines(keepends=True), out.splitlines(keepends=True)
+    assert len(before) == len(after)
+    for b, a in zip(before, after, strict=True):
+        words = b.split()
+        if words and words[0] == "linux":
+            assert a.split().count(TCG_CLOCK) == 1 and a.endswith(eol)
+            assert a.split()[: len(words)] == words or TCG_CLOCK in words
+        else:
+            assert a == b
+    assert changed == sum(1 for b, a in zip(before, after, strict=True) if b != a)
+    assert with_kernel_parameter(out, TCG_CLOCK) == (out, 0)
+
+
+def test_what_the_guest_booted_with_is_read_from_the_kernels_own_report() -> None:
+    from imagebuilder.image.emulation import on_command_line
+
+    console = (
+        "[    0.000000] Linux version 6.1.0-50-arm64\n"
+        "[    0.000000] Kernel command line: BOOT_IMAGE=/boot/vmlinuz root=UUID=a04a ro "
+        + " ".join(DEVICE_WAIT)
+        + "\n[   12.1] login: \n"
+    )
+    assert on_command_line(console, DEVICE_WAIT)
+    assert not on_command_line(console, (*DEVICE_WAIT, TCG_CLOCK)), "one missing"
+    assert not on_command_line(console.replace("=900", "=9000"), DEVICE_WAIT), "a word, not a prefix"
+    assert not on_command_line("login: ", DEVICE_WAIT), "no report, no claim"
