@@ -112,15 +112,26 @@ def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
 
 
 def copy_sparse(src: Path, dest: Path) -> None:
-    """The raw disk ``src`` copied to ``dest`` extent by extent within the kernel (``copy_file_range``: no trip
-    through this process, half the CPU of ``qemu-img convert`` here), its holes left holes. Raises OSError where the
-    kernel cannot (two filesystems of different types), for the caller to copy another way."""
+    """The raw disk ``src`` copied to ``dest`` extent by extent, its holes left holes: within the kernel
+    (``copy_file_range``: no trip through this process, half the CPU of ``qemu-img convert`` here) where it can, and
+    through this process where it cannot (the two on filesystems of different types, as /dev/shm and /tmp can be)."""
     with src.open("rb") as fin, dest.open("wb") as fout:
         size = os.fstat(fin.fileno()).st_size
+        in_kernel = True
         for start, end in data_extents(fin.fileno(), size):
             offset = start
             while offset < end:
-                copied = os.copy_file_range(fin.fileno(), fout.fileno(), end - offset, offset, offset)
+                if in_kernel:
+                    try:
+                        copied = os.copy_file_range(fin.fileno(), fout.fileno(), end - offset, offset, offset)
+                    except OSError as exc:
+                        if exc.errno not in (errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+                            raise
+                        in_kernel = False
+                        continue
+                else:
+                    chunk = os.pread(fin.fileno(), min(end - offset, 4 << 20), offset)
+                    copied = os.pwrite(fout.fileno(), chunk, offset) if chunk else 0
                 if copied == 0:
                     raise OSError(errno.EIO, f"{src} ended early")
                 offset += copied
