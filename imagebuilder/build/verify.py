@@ -12,19 +12,20 @@ The expected checksums come from the build manifest written beside the image.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imagebuilder.core.arch import Arch, elf_machine, recorded
+from imagebuilder.core.arch import Arch, arch, elf_machine, recorded
 from imagebuilder.core.disk import mounted_root, raw_view, run_tempdir
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import parse_json, read_text
-from imagebuilder.core.hostinfo import KvmStatus
+from imagebuilder.core.hostinfo import KvmStatus, kvm_status
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.image import qemu
+from imagebuilder.image import emulation, qemu
 from imagebuilder.image.boltdb import containerd_images
 from imagebuilder.image.bootcheck import check_raw
 from imagebuilder.providers import registry
@@ -331,18 +332,25 @@ def boot_raw(
 ) -> Finding:
     """:func:`boot_test` on a raw disk (QEMU's ``-snapshot`` leaves it untouched), by BIOS (SeaBIOS) or by UEFI
     (OVMF, as a ``--firmware efi`` image boots on the machines it is built for); ``machine``: an arm64 image boots
-    under qemu-system-aarch64 with AAVMF."""
-    with (
-        run_tempdir("boot") as tmp,
-        qemu.running(
-            raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=firmware, machine=machine
-        ) as guest,  # fmt: skip
-    ):
+    under qemu-system-aarch64 with AAVMF. Emulated (TCG), a throwaway copy boots whose systemd waits for devices as
+    long as emulation needs (:mod:`imagebuilder.image.emulation`)."""
+    machine = machine or arch("amd64")
+    kvm = kvm or kvm_status()
+    with run_tempdir("boot") as tmp, contextlib.ExitStack() as stack:
+        how = ""
+        if emulation.emulated(machine, kvm):
+            raw, how = emulation.patched_copy(raw, Path(tmp), machine)
+        guest = stack.enter_context(
+            qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=firmware,
+                         machine=machine)
+        )  # fmt: skip
         start = time.monotonic()
         while time.monotonic() - start < timeout:
             if "login:" in guest.console(0):
                 took = time.monotonic() - start
-                return Finding("boot", True, f"login prompt after {took:.0f} s ({guest.how})")
+                return Finding(
+                    "boot", True, f"login prompt after {took:.0f} s ({guest.how}{'; ' + how if how else ''})"
+                )
             if reason := guest.exited():
                 return Finding("boot", False, f"{reason} before a login prompt")
             time.sleep(1)

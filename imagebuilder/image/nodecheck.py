@@ -31,13 +31,12 @@ from typing import Any
 import yaml
 
 from imagebuilder.core.arch import recorded
-from imagebuilder.core.disk import copy_sparse, mounted_root, run_tempdir
+from imagebuilder.core.disk import mounted_root, run_tempdir
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import sha256_file
-from imagebuilder.core.hostinfo import kvm_status
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.core.safepath import safe_join
-from imagebuilder.image import controlplane, qemu
+from imagebuilder.image import controlplane, emulation, qemu
 from imagebuilder.image.controlplane import SERVICE_SUBNET, Kubectl
 from imagebuilder.release.catalog import Firmware
 
@@ -430,51 +429,6 @@ def _pod_events(kubectl: Kubectl, name: str) -> str:
     return "events: " + ("\n  ".join(["", *lines]) if lines else "none")
 
 
-#: the kernel parameter the node check's throwaway copy boots with under TCG (:func:`_emulated_clock_copy`)
-TCG_CLOCK = "tsc=reliable"
-
-
-def with_kernel_parameter(text: str, parameter: str, *, bls: bool = False) -> tuple[str, int]:
-    """``text`` (a GRUB configuration, or with ``bls`` a Boot Loader Specification entry) with ``parameter`` added
-    to every kernel command line it holds (GRUB's ``linux``/``linuxefi`` lines, a BLS entry's ``options``), and how
-    many lines that was. A line that has it already is left as it is."""
-    keys = ("options",) if bls else ("linux", "linuxefi", "linux16")
-    lines, changed = text.splitlines(keepends=True), 0
-    for i, line in enumerate(lines):
-        words = line.split()
-        if words and words[0] in keys and parameter not in words[1:]:
-            body = line.rstrip("\r\n")
-            lines[i] = f"{body} {parameter}{line[len(body) :]}"
-            changed += 1
-    return "".join(lines), changed
-
-
-def _emulated_clock_copy(raw: Path, work: Path) -> tuple[Path, str]:
-    """A sparse copy of ``raw`` in ``work`` whose kernel command lines add :data:`TCG_CLOCK`, and what was done.
-
-    Why: under TCG the guest's kernel finds its emulated CPUs' TSCs unsynchronized (QEMU's vCPUs are host threads
-    that read the host's TSC at different moments) and falls back to the HPET, so every clock read is an emulated
-    device access served under QEMU's global lock. kubeadm's control plane is Go, whose runtime reads the clock
-    constantly: with two vCPUs on HPET the 1.36 API server did not finish a TLS handshake for 10 minutes on an idle
-    host (seen on 2026-11-29). Real hardware and KVM give the kernel synchronized TSCs, so the copy is told what
-    they would have told it; the image itself is not changed, and its own boot check boots it as it is."""
-    copy = work / "node.raw"
-    copy_sparse(raw, copy)
-    patched = 0
-    with mounted_root(copy, writable=True) as root:
-        configs = [(root / c, False) for c in ("boot/grub/grub.cfg", "boot/grub2/grub.cfg")]
-        configs += [(c, True) for c in sorted((root / "boot/loader/entries").glob("*.conf"))]
-        for config, bls in configs:
-            if config.is_file() and not config.is_symlink():
-                text, n = with_kernel_parameter(config.read_text(), TCG_CLOCK, bls=bls)
-                if n:
-                    config.write_text(text)
-                    patched += n
-    if not patched:
-        return copy, f"no kernel command line found to add {TCG_CLOCK} to (the guest keeps the HPET)"
-    return copy, f"booted with {TCG_CLOCK} (TCG: the emulated TSCs fail the kernel's sync check)"
-
-
 def node_check(
     raw: Path,
     expected: dict[str, Any],
@@ -535,10 +489,10 @@ def node_check(
             step("control plane on the host", True,
                  f"the image's etcd, API server, controller manager and scheduler on {endpoint.host} "
                  f"({endpoint.guest} from the guests), kubeadm's phases", t)  # fmt: skip
-            clock = ""
-            if machine.name == "amd64" and not kvm_status().usable:
-                raw, clock = _emulated_clock_copy(raw, work)
-                say(f"node check: {clock}")
+            added = ""
+            if emulation.emulated(machine):  # what hardware would have given the guest (its clock, devices on time)
+                raw, added = emulation.patched_copy(raw, work, machine, clock=True)
+                say(f"node check: {added}")
 
             def boot(index: int, cpus: int, memory_mb: int) -> _Console:
                 folder = work / f"guest-{index + 1}"
@@ -554,7 +508,7 @@ def node_check(
                 event, detail = console.wait(("started",), (), min(900.0, left()))
                 step(f"{label}boot and cloud-init", event == "started",
                      f"the seed's script started ({console.guest.how}"
-                     f"{', ' + TCG_CLOCK if clock.startswith('booted') else ''})"
+                     f"{', ' + emulation.CLOCK if emulation.CLOCK in added.split() else ''})"
                      if event == "started" else f"{detail}; console ends: {console.guest.console(600)}", t)  # fmt: skip
                 t = time.monotonic()
                 event, detail = console.wait(("runtime",), ("containerd-down",), 300)

@@ -38,6 +38,7 @@ HEAVY = (
     "test_hostprep.py",
     "test_packer_versions.py",
     "test_bootcheck.py",
+    "test_emulated_boot.py",
     "test_wheel.py",
     "test_harness.py",
 )

@@ -1,0 +1,95 @@
+"""What a guest emulated under TCG boots with: a throwaway copy of the disk that tells the guest what real hardware
+(or KVM) would have given it. The image itself is never changed.
+
+Why a copy at all: the waits built into an OS are sized for hardware. Under TCG every instruction of the guest is
+translated, udev's work included, and the host's other work takes the cores from the guest's vCPU threads:
+
+- systemd waits 90 s for a device unit (the serial console's ``/dev/ttyAMA0``, the EFI partition by UUID) and then
+  fails what needs it. An arm64 guest emulated on a busy 2-core host got its console device after that (seen on
+  2026-11-29: no getty, so no login prompt ever). The copy waits 15 minutes: a drop-in for every device unit
+  (:data:`DEVICE_DROP_IN`). Not the kernel's ``systemd.default_timeout_start_sec=``: Debian 12's systemd booted with
+  it still gave a missing fstab device 1min 30s, and with the drop-in 15min (both measured here).
+- an amd64 kernel under TCG finds its vCPUs' TSCs unsynchronized (the vCPUs are host threads reading the host's TSC
+  at different moments) and falls back to the HPET, an emulated device served under QEMU's global lock; Go
+  programs read the clock constantly (:data:`CLOCK`, for the node check, whose guest runs Kubernetes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from imagebuilder.core.arch import Arch
+from imagebuilder.core.disk import copy_sparse, mounted_root
+from imagebuilder.core.hostinfo import KvmStatus, kvm_status
+from imagebuilder.core.safepath import safe_join
+
+#: the kernel is told its TSCs are synchronized, as real hardware's and KVM's are (amd64)
+CLOCK = "tsc=reliable"
+#: how long the copy's systemd waits for a device, in seconds
+DEVICE_WAIT = 900
+#: the drop-in every device unit of the copy takes (a unit type's own drop-in folder: systemd 246 and later)
+DEVICE_DROP_IN = "etc/systemd/system/device.d/image-builder-emulated.conf"
+
+
+def emulated(machine: Arch, kvm: KvmStatus | None = None) -> bool:
+    """Whether a guest of ``machine`` runs under TCG here (another architecture always does)."""
+    return not machine.native or not (kvm or kvm_status()).usable
+
+
+Syntax = Literal["grub", "bls", "extlinux"]
+#: the words that begin a kernel command line in each boot configuration's syntax (EXTLINUX's are case-blind)
+_KEYS: dict[str, tuple[str, ...]] = {"grub": ("linux", "linuxefi", "linux16"), "bls": ("options",),
+                                     "extlinux": ("append",)}  # fmt: skip
+
+
+def with_kernel_parameter(text: str, parameter: str, *, syntax: Syntax = "grub") -> tuple[str, int]:
+    """``text`` (a GRUB configuration, a Boot Loader Specification entry or an EXTLINUX configuration) with
+    ``parameter`` added to every kernel command line it holds (GRUB's ``linux``/``linuxefi`` lines, a BLS entry's
+    ``options``, EXTLINUX's ``APPEND``), and how many lines that was. A line that has it already is left as it is."""
+    keys = _KEYS[syntax]
+    lines, changed = text.splitlines(keepends=True), 0
+    for i, line in enumerate(lines):
+        words = line.split()
+        first = words[0].lower() if words and syntax == "extlinux" else words[0] if words else ""
+        if first in keys and parameter not in words[1:]:
+            body = line.rstrip("\r\n")
+            lines[i] = f"{body} {parameter}{line[len(body) :]}"
+            changed += 1
+    return "".join(lines), changed
+
+
+def patched_copy(raw: Path, work: Path, machine: Arch, *, clock: bool = False) -> tuple[Path, str]:
+    """A sparse copy of ``raw`` in ``work`` whose systemd waits :data:`DEVICE_WAIT` seconds for devices, and with
+    ``clock`` (amd64) whose kernel command lines (GRUB's, BLS entries' and EXTLINUX's: the copy boots by whichever
+    the firmware follows) add :data:`CLOCK`; and what was done, for a finding's detail. Every path is taken through
+    the one safe-join: a link in the image never leads a write onto the host."""
+    copy = work / "emulated.raw"
+    copy_sparse(raw, copy)
+    added = (CLOCK,) if clock and machine.name == "amd64" else ()
+    patched = 0
+    with mounted_root(copy, writable=True) as root:
+        drop_in = safe_join(root, DEVICE_DROP_IN, what="the image's systemd folder")
+        drop_in.parent.mkdir(parents=True, exist_ok=True)
+        drop_in.write_text(
+            f"# image-builder: an emulated boot's devices appear late\n[Unit]\nJobRunningTimeoutSec={DEVICE_WAIT}\n"
+        )
+        drop_in.chmod(0o644)
+        configs: list[tuple[str, Syntax]] = [(c, "grub") for c in ("boot/grub/grub.cfg", "boot/grub2/grub.cfg")]
+        configs += [(c, "extlinux") for c in ("boot/extlinux/extlinux.conf", "boot/syslinux/syslinux.cfg")]
+        entries = safe_join(root, "boot/loader/entries", what="the image's boot entries")
+        configs += [(f"boot/loader/entries/{c.name}", "bls") for c in sorted(entries.glob("*.conf"))]
+        for name, syntax in configs if added else ():
+            config = safe_join(root, name, what="the image's boot configuration")
+            if config.is_file() and not config.is_symlink():
+                text, changed = config.read_text(), 0
+                for parameter in added:
+                    text, n = with_kernel_parameter(text, parameter, syntax=syntax)
+                    changed = max(changed, n)
+                if changed:
+                    config.write_text(text)
+                    patched += changed
+    done = f"systemd waits {DEVICE_WAIT} s for devices"
+    if added and not patched:
+        return copy, f"{done}; no kernel command line found to add {' '.join(added)} to"
+    return copy, f"{done}{', booted with ' + ' '.join(added) if added else ''} (emulated under TCG)"
