@@ -25,11 +25,13 @@ from xdist.scheduler import LoadFileScheduling
 #: the modules that boot emulated guests, build images or keep a core busy for minutes, longest first (the order
 #: the workers start them in), and the harness's own tests (they time processes against each other): only the
 #: workers at normal priority run them. (Not the filler, even once it has nothing else: while two guests keep the
-#: cores busy, a tenth of a core would stretch these past their timeouts.)
+#: cores busy, a tenth of a core would stretch these past their timeouts.) The arm64 module goes second: it needs
+#: no amd64 base image, so its worker builds while the first makes that image (the modern Packers' module, second
+#: before, waited minutes for it).
 HEAVY = (
     "test_e2e_offline.py",
-    "test_e2e_packers.py",
     "test_arm64.py",
+    "test_e2e_packers.py",
     "test_customize_guest.py",
     "test_chroot_engine.py",
     "test_ci_pipeline.py",
