@@ -112,3 +112,44 @@ def test_the_filler_worker_runs_only_light_modules_at_a_low_priority(tmp_path: P
     assert filler and filler <= set(light), workers
     low = min(base + NICENESS, 19)  # nice stops at 19
     assert all(next(iter(on))[1] == (low if m in filler else base) for m, on in workers.items()), workers
+
+
+TIMED = textwrap.dedent(
+    """
+    import os, time
+    from pathlib import Path
+
+
+    def test_{n}():
+        time.sleep({seconds})
+        out = Path(os.environ["SCHEDULE_OUT"])
+        (out / f"{{os.path.basename(__file__)}}-{n}-{{os.environ['PYTEST_XDIST_WORKER']}}").touch()
+    """
+)
+
+
+def test_a_heavy_worker_takes_its_next_module_only_once_its_own_is_done(tmp_path: Path) -> None:
+    """The first heavy module is long after a quick first test; three more heavy ones take 3 s each. xdist would
+    hand the first one's worker another heavy module once that quick test ended (two tests left), to wait behind the
+    long ones; here the other heavy worker runs all three while the first is busy."""
+    suite, out = tmp_path / "suite", tmp_path / "out"
+    suite.mkdir()
+    out.mkdir()
+    # the collection's order is the files' here (no tests/conftest.py): the long one is the first collected
+    heavy, light = sorted(HEAVY[:4]), [f"test_light_{i}.py" for i in range(3)]
+    (suite / heavy[0]).write_text("".join(TIMED.format(n=n, seconds=s) for n, s in enumerate((0, 8, 8))))
+    for name in heavy[1:]:
+        (suite / name).write_text("".join(TIMED.format(n=n, seconds=1) for n in range(3)))
+    for name in light:
+        (suite / name).write_text("".join(TIMED.format(n=n, seconds=0) for n in range(3)))
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.support.schedule", "-n", "3", "--filler-worker", "--dist",
+         "loadfile", "--no-loadscope-reorder", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)],
+        cwd=suite, env={**clean_env(), "PYTHONPATH": str(ROOT), "SCHEDULE_OUT": str(out)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    ran = {(m, w) for m, _, w in (p.name.rsplit("-", 2) for p in out.iterdir())}
+    first = {w for m, w in ran if m == heavy[0]}
+    assert len(first) == 1, ran
+    assert {m for m, w in ran if w in first and m in heavy} == {heavy[0]}, sorted(ran)

@@ -76,6 +76,18 @@ class FillerScheduling(LoadFileScheduling):
         collection = self.registered_collections[node]
         node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
 
+    def _reschedule(self, node: Any) -> None:
+        """xdist's, except that a worker at normal priority takes its next module only with one test of its own left.
+
+        xdist hands a worker another module as soon as two of its tests are left, ahead of time. A heavy module then
+        waited behind an hour-long one on its worker while another worker fell idle: the modern Packers' module,
+        handed to the offline test's worker when its first quick test ended, started 40 minutes late (seen in a
+        local CI run on 2026-11-30). One test left is as late as it can be: a worker holds its last test back until
+        it knows what comes next (or that nothing does), for the fixtures' teardown."""
+        if not self._is_filler(node) and not node.shutting_down and self._pending_of(self.assigned_work[node]) > 1:
+            return
+        super()._reschedule(node)
+
     def mark_test_complete(self, node: Any, item_index: int | str, duration: float = 0) -> None:
         super().mark_test_complete(node, item_index, duration)
         # the filler waits for light modules without tests of its own to complete: look at it whenever another
