@@ -16,6 +16,7 @@ translated, udev's work included, and the host's other work takes the cores from
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -41,6 +42,20 @@ Syntax = Literal["grub", "bls", "extlinux"]
 #: the words that begin a kernel command line in each boot configuration's syntax (EXTLINUX's are case-blind)
 _KEYS: dict[str, tuple[str, ...]] = {"grub": ("linux", "linuxefi", "linux16"), "bls": ("options",),
                                      "extlinux": ("append",)}  # fmt: skip
+
+
+def vcpus(machine: Arch, kvm: KvmStatus | None = None, *, wanted: int = 2, host_cores: int | None = None) -> int:
+    """How many vCPUs a guest gets: ``wanted`` under KVM; emulated, one per two host cores (at least one).
+
+    Why: under TCG each vCPU is a host thread that computes all the time it is given, so a guest's two vCPUs take
+    both cores of a 2-core host from everything else (the caller, QEMU's own I/O thread, the other guests); and a
+    vCPU that waits for another (a lock, a TLB flush) waits for that thread's next slice on the host. What a
+    customization or a boot test runs (cloud-init, Ansible's modules, systemd's start-up) is mostly one thread at
+    a time. On a host with cores to spare the guest still gets two."""
+    if not emulated(machine, kvm):
+        return wanted
+    cores = host_cores if host_cores is not None else (os.cpu_count() or 1)
+    return max(1, min(wanted, cores // 2))
 
 
 def with_kernel_parameter(text: str, parameter: str, *, syntax: Syntax = "grub") -> tuple[str, int]:

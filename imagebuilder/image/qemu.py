@@ -19,6 +19,7 @@ from pathlib import Path
 from imagebuilder.core.arch import Arch, arch
 from imagebuilder.core.files import run_checked
 from imagebuilder.core.hostinfo import KvmStatus, kvm_status, require_tools
+from imagebuilder.image import emulation
 from imagebuilder.release.catalog import Firmware
 
 
@@ -50,12 +51,14 @@ class Guest:
     firmware: Firmware = "bios"
     #: the UEFI firmware's name (OVMF, AAVMF)
     uefi_name: str = "OVMF"
+    cpus: int = 1
 
     @property
     def how(self) -> str:
-        """How it boots, for a finding: the firmware and the accelerator (a UEFI image must boot as UEFI machines
-        boot it, and TCG explains a slow boot)."""
-        return f"{'UEFI, ' + self.uefi_name if self.firmware == 'efi' else 'BIOS'}, {self.accelerator}"
+        """How it boots, for a finding: the firmware, the accelerator and the vCPUs (a UEFI image must boot as UEFI
+        machines boot it, and TCG explains a slow boot)."""
+        firmware = f"UEFI, {self.uefi_name}" if self.firmware == "efi" else "BIOS"
+        return f"{firmware}, {self.accelerator}, {self.cpus} vCPU{'s' if self.cpus > 1 else ''}"
 
     def console(self, tail: int = 400) -> str:
         text = self.serial.read_text(errors="replace") if self.serial.exists() else ""
@@ -88,13 +91,14 @@ def running(
     cdrom: Path | None = None,
     ssh_port: int | None = None,
     memory_mb: int = 1024,
-    cpus: int = 2,
+    cpus: int | None = None,
     kvm: KvmStatus | None = None,
     firmware: Firmware = "bios",
     machine: Arch | None = None,
 ) -> Iterator[Guest]:
     """Start a guest on ``disk`` (``snapshot``: writes go to a throwaway overlay) and stop it after the block;
-    ``cpus``: its vCPUs (under TCG each is a host thread); ``firmware="efi"``: OVMF in place of SeaBIOS, the guest
+    ``cpus``: its vCPUs (by default two under KVM, and under TCG one per two host cores: each is a host thread,
+    :func:`imagebuilder.image.emulation.vcpus`); ``firmware="efi"``: OVMF in place of SeaBIOS, the guest
     boots by UEFI; ``machine``: the guest's architecture (default amd64; another one is
     emulated by its QEMU under TCG, and boots UEFI: arm64 machines have no BIOS)."""
     machine = machine or arch("amd64")
@@ -103,6 +107,7 @@ def running(
     if not machine.bios:
         firmware = "efi"
     kvm = kvm or kvm_status()
+    cpus = cpus or emulation.vcpus(machine, kvm)
     qemu = require_tools(machine.qemu)[machine.qemu]
     serial.touch()
     pairs = ((ssh_port, 22),) if ssh_port else ()
@@ -119,7 +124,7 @@ def running(
         cmd += ["-drive", f"file={cdrom},media=cdrom,readonly=on"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        yield Guest(proc, serial, kvm.accelerator, firmware, machine.uefi_name)
+        yield Guest(proc, serial, kvm.accelerator, firmware, machine.uefi_name, cpus)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -99,3 +99,14 @@ def test_the_parameter_is_on_every_kernel_line_once_and_other_lines_are_untouche
             assert a == b
     assert changed == sum(1 for b, a in zip(before, after, strict=True) if b != a)
     assert with_kernel_parameter(out, TCG_CLOCK) == (out, 0)
+
+
+def test_an_emulated_guest_gets_one_vcpu_per_two_host_cores_and_an_accelerated_one_what_it_asks() -> None:
+    from imagebuilder.image.emulation import vcpus
+
+    amd64, arm64 = arch("amd64"), arch("arm64")
+    tcg, kvm = KvmStatus(False, "no /dev/kvm"), KvmStatus(True, "ok")
+    assert vcpus(amd64, kvm, host_cores=2) == 2 and vcpus(amd64, kvm, wanted=4, host_cores=2) == 4
+    assert [vcpus(amd64, tcg, host_cores=n) for n in (1, 2, 3, 4, 16)] == [1, 1, 1, 2, 2]
+    assert vcpus(arm64, kvm, host_cores=2) == 1, "another architecture is emulated whatever KVM can do"
+    assert vcpus(amd64, tcg, wanted=1, host_cores=16) == 1
