@@ -56,15 +56,16 @@ def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, righ
 _FAILED: list[str] = []
 
 
-#: a phase of a test (its setup, call or teardown) this long is named as it ends, with the time of day: the CI's log
-#: then shows where a run's time went even when the run is stopped before pytest's list of the slowest tests
+#: a phase of a test (its setup, call or teardown) this long, or failed, is named as it ends, with the time of day: the
+#: CI's log then shows where a run's time went, and what failed, even when the run is stopped before pytest's list of
+#: the slowest tests and its failure reports
 LONG_PHASE = 60.0
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed and report.nodeid not in _FAILED:
         _FAILED.append(report.nodeid)
-    if report.duration >= LONG_PHASE and _REPORTER:
+    if (report.duration >= LONG_PHASE or report.failed) and _REPORTER:
         import time
 
         worker = getattr(getattr(report, "node", None), "gateway", None)
