@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -167,9 +168,17 @@ def test_both_servers_accept_every_method(server: str, method: str, tmp_path: Pa
 
 
 @pytest.mark.parametrize("server", ["isc", "kea"])
-def test_a_refused_config_leaves_nothing_on_a_fresh_host(server: str, tmp_path: Path) -> None:
+def test_a_refused_config_leaves_nothing_on_a_fresh_host(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
     """The server's own check runs in the run's private folder: on a host that has no config folder yet, a refused
-    file leaves no empty /etc/kea or /etc/dhcp, and Kea's -t puts its pid and lock files nowhere near the config."""
+    file leaves no empty /etc/kea or /etc/dhcp, and Kea's -t puts its pid and lock files nowhere near the config.
+    The temp dir is one of this test's own: in a parallel run the other workers' runs come and go in the shared one
+    (seen failing in a local CI run)."""
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     good = load_dhcp_config(write(tmp_path, base(interface="lo")))
     outside = dataclasses.replace(good.subnets[0], ranges=[(IP("10.77.5.1"), IP("10.77.5.9"))])
     fresh = tmp_path / "fresh"
@@ -179,9 +188,9 @@ def test_a_refused_config_leaves_nothing_on_a_fresh_host(server: str, tmp_path: 
     assert not list(fresh.rglob("*")), list(fresh.rglob("*"))
     # the server's own words about the range, not its lock files' noise first
     assert "lockfile" not in str(refused.value) and "10.77.5" in str(refused.value), str(refused.value)
-    before = set(Path(os.environ.get("TMPDIR", "/tmp")).iterdir())
+    assert not list(private_tmp.iterdir()), list(private_tmp.iterdir())
     SERVERS[server].check(SERVERS[server].files(good, DhcpHost(fresh))[SERVERS[server].main])
-    assert not list(fresh.rglob("*")) and set(Path(os.environ.get("TMPDIR", "/tmp")).iterdir()) <= before
+    assert not list(fresh.rglob("*")) and not list(private_tmp.iterdir()), list(private_tmp.iterdir())
 
 
 def racks(tmp_path: Path, iface0: str = "lo", iface1: str = "lo", **over: Any) -> Path:
