@@ -75,6 +75,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             f"[{time.strftime('%H:%M:%S')}] {report.duration:5.0f} s {report.when} {report.outcome}{where}: "
             f"{report.nodeid}"
         )
+        if report.failed:  # why, in a few lines: the full report comes at the end, if the run gets there
+            why = [line for line in report.longreprtext.splitlines() if line.startswith("E ")][:6]
+            for line in why or report.longreprtext.splitlines()[-3:]:
+                _REPORTER[0].write_line(f"    {line[:300]}")
 
 
 #: the controller's terminal reporter (pytest_runtest_logreport writes the long phases through it)
