@@ -86,6 +86,18 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
 
 
+def _run_scheduled(suite: Path, out: Path) -> None:
+    """The suite in ``suite`` on three workers, the last the filler, as ``invoke test`` runs the real one; each
+    test marks what ran where in ``out``."""
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.support.schedule", "-n", "3", "--filler-worker", "--dist",
+         "loadfile", "--no-loadscope-reorder", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)],
+        cwd=suite, env={**clean_env(), "PYTHONPATH": str(ROOT), "SCHEDULE_OUT": str(out)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def test_the_filler_worker_runs_only_light_modules_at_a_low_priority(tmp_path: Path) -> None:
     """Three workers over four modules that boot guests (named as the real ones) and six light ones: every test runs
     once, the last worker takes only light modules and runs them at nice 10, the others at their own priority; a
@@ -97,13 +109,7 @@ def test_the_filler_worker_runs_only_light_modules_at_a_low_priority(tmp_path: P
     for name in heavy + light:
         (suite / name).write_text("".join(MODULE.format(n=n) for n in range(3)))
     base = os.nice(0)
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.support.schedule", "-n", "3", "--filler-worker", "--dist",
-         "loadfile", "--no-loadscope-reorder", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)],
-        cwd=suite, env={**clean_env(), "PYTHONPATH": str(ROOT), "SCHEDULE_OUT": str(out)},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stdout + res.stderr
+    _run_scheduled(suite, out)
     runs = [p.name.rsplit("-", 3) for p in out.iterdir()]
     assert sorted((m, int(n)) for m, n, _, _ in runs) == sorted((m, n) for m in heavy + light for n in range(3))
     workers = {m: {(w, int(nice)) for mm, _, w, nice in runs if mm == m} for m in heavy + light}
@@ -142,13 +148,7 @@ def test_a_heavy_worker_takes_its_next_module_only_once_its_own_is_done(tmp_path
         (suite / name).write_text("".join(TIMED.format(n=n, seconds=1) for n in range(3)))
     for name in light:
         (suite / name).write_text("".join(TIMED.format(n=n, seconds=0) for n in range(3)))
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.support.schedule", "-n", "3", "--filler-worker", "--dist",
-         "loadfile", "--no-loadscope-reorder", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)],
-        cwd=suite, env={**clean_env(), "PYTHONPATH": str(ROOT), "SCHEDULE_OUT": str(out)},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stdout + res.stderr
+    _run_scheduled(suite, out)
     ran = {(m, w) for m, _, w in (p.name.rsplit("-", 2) for p in out.iterdir())}
     first = {w for m, w in ran if m == heavy[0]}
     assert len(first) == 1, ran
