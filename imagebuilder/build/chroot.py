@@ -25,7 +25,6 @@ What it does, in order, in the build's workspace (its working disk in memory whe
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -266,12 +265,9 @@ def prepare_disk(source: Path, raw: Path, size_gb: int, status: Say, *, source_f
     made of it is."""
     status(f"converting the source image to a raw disk of {size_gb} GiB")
     raw.parent.mkdir(parents=True, exist_ok=True)
-    copied = False
-    if source_format == "raw":  # an OS layer's raw twin: copied within the kernel where it can be
-        with contextlib.suppress(OSError):
-            disk.copy_sparse(source, raw)
-            copied = True
-    if not copied:
+    if source_format == "raw":  # an OS layer's raw twin: copied extent by extent, within the kernel where it can be
+        disk.copy_sparse(source, raw)
+    else:
         fmt = ["-f", source_format] if source_format else []
         run_checked("qemu-img", "convert", "-t", "unsafe", *fmt, "-O", "raw", str(source), str(raw))
     disk.grow_last_partition(raw, size_gb * 1024**3, log=status)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from imagebuilder.core.arch import Arch
 from imagebuilder.core.disk import copy_sparse, mounted_root
@@ -74,14 +74,23 @@ def with_kernel_parameter(text: str, parameter: str, *, syntax: Syntax = "grub")
     return "".join(lines), changed
 
 
-def patched_copy(raw: Path, work: Path, machine: Arch, *, clock: bool = False) -> tuple[Path, str]:
+class Copy(NamedTuple):
+    """A throwaway copy of an image for an emulated boot: where it is, whether its kernel lines carry :data:`CLOCK`,
+    and what was done, for a finding's detail."""
+
+    path: Path
+    clock: bool
+    detail: str
+
+
+def patched_copy(raw: Path, work: Path, machine: Arch, *, clock: bool = False) -> Copy:
     """A sparse copy of ``raw`` in ``work`` whose systemd waits :data:`DEVICE_WAIT` seconds for devices, and with
     ``clock`` (amd64) whose kernel command lines (GRUB's, BLS entries' and EXTLINUX's: the copy boots by whichever
-    the firmware follows) add :data:`CLOCK`; and what was done, for a finding's detail. Every path is taken through
-    the one safe-join: a link in the image never leads a write onto the host."""
+    the firmware follows) add :data:`CLOCK`. Every path is taken through the one safe-join: a link in the image never
+    leads a write onto the host."""
     copy = work / "emulated.raw"
     copy_sparse(raw, copy)
-    added = (CLOCK,) if clock and machine.name == "amd64" else ()
+    clock = clock and machine.name == "amd64"
     patched = 0
     with mounted_root(copy, writable=True) as root:
         drop_in = safe_join(root, DEVICE_DROP_IN, what="the image's systemd folder")
@@ -94,17 +103,14 @@ def patched_copy(raw: Path, work: Path, machine: Arch, *, clock: bool = False) -
         configs += [(c, "extlinux") for c in ("boot/extlinux/extlinux.conf", "boot/syslinux/syslinux.cfg")]
         entries = safe_join(root, "boot/loader/entries", what="the image's boot entries")
         configs += [(f"boot/loader/entries/{c.name}", "bls") for c in sorted(entries.glob("*.conf"))]
-        for name, syntax in configs if added else ():
+        for name, syntax in configs if clock else ():
             config = safe_join(root, name, what="the image's boot configuration")
             if config.is_file() and not config.is_symlink():
-                text, changed = config.read_text(), 0
-                for parameter in added:
-                    text, n = with_kernel_parameter(text, parameter, syntax=syntax)
-                    changed = max(changed, n)
+                text, changed = with_kernel_parameter(config.read_text(), CLOCK, syntax=syntax)
                 if changed:
                     config.write_text(text)
                     patched += changed
     done = f"systemd waits {DEVICE_WAIT} s for devices"
-    if added and not patched:
-        return copy, f"{done}; no kernel command line found to add {' '.join(added)} to"
-    return copy, f"{done}{', booted with ' + ' '.join(added) if added else ''} (emulated under TCG)"
+    if clock and not patched:
+        return Copy(copy, False, f"{done}; no kernel command line found to add {CLOCK} to")
+    return Copy(copy, clock, f"{done}{', booted with ' + CLOCK if clock else ''} (emulated under TCG)")

@@ -489,9 +489,9 @@ def node_check(
             step("control plane on the host", True,
                  f"the image's etcd, API server, controller manager and scheduler on {endpoint.host} "
                  f"({endpoint.guest} from the guests), kubeadm's phases", t)  # fmt: skip
-            added = ""
+            clock = False
             if emulation.emulated(machine):  # what hardware would have given the guest (its clock, devices on time)
-                raw, added = emulation.patched_copy(raw, work, machine, clock=True)
+                raw, clock, added = emulation.patched_copy(raw, work, machine, clock=True)
                 say(f"node check: {added}")
 
             def boot(index: int, cpus: int, memory_mb: int) -> _Console:
@@ -508,7 +508,7 @@ def node_check(
                 event, detail = console.wait(("started",), (), min(900.0, left()))
                 step(f"{label}boot and cloud-init", event == "started",
                      f"the seed's script started ({console.guest.how}"
-                     f"{', ' + emulation.CLOCK if emulation.CLOCK in added.split() else ''})"
+                     f"{', ' + emulation.CLOCK if clock else ''})"
                      if event == "started" else f"{detail}; console ends: {console.guest.console(600)}", t)  # fmt: skip
                 t = time.monotonic()
                 event, detail = console.wait(("runtime",), ("containerd-down",), 300)

@@ -27,7 +27,7 @@ def test_the_copy_waits_for_devices_boots_with_the_clock_and_leaves_the_image_as
 ) -> None:
     with raw_view(base_image[0], work_dir=tmp_path) as raw:
         before = sha256_file(raw)
-        copy, detail = emulation.patched_copy(raw, tmp_path, AMD64, clock=True)
+        copy, _, detail = emulation.patched_copy(raw, tmp_path, AMD64, clock=True)
         assert sha256_file(raw) == before, "the image is never changed"
     assert detail == "systemd waits 900 s for devices, booted with tsc=reliable (emulated under TCG)", detail
     with mounted_root(copy) as root:
@@ -41,7 +41,7 @@ def test_the_copy_waits_for_devices_boots_with_the_clock_and_leaves_the_image_as
     assert len(kernel_lines) == 2 and all(line.split().count("tsc=reliable") == 1 for line in kernel_lines)
     # a plain boot test's copy gets the wait and no clock
     with raw_view(base_image[0], work_dir=tmp_path / "plain") as raw:
-        plain, detail = emulation.patched_copy(raw, tmp_path / "plain", AMD64)
+        plain, _, detail = emulation.patched_copy(raw, tmp_path / "plain", AMD64)
     assert detail == "systemd waits 900 s for devices (emulated under TCG)", detail
     with mounted_root(plain) as root:
         assert "tsc=reliable" not in (root / "boot/grub/grub.cfg").read_text()
@@ -75,7 +75,7 @@ def test_an_emulated_boot_waits_15_minutes_for_a_device(base_image: tuple[Path, 
     device runs against 15 minutes, not its 1min 30s (which Debian 12's systemd still gave it with the kernel's
     systemd.default_timeout_start_sec=900: measured). The guest is stopped once the job's wait shows."""
     with raw_view(base_image[0], work_dir=tmp_path) as raw:
-        copy, _ = emulation.patched_copy(raw, tmp_path, AMD64)
+        copy = emulation.patched_copy(raw, tmp_path, AMD64).path
     with mounted_root(copy, writable=True) as root, (root / "etc/fstab").open("a") as fstab:
         fstab.write("UUID=dead-beef /mnt/never vfat defaults 0 0\n")
     shown = ""
