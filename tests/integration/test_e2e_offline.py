@@ -32,7 +32,7 @@ from imagebuilder.image.diff import diff_images
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.standin import ReleaseRuntime, StandinRelease, make_standin_release
 from tests.support.attest import check_provenance, check_sbom
-from tests.support.common import BIN, ROOT, run_folders, tagged, vm_turn
+from tests.support.common import BIN, ROOT, answers, run_folders, tagged, vm_turn, wait_until
 from tests.support.offline import build, in_ns, ns_env, scan_for, served_in_ns
 from tests.support.pki import make_ca
 
@@ -68,7 +68,6 @@ RUNTIME_RELEASE_PORT = 18083
 def build_proxy(offline_ns: str, apt_repo: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A real HTTP proxy (tinyproxy) with a password, in the namespace; yields its URL and its log."""
     import shutil
-    import time
 
     tinyproxy = shutil.which("tinyproxy") or "/usr/bin/tinyproxy"
     assert Path(tinyproxy).exists(), "tinyproxy is missing: run ./scripts/setup.sh --test"
@@ -83,13 +82,9 @@ def build_proxy(offline_ns: str, apt_repo: str, tmp_path_factory: pytest.TempPat
     proc = subprocess.Popen(["ip", "netns", "exec", offline_ns, tinyproxy, "-d", "-c", str(root / "tinyproxy.conf")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     url = f"http://proxyuser:{PROXY_SECRET}@{GUEST_HOST}:{PROXY_PORT}"
-    for _ in range(100):
-        probe = subprocess.run(["ip", "netns", "exec", offline_ns, "curl", "-sf", "-o", "/dev/null", "-x", url,
-                                f"http://127.0.0.1:{APT_PORT}/Packages"], check=False)  # fmt: skip
-        if probe.returncode == 0:
-            break
-        time.sleep(0.1)
     try:
+        wait_until(answers("ip", "netns", "exec", offline_ns, "curl", "-sf", "-o", "/dev/null", "-x", url,
+                           f"http://127.0.0.1:{APT_PORT}/Packages"), proc, "tinyproxy")  # fmt: skip
         yield url, log
     finally:
         proc.terminate()

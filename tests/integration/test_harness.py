@@ -153,3 +153,33 @@ def test_a_heavy_worker_takes_its_next_module_only_once_its_own_is_done(tmp_path
     first = {w for m, w in ran if m == heavy[0]}
     assert len(first) == 1, ran
     assert {m for m, w in ran if w in first and m in heavy} == {heavy[0]}, sorted(ran)
+
+
+def test_a_server_that_exits_at_start_fails_at_once_and_one_that_never_answers_fails_at_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """The tests' one startup wait (tests.support.common.wait_until) measures the server, not the machine's load: a
+    server that dies is named at once, one that never answers at the deadline, one that answers late is waited for."""
+    import pytest
+
+    from tests.support.common import wait_until
+
+    dead = subprocess.Popen(["sh", "-c", "exit 3"])
+    started = time.monotonic()
+    with pytest.raises(AssertionError, match=r"^the server exited at start \(exit 3\)$"):
+        wait_until(lambda: False, dead, "the server", timeout=60)
+    assert time.monotonic() - started < 10
+    silent = subprocess.Popen(["sleep", "30"])
+    try:
+        started = time.monotonic()
+        with pytest.raises(AssertionError, match=r"^the server did not start within 1 s$"):
+            wait_until(lambda: False, silent, "the server", timeout=1)
+        assert 1 <= time.monotonic() - started < 10
+        flag = tmp_path / "ready"
+        late = subprocess.Popen(["sh", "-c", f"sleep 2; touch {flag}; sleep 30"])
+        wait_until(flag.exists, late, "the late server", timeout=60)
+        late.kill()
+        late.wait()
+    finally:
+        silent.kill()
+        silent.wait()

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.common import BIN, ROOT
+from tests.support.common import BIN, ROOT, wait_until
 
 KEY = "ak-Dbus-Secret-Marker-6620"
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-dbus and python3-gi (the setup installs them)
@@ -26,10 +25,7 @@ def rhsm(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     address = f"unix:path={tmp_path / 'bus'}"
     daemon = subprocess.Popen(["dbus-daemon", "--session", "--nofork", f"--address={address}"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    for _ in range(100):
-        if (tmp_path / "bus").exists():
-            break
-        time.sleep(0.05)
+    wait_until((tmp_path / "bus").exists, daemon, "dbus-daemon")
     record = tmp_path / "record.json"
     fake = subprocess.Popen([SYSTEM_PYTHON, str(ROOT / "tests/support/rhsm_dbus.py"), address, str(record)],
                             env={**os.environ, "RHSM_EXPECTED_KEY": KEY}, stdout=subprocess.PIPE,

@@ -25,7 +25,7 @@ from imagebuilder.image.nodecheck import kubeadm_config
 from imagebuilder.release.imagearchive import Entry, ImageSpec, archive_refs, docker_archive, image_config
 from imagebuilder.release.manifest import load_manifest
 from imagebuilder.release.source import LABEL, SourceRelease
-from tests.support.common import reference, run, running_with
+from tests.support.common import answers, reference, run, running_with, wait_until
 from tests.support.source_release import release_images
 
 SOURCE_VERSION = "v1.36.3"
@@ -79,10 +79,7 @@ def containerd(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
                       '[plugins."io.containerd.grpc.v1.cri"]\n  disable_tcp_service = true\n')  # fmt: skip
     proc = subprocess.Popen([binary, "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            if subprocess.run(["ctr", "--address", str(sock), "version"], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
+        wait_until(answers("ctr", "--address", str(sock), "version"), proc, "containerd")
         yield sock, root
     finally:
         proc.terminate()
@@ -510,11 +507,7 @@ def test_the_node_checks_runtime_report_reads_the_release_containerd(
         proc = subprocess.Popen([str(bins["containerd"] / "containerd"), "--config", str(work / "config.toml")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # fmt: skip
         try:
-            for _ in range(200):
-                if subprocess.run(["ctr", "--address", str(sock), "version"], env=env,
-                                  capture_output=True).returncode == 0:  # fmt: skip
-                    break
-                time.sleep(0.1)
+            wait_until(answers("ctr", "--address", str(sock), "version", env=env), proc, "containerd")
             script = 'say() { echo "NODE-CHECK $*"; }\n' + RUNTIME_REPORT.replace(
                 "/run/containerd/containerd.sock", str(sock)
             ).replace("ctr version", f"ctr --address {sock} version")

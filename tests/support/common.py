@@ -12,7 +12,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,31 @@ def vm_turn(*, alone: bool = False) -> Iterator[None]:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+#: how long a server a test starts may take to answer: on a loaded run the light modules' worker runs at nice 10
+#: beside two emulated guests, and moto_server's imports alone then took more than the 10 s its wait once allowed
+STARTUP = 180.0
+
+
+def wait_until(ready: Callable[[], bool], proc: subprocess.Popen[Any], what: str, timeout: float = STARTUP) -> None:
+    """Wait until ``ready()`` for a server ``proc`` runs: fail at once, naming ``what``, when the process exits, and
+    after ``timeout`` seconds when it never answers (the tests' one startup wait: a fixed count of tries measures
+    the machine's load, not the server)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if ready():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited at start (exit {proc.returncode})")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not start within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def answers(*argv: str, env: dict[str, str] | None = None) -> Callable[[], bool]:
+    """A readiness probe: ``argv`` (curl, ctr ...) exits 0."""
+    return lambda: subprocess.run(argv, capture_output=True, env=env, check=False).returncode == 0
 
 
 def reference(*parts: str) -> Path:

@@ -19,12 +19,11 @@ import json
 import os
 import secrets
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.common import BIN, ROOT
+from tests.support.common import BIN, ROOT, wait_until
 
 LOCAL_KMS = ROOT / ".tools" / "bin" / "local-kms"
 SOFTHSM = Path("/usr/lib/softhsm/libsofthsm2.so")
@@ -85,13 +84,11 @@ def local_kms(work: Path) -> Iterator[Kms]:
         "AWS_EC2_METADATA_DISABLED": "true",
     })  # fmt: skip
     try:
-        for _ in range(100):
-            probe = kms.run("curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/")
-            if probe.returncode == 0:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("local-kms did not start")
+        wait_until(
+            lambda: kms.run("curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/").returncode == 0,
+            proc,
+            "local-kms",
+        )
         yield kms
     finally:
         proc.terminate()

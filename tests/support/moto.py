@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 
-from tests.support.common import BIN
+from tests.support.common import BIN, wait_until
 from tests.support.vcsim import free_port
 
 KEYS = {"AWS_ACCESS_KEY_ID": "AKIAMOTOTESTKEY00001", "AWS_SECRET_ACCESS_KEY": "moto-Secret-Marker-7731"}
@@ -22,14 +21,7 @@ def moto_server() -> Iterator[dict[str, str]]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url + "/moto-api/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("moto_server did not start")
+        wait_until(lambda: _answers(url + "/moto-api/"), proc, "moto_server")
         yield {
             **KEYS,
             "AWS_ENDPOINT_URL": url,
@@ -41,3 +33,11 @@ def moto_server() -> Iterator[dict[str, str]]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except OSError:
+        return False

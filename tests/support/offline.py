@@ -7,11 +7,10 @@ import contextlib
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.common import BIN, ROOT, vm_turn
+from tests.support.common import BIN, ROOT, answers, vm_turn, wait_until
 
 #: the namespace's name: one per worker process, made and removed by each module that uses it
 NETNS = f"ib-offline-{os.getpid()}"
@@ -81,12 +80,12 @@ def served_in_ns(ns: str, root: Path, port: int) -> Iterator[str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        probe = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sf", "-o", "/dev/null", url + "/"], check=False)
-        if probe.returncode == 0:
-            break
-        time.sleep(0.1)
     try:
+        wait_until(
+            answers("ip", "netns", "exec", ns, "curl", "-sf", "-o", "/dev/null", url + "/"),
+            proc,
+            f"the HTTP server for {root.name}",
+        )
         yield url
     finally:
         proc.terminate()

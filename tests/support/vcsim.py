@@ -19,9 +19,10 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support.common import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools" / "bin"
@@ -88,13 +89,17 @@ def start_vcsim(port: int | None = None) -> Vcsim:
         env={**os.environ, "TMPDIR": str(tmpdir)},
     )
     sim = Vcsim(port, proc, tmpdir)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "vcsim exited at start"
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return sim
-        except OSError:
-            time.sleep(0.1)
-    sim.stop()
-    raise AssertionError("vcsim did not start listening")
+    try:
+        wait_until(lambda: _listening(port), proc, "vcsim")
+    except AssertionError:
+        sim.stop()
+        raise
+    return sim
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
