@@ -16,6 +16,15 @@ import pytest
 from tests.support import schedule
 from tests.support.common import make_manifest
 from tests.support.schedule import HEAVY, pytest_addoption, pytest_xdist_make_scheduler  # noqa: F401 - hooks
+from tests.support.timeline import (  # noqa: F401 - hooks
+    pytest_runtest_call,
+    pytest_runtest_logreport,
+    pytest_runtest_makereport,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+    pytest_sessionfinish,
+    pytest_sessionstart,
+)
 
 if TYPE_CHECKING:
     from imagebuilder.release.source import RuntimeBuild, SourceRelease
@@ -49,56 +58,6 @@ def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, righ
         f"left [{start}:{at + 32}]: {bytes(left[start : at + 32]).hex(' ')}",
         f"right[{start}:{at + 32}]: {bytes(right[start : at + 32]).hex(' ')}",
     ]
-
-
-#: the tests that failed in this run, written where ``$IMAGE_BUILDER_FAILED_TESTS`` says (``invoke test`` names them
-#: last, after pytest's report: a CI log's tail then says which tests failed however long their reports are)
-_FAILED: list[str] = []
-
-
-#: a phase of a test (its setup, call or teardown) this long, or failed, is named as it ends, with the time of day: the
-#: CI's log then shows where a run's time went, and what failed, even when the run is stopped before pytest's list of
-#: the slowest tests and its failure reports
-LONG_PHASE = 60.0
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.failed and report.nodeid not in _FAILED:
-        _FAILED.append(report.nodeid)
-    if (report.duration >= LONG_PHASE or report.failed) and _REPORTER:
-        import time
-
-        worker = getattr(getattr(report, "node", None), "gateway", None)
-        where = f" on {worker.id}" if worker is not None else ""
-        _REPORTER[0].write("\n")  # xdist's progress dots leave the line open
-        _REPORTER[0].write_line(
-            f"[{time.strftime('%H:%M:%S')}] {report.duration:5.0f} s {report.when} {report.outcome}{where}: "
-            f"{report.nodeid}"
-        )
-        if report.failed:  # why, in a few lines: the full report comes at the end, if the run gets there
-            why = [line for line in report.longreprtext.splitlines() if line.startswith("E ")][:6]
-            for line in why or report.longreprtext.splitlines()[-3:]:
-                _REPORTER[0].write_line(f"    {line[:300]}")
-
-
-#: the controller's terminal reporter (pytest_runtest_logreport writes the long phases through it)
-_REPORTER: list[pytest.TerminalReporter] = []
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if not hasattr(session.config, "workerinput"):  # the controller: the workers' output is not the log's
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            _REPORTER[:] = [reporter]
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    import os
-
-    where = os.environ.get("IMAGE_BUILDER_FAILED_TESTS")
-    if where and not hasattr(session.config, "workerinput"):  # the controller, which sees every worker's reports
-        Path(where).write_text("".join(f"{n}\n" for n in _FAILED))
 
 
 @pytest.fixture

@@ -183,3 +183,45 @@ def test_a_server_that_exits_at_start_fails_at_once_and_one_that_never_answers_f
     finally:
         silent.kill()
         silent.wait()
+
+
+def test_a_long_or_failed_phase_is_named_as_it_ends_with_its_worker_and_cpu_time(tmp_path: Path) -> None:
+    """tests/support/timeline.py on two workers: a phase past the threshold is a line with the time of day, its
+    duration, the worker and the CPU time it took (its children's included, once reaped: a test that waits spends
+    almost none); a failed phase is a line, whatever its length, with its assertion; a short one is none."""
+    import re
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_a.py").write_text(textwrap.dedent(
+        """
+        import subprocess, sys, time
+
+        def test_burns():
+            subprocess.run([sys.executable, "-c", "import time\\nt = time.process_time()\\n"
+                            "while time.process_time() - t < 2.5: pass"], check=True)
+
+        def test_waits():
+            time.sleep(2.5)
+
+        def test_quick():
+            pass
+        """))  # fmt: skip
+    (suite / "test_b.py").write_text("def test_fails():\n    assert 1 + 1 == 3, 'the sum'\n")
+    failed = tmp_path / "failed.txt"
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.support.timeline", "-n", "2", "-q", "-p", "no:cacheprovider",
+         "--rootdir", str(suite), str(suite)],
+        cwd=suite, env={**clean_env(), "PYTHONPATH": str(ROOT), "IMAGE_BUILDER_LONG_PHASE": "2",
+                        "IMAGE_BUILDER_FAILED_TESTS": str(failed)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    line = r"\[\d\d:\d\d:\d\d\] +(\d+) s call (passed|failed) on gw[01] \(cpu (\d+) s\): test_\w\.py::(\w+)"
+    lines = {m[3]: (int(m[0]), m[1], int(m[2])) for m in re.findall(line, res.stdout)}
+    assert set(lines) == {"test_burns", "test_waits", "test_fails"}, res.stdout
+    assert lines["test_burns"][1] == "passed" and lines["test_burns"][2] >= 2, lines
+    assert lines["test_waits"][0] >= 2 and lines["test_waits"][2] == 0, lines
+    assert lines["test_fails"][1] == "failed"
+    assert "AssertionError: the sum" in res.stdout.split("test_b.py::test_fails", 1)[1].splitlines()[1]
+    assert failed.read_text() == "test_b.py::test_fails\n"

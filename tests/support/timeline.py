@@ -1,0 +1,103 @@
+"""What a run's log says as it goes (a plugin: tests/conftest.py takes its hooks, the harness's tests load it with
+``-p tests.support.timeline``): every test phase of a minute or more, or failed, as it ends, with the time of day,
+the worker and the CPU time it took, so a run the CI stops at its deadline still shows where its time went; and the
+failed tests' names in a file ``invoke test`` prints last."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+#: the tests that failed in this run, written where ``$IMAGE_BUILDER_FAILED_TESTS`` says (``invoke test`` names them
+#: last, after pytest's report: a CI log's tail then says which tests failed however long their reports are)
+_FAILED: list[str] = []
+
+
+#: a phase of a test (its setup, call or teardown) this long, or failed, is named as it ends, with the time of day: the
+#: CI's log then shows where a run's time went, and what failed, even when the run is stopped before pytest's list of
+#: the slowest tests and its failure reports
+LONG_PHASE = float(os.environ.get("IMAGE_BUILDER_LONG_PHASE", "60"))  # the harness test sets it lower
+
+
+def _cpu_seconds() -> float:
+    """The CPU time of this worker and of the children it has reaped (a build's QEMU, once the CLI that started it
+    has ended): a phase's share of the machine, where its duration also counts the waiting beside other workers."""
+    import resource
+
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    started = item.stash.get(_PHASE_CPU, None)
+    if started is not None:
+        report.user_properties.append(("cpu", round(_cpu_seconds() - started, 1)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    item.stash[_PHASE_CPU] = _cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    item.stash[_PHASE_CPU] = _cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    item.stash[_PHASE_CPU] = _cpu_seconds()
+    yield
+
+
+#: where a test phase's CPU time began (the makereport hook reads it)
+_PHASE_CPU = pytest.StashKey[float]()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed and report.nodeid not in _FAILED:
+        _FAILED.append(report.nodeid)
+    if (report.duration >= LONG_PHASE or report.failed) and _REPORTER:
+        import time
+
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        where = f" on {worker.id}" if worker is not None else ""
+        _REPORTER[0].write("\n")  # xdist's progress dots leave the line open
+        cpu = dict(report.user_properties).get("cpu")
+        spent = f" (cpu {cpu:.0f} s)" if isinstance(cpu, (int, float)) else ""
+        _REPORTER[0].write_line(
+            f"[{time.strftime('%H:%M:%S')}] {report.duration:5.0f} s {report.when} {report.outcome}{where}{spent}: "
+            f"{report.nodeid}"
+        )
+        if report.failed:  # why, in a few lines: the full report comes at the end, if the run gets there
+            why = [line for line in report.longreprtext.splitlines() if line.startswith("E ")][:6]
+            for line in why or report.longreprtext.splitlines()[-3:]:
+                _REPORTER[0].write_line(f"    {line[:300]}")
+
+
+#: the controller's terminal reporter (pytest_runtest_logreport writes the long phases through it)
+_REPORTER: list[pytest.TerminalReporter] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller: the workers' output is not the log's
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            _REPORTER[:] = [reporter]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    import os
+
+    where = os.environ.get("IMAGE_BUILDER_FAILED_TESTS")
+    if where and not hasattr(session.config, "workerinput"):  # the controller, which sees every worker's reports
+        Path(where).write_text("".join(f"{n}\n" for n in _FAILED))
