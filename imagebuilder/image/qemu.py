@@ -112,8 +112,8 @@ def running(
     serial.touch()
     pairs = ((ssh_port, 22),) if ssh_port else ()
     netdev = "user,id=n0" + "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in pairs)
-    cmd = [qemu, *machine.qemu_machine, "-accel", kvm.accelerator, "-m", str(memory_mb), "-smp", str(cpus),
-           "-display", "none", "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
+    cmd = [qemu, *emulation.machine_args(machine, kvm), "-accel", kvm.accelerator, "-m", str(memory_mb),
+           "-smp", str(cpus), "-display", "none", "-no-reboot", "-nodefaults", "-serial", f"file:{serial}",
            "-drive", f"file={disk},if=virtio,format={fmt}",
            "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"]  # fmt: skip
     if firmware == "efi":

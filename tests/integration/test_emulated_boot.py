@@ -88,3 +88,16 @@ def test_an_emulated_boot_waits_15_minutes_for_a_device(base_image: tuple[Path, 
             time.sleep(2)
     assert shown, f"no job for the missing device shown within 15 minutes: {guest.console()[-2000:]}"
     assert shown.rstrip().endswith("/ 15min)"), shown
+
+
+def test_the_emulated_arm64_cpu_is_one_this_qemu_runs() -> None:
+    """The CPU options an emulated arm64 guest gets are ones this host's qemu-system-aarch64 accepts: it starts with
+    them (paused, no disk) and quits when its monitor says so."""
+    import subprocess
+
+    args = emulation.machine_args(arch("arm64"))
+    assert "max,pauth-impdef=on" in args
+    res = subprocess.run(["qemu-system-aarch64", *args, "-accel", "tcg", "-display", "none", "-nodefaults", "-S",
+                          "-monitor", "stdio"], input="info status\nquit\n", capture_output=True, text=True,
+                         timeout=60, check=False)  # fmt: skip
+    assert res.returncode == 0 and "VM status: paused" in res.stdout, res.stdout + res.stderr
