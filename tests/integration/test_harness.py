@@ -188,7 +188,8 @@ def test_a_server_that_exits_at_start_fails_at_once_and_one_that_never_answers_f
 def test_a_long_or_failed_phase_is_named_as_it_ends_with_its_worker_and_cpu_time(tmp_path: Path) -> None:
     """tests/support/timeline.py on two workers: a phase past the threshold is a line with the time of day, its
     duration, the worker and the CPU time it took (its children's included, once reaped: a test that waits spends
-    almost none); a failed phase is a line, whatever its length, with its assertion; a short one is none."""
+    almost none); a failed phase is a line, whatever its length, with its assertion; a short one is none; a module
+    is a line as it ends, with its totals."""
     import re
 
     suite = tmp_path / "suite"
@@ -210,7 +211,8 @@ def test_a_long_or_failed_phase_is_named_as_it_ends_with_its_worker_and_cpu_time
     (suite / "test_b.py").write_text("def test_fails():\n    assert 1 + 1 == 3, 'the sum'\n")
     failed = tmp_path / "failed.txt"
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.support.timeline", "-n", "2", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-p", "tests.support.timeline", "-n", "2", "--dist", "loadfile", "-q",
+         "-p", "no:cacheprovider",
          "--rootdir", str(suite), str(suite)],
         cwd=suite, env={**clean_env(), "PYTHONPATH": str(ROOT), "IMAGE_BUILDER_LONG_PHASE": "2",
                         "IMAGE_BUILDER_FAILED_TESTS": str(failed)},
@@ -225,3 +227,6 @@ def test_a_long_or_failed_phase_is_named_as_it_ends_with_its_worker_and_cpu_time
     assert lines["test_fails"][1] == "failed"
     assert "AssertionError: the sum" in res.stdout.split("test_b.py::test_fails", 1)[1].splitlines()[1]
     assert failed.read_text() == "test_b.py::test_fails\n"
+    # and a module, as it ends on its worker: its duration, CPU time and test count
+    done = re.findall(r"\] +(\d+) s module done on gw[01] \(cpu (\d+) s, (\d+) tests\): test_a\.py$", res.stdout, re.M)
+    assert len(done) == 1 and int(done[0][0]) >= 5 and int(done[0][1]) >= 2 and done[0][2] == "3", res.stdout

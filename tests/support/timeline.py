@@ -60,6 +60,39 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
 
 #: where a test phase's CPU time began (the makereport hook reads it)
 _PHASE_CPU = pytest.StashKey[float]()
+#: a module this long, or this much CPU time, is named when it ends (the light ones add up: their sum is the run's)
+LONG_MODULE = LONG_PHASE / 6
+
+
+class _Module:
+    """A module under way on one worker, as the controller sees its reports (xdist's loadfile runs a module on one
+    worker, its tests in a row: the worker's first report of another module means this one is done)."""
+
+    def __init__(self, name: str, start: float) -> None:
+        self.name, self.start, self.stop, self.cpu, self.tests = name, start, start, 0.0, 0
+
+    def add(self, report: pytest.TestReport) -> None:
+        cpu = dict(report.user_properties).get("cpu")
+        self.cpu += cpu if isinstance(cpu, int | float) else 0.0
+        self.stop = max(self.stop, report.stop)
+        self.tests += report.when == "setup"
+
+    def line(self, where: str) -> str:
+        import time
+
+        wall = self.stop - self.start
+        return (f"[{time.strftime('%H:%M:%S', time.localtime(self.stop))}] {wall:5.0f} s module done{where} "
+                f"(cpu {self.cpu:.0f} s, {self.tests} tests): {self.name}")  # fmt: skip
+
+
+#: the module each worker is running (by worker id; "main" without xdist)
+_RUNNING: dict[str, _Module] = {}
+
+
+def _module_done(module: _Module, worker: str) -> None:
+    if _REPORTER and max(module.stop - module.start, module.cpu) >= LONG_MODULE:
+        _REPORTER[0].write("\n")
+        _REPORTER[0].write_line(module.line(f" on {worker}" if worker != "main" else ""))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -81,6 +114,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             why = [line for line in report.longreprtext.splitlines() if line.startswith("E ")][:6]
             for line in why or report.longreprtext.splitlines()[-3:]:
                 _REPORTER[0].write_line(f"    {line[:300]}")
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    key, name = worker.id if worker is not None else "main", report.nodeid.split("::", 1)[0]
+    running = _RUNNING.get(key)
+    if running is None or running.name != name:
+        if running is not None:
+            _module_done(running, key)
+        running = _RUNNING[key] = _Module(name, report.start)
+    running.add(report)
 
 
 #: the controller's terminal reporter (pytest_runtest_logreport writes the long phases through it)
@@ -98,6 +139,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     import os
 
+    if not hasattr(session.config, "workerinput"):
+        for key, running in sorted(_RUNNING.items()):
+            _module_done(running, key)
     where = os.environ.get("IMAGE_BUILDER_FAILED_TESTS")
     if where and not hasattr(session.config, "workerinput"):  # the controller, which sees every worker's reports
         Path(where).write_text("".join(f"{n}\n" for n in _FAILED))
