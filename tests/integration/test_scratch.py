@@ -134,6 +134,31 @@ def _loops_on(path_part: str) -> list[str]:
 
 
 @pytest.mark.root
+@pytest.mark.root
+def test_a_loop_device_someone_still_holds_is_waited_for_until_it_is_gone(tmp_path: Path) -> None:
+    """``losetup -d`` of a device another process has open only marks it to go; detach_loop returns once the kernel
+    has let it go (here a holder that keeps it 6 s, longer than the 5 s it once waited before giving up quietly)."""
+    import time
+
+    backing = tmp_path / "disk.raw"
+    backing.write_bytes(b"\0" * (4 << 20))
+    dev = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True, text=True,
+                         check=True).stdout.strip()  # fmt: skip
+    holder = subprocess.Popen(["sh", "-c", "exec 3<\"$1\"; echo held; sleep 6", "sh", dev], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        disk.detach_loop(dev)
+        waited = time.monotonic() - started
+        assert not subprocess.run(["losetup", "-j", str(backing)], capture_output=True, text=True).stdout
+        assert waited >= 4, f"returned after {waited:.1f} s, while the device was still held"
+    finally:
+        holder.kill()
+        holder.wait()
+        subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+
+
 def test_loops_of_a_killed_run_are_found_by_their_backing_file_and_released(tmp_path: Path) -> None:
     """Issue 29's leak: a killed run's working disk still attached to loop devices. host.clean (and the sweep at the
     start of the next run that takes scratch space) finds them by their backing file, even when the directory was

@@ -29,14 +29,19 @@ def detach_backing(image: Path) -> list[str]:
 
 
 def detach_loop(dev: str) -> None:
-    """Detach a loop device and wait until the kernel has let it go (detaching is asynchronous)."""
+    """Detach a loop device and wait until the kernel has let it go: detaching is asynchronous, and a device someone
+    still has open (udev's probe of a device just made) is only marked to go when they close it. Up to
+    :data:`DETACH_WAIT` seconds: on a loaded host a probe at a low priority took more than the 5 s this once waited
+    (a test saw the image's loop device still attached after the tool returned)."""
     subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
-    name = Path(dev).name
-    for _ in range(50):
-        backing = Path(f"/sys/block/{name}/loop/backing_file")
-        if not backing.exists():
-            return
+    backing = Path(f"/sys/block/{Path(dev).name}/loop/backing_file")
+    deadline = time.monotonic() + DETACH_WAIT
+    while backing.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+#: how long :func:`detach_loop` waits for the kernel to let a device go, in seconds
+DETACH_WAIT = 60.0
 
 
 @dataclass(frozen=True)
