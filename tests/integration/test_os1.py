@@ -23,7 +23,7 @@ import lz4.frame
 import pytest
 
 from imagebuilder.host.serve import FileServer, Handler
-from tests.support.common import BIN, ROOT, reference, run
+from tests.support.common import BIN, ROOT, reference, run, stop
 from tests.support.tufrepo import TufRepo, sha512
 from tests.support.vcsim import free_port
 
@@ -303,8 +303,7 @@ def test_serve_task_prints_cluster_values_and_renders_nginx(tmp_path: Path) -> N
         assert f"hookImagesURLPath: http://127.0.0.1:{port}/hook\n" in lines
         assert _get(port, "/bottlerocket.img.gz")[2] == b"x"
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop(proc)
     conf = tmp_path / "site.conf"
     dry = run("serve", "--dir", str(root), "--port", "8081", "--nginx-config", str(conf), "--dry-run")
     assert dry.code == 0 and "listen 8081;" in dry.out and not conf.exists()

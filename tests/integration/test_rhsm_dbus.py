@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.common import BIN, ROOT, wait_until
+from tests.support.common import BIN, ROOT, stop, wait_until
 
 KEY = "ak-Dbus-Secret-Marker-6620"
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-dbus and python3-gi (the setup installs them)
@@ -35,8 +35,7 @@ def rhsm(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield address, record
     finally:
         for proc in (fake, daemon):
-            proc.terminate()
-            proc.wait(10)
+            stop(proc)
 
 
 def run_role(tmp_path: Path, address: str, key: str) -> subprocess.CompletedProcess[str]:

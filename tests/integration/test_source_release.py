@@ -25,7 +25,7 @@ from imagebuilder.image.nodecheck import kubeadm_config
 from imagebuilder.release.imagearchive import Entry, ImageSpec, archive_refs, docker_archive, image_config
 from imagebuilder.release.manifest import load_manifest
 from imagebuilder.release.source import LABEL, SourceRelease
-from tests.support.common import answers, reference, run, running_with, wait_until
+from tests.support.common import answers, reference, run, running_with, stop, wait_until
 from tests.support.source_release import release_images
 
 SOURCE_VERSION = "v1.36.3"
@@ -82,8 +82,7 @@ def containerd(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         wait_until(answers("ctr", "--address", str(sock), "version"), proc, "containerd")
         yield sock, root
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop(proc)
 
 
 @pytest.mark.root
@@ -513,8 +512,7 @@ def test_the_node_checks_runtime_report_reads_the_release_containerd(
             ).replace("ctr version", f"ctr --address {sock} version")
             out = subprocess.run(["sh", "-c", script], cwd=work, env=env, capture_output=True, text=True, check=True)
         finally:
-            proc.terminate()
-            proc.wait(30)
+            stop(proc)
         event, _, detail = out.stdout.strip().removeprefix("NODE-CHECK ").partition(" ")
         words = dict(w.split("=", 1) for w in detail.split())
         assert event == "runtime" and words["containerd"] == "v2.3.1", out.stdout

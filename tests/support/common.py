@@ -83,6 +83,18 @@ def wait_until(ready: Callable[[], bool], proc: subprocess.Popen[Any], what: str
         time.sleep(0.1)
 
 
+def stop(proc: subprocess.Popen[Any], grace: float = STARTUP) -> None:
+    """End a server a test started: SIGTERM, then SIGKILL if it has not exited after ``grace`` seconds (a server on
+    the light worker, at nice 10 beside two guests, once took more than 10 s to exit: a teardown failure)."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def answers(*argv: str, env: dict[str, str] | None = None) -> Callable[[], bool]:
     """A readiness probe: ``argv`` (curl, ctr ...) exits 0."""
     return lambda: subprocess.run(argv, capture_output=True, env=env, check=False).returncode == 0

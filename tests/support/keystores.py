@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.common import BIN, ROOT, wait_until
+from tests.support.common import BIN, ROOT, stop, wait_until
 
 LOCAL_KMS = ROOT / ".tools" / "bin" / "local-kms"
 SOFTHSM = Path("/usr/lib/softhsm/libsofthsm2.so")
@@ -91,8 +91,7 @@ def local_kms(work: Path) -> Iterator[Kms]:
         )
         yield kms
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
         subprocess.run(["ip", "netns", "delete", ns], check=False)
 
 

@@ -7,7 +7,7 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator
 
-from tests.support.common import BIN, wait_until
+from tests.support.common import BIN, stop, wait_until
 from tests.support.vcsim import free_port
 
 KEYS = {"AWS_ACCESS_KEY_ID": "AKIAMOTOTESTKEY00001", "AWS_SECRET_ACCESS_KEY": "moto-Secret-Marker-7731"}
@@ -31,8 +31,7 @@ def moto_server() -> Iterator[dict[str, str]]:
             "AWS_EC2_METADATA_DISABLED": "true",
         }
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
 
 
 def _answers(url: str) -> bool:

@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.common import BIN, ROOT, answers, vm_turn, wait_until
+from tests.support.common import BIN, ROOT, answers, stop, vm_turn, wait_until
 
 #: the namespace's name: one per worker process, made and removed by each module that uses it
 NETNS = f"ib-offline-{os.getpid()}"
@@ -88,5 +88,4 @@ def served_in_ns(ns: str, root: Path, port: int) -> Iterator[str]:
         )
         yield url
     finally:
-        proc.terminate()
-        proc.wait()
+        stop(proc)

@@ -17,7 +17,7 @@ from imagebuilder.attest import provenance, sbom
 from imagebuilder.attest.keys import load_signer
 from imagebuilder.attest.packages import Inventory, parse_dpkg_status
 from imagebuilder.core.files import sha256_file
-from tests.support.common import BIN, ROOT
+from tests.support.common import BIN, ROOT, stop
 
 #: installed by ./scripts/setup.sh --test (cargo, cached under ~/.cache); a test that needs it fails when it is missing
 TUFTOOL = Path(os.environ.get("TUFTOOL", str(ROOT / ".tools" / "bin" / "tuftool")))
@@ -114,5 +114,4 @@ def serving_repo(folder: Path) -> Iterator[dict[str, str]]:
                 break
         yield values
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
