@@ -187,20 +187,29 @@ def test_a_server_that_exits_at_start_fails_at_once_and_one_that_never_answers_f
 
 def test_a_long_or_failed_phase_is_named_as_it_ends_with_its_worker_and_cpu_time(tmp_path: Path) -> None:
     """tests/support/timeline.py on two workers: a phase past the threshold is a line with the time of day, its
-    duration, the worker and the CPU time it took (its children's included, once reaped: a test that waits spends
-    almost none); a failed phase is a line, whatever its length, with its assertion; a short one is none; a module
-    is a line as it ends, with its totals."""
+    duration, the worker and the CPU time it took (everything it started included, an orphan too: a test that
+    waits spends almost none); a failed phase is a line, whatever its length, with its assertion; a short one is
+    none; a module is a line as it ends, with its totals."""
     import re
 
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "test_a.py").write_text(textwrap.dedent(
         """
-        import subprocess, sys, time
+        import os, subprocess, sys, time
+
+        BURN = [sys.executable, "-c",
+                "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 2.5: pass"]
 
         def test_burns():
-            subprocess.run([sys.executable, "-c", "import time\\nt = time.process_time()\\n"
-                            "while time.process_time() - t < 2.5: pass"], check=True)
+            subprocess.run(BURN, check=True)
+
+        def test_orphans(tmp_path):
+            # the burner's parent exits at once: init reaps it, and its time never reaches this process's children
+            flag = tmp_path / "done"
+            subprocess.run(["sh", "-c", '("$@"; touch "$0") > /dev/null 2>&1 &', str(flag), *BURN], check=True)
+            while not flag.exists():
+                time.sleep(0.1)
 
         def test_waits():
             time.sleep(2.5)
@@ -221,12 +230,13 @@ def test_a_long_or_failed_phase_is_named_as_it_ends_with_its_worker_and_cpu_time
     assert res.returncode == 1, res.stdout + res.stderr
     line = r"\[\d\d:\d\d:\d\d\] +(\d+) s call (passed|failed) on gw[01] \(cpu (\d+) s\): test_\w\.py::(\w+)"
     lines = {m[3]: (int(m[0]), m[1], int(m[2])) for m in re.findall(line, res.stdout)}
-    assert set(lines) == {"test_burns", "test_waits", "test_fails"}, res.stdout
+    assert set(lines) == {"test_burns", "test_orphans", "test_waits", "test_fails"}, res.stdout
     assert lines["test_burns"][1] == "passed" and lines["test_burns"][2] >= 2, lines
+    assert lines["test_orphans"][2] >= 2, "an orphan's time is counted (the worker's own accounting group)"
     assert lines["test_waits"][0] >= 2 and lines["test_waits"][2] == 0, lines
     assert lines["test_fails"][1] == "failed"
     assert "AssertionError: the sum" in res.stdout.split("test_b.py::test_fails", 1)[1].splitlines()[1]
     assert failed.read_text() == "test_b.py::test_fails\n"
     # and a module, as it ends on its worker: its duration, CPU time and test count
     done = re.findall(r"\] +(\d+) s module done on gw[01] \(cpu (\d+) s, (\d+) tests\): test_a\.py$", res.stdout, re.M)
-    assert len(done) == 1 and int(done[0][0]) >= 5 and int(done[0][1]) >= 2 and done[0][2] == "3", res.stdout
+    assert len(done) == 1 and int(done[0][0]) >= 5 and int(done[0][1]) >= 4 and done[0][2] == "4", res.stdout
