@@ -409,6 +409,11 @@ def test_offline_bare_metal_build_is_verified(
     assert "UEFI, OVMF" in boot.detail, "the UEFI image is booted as UEFI machines boot it"
     # under TCG the throwaway copy's kernel is told its TSCs are synchronized, as real hardware's are
     assert "tsc=reliable" in boot.detail or ", kvm" in boot.detail, boot.detail
+    # and its vCPUs by the rule of every guest the tool starts (emulated on 2 cores: one)
+    from imagebuilder.core.arch import arch
+    from imagebuilder.image.emulation import vcpus
+
+    assert f", {vcpus(arch('amd64'))} vCPU" in boot.detail, boot.detail
     with raw_view(custom) as raw, mounted_root(raw) as root:
         # customizations add up: the build's CA and registry stay beside the site's
         for stem in ("build-ca", "site-ca"):

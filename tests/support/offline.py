@@ -22,7 +22,7 @@ def one_vcpu_config(home: Path) -> Path:
     Why: under TCG each vCPU is a host thread, and the two end-to-end modules build at the same time on a 2-core
     machine. Two builds whose VMs have two vCPUs each took 341 s apiece side by side; with one vCPU each, 287 s (alone
     a one-vCPU build takes 244 s against 197). The images are the same; --disk-gb 4 shrinks the build VM the same
-    way. The node check's and the boot checks' guests keep their two vCPUs."""
+    way. (The guests the tool starts itself follow its own rule: imagebuilder.image.emulation.vcpus.)"""
     dest = home.parent / f"{home.name}-config"
     if not dest.is_dir():
         staging = home.parent / f".{dest.name}"
