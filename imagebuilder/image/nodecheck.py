@@ -531,8 +531,8 @@ def node_check(
 
             say(f"node check: booting the image under QEMU to join the control plane on {endpoint.host}")
             # the node's vCPUs by the rule every guest of this tool follows: two under KVM, and emulated one per two
-            # host cores (two vCPU threads beside a build's guest on 2 cores spun on each other: a local CI run's
-            # offline test, the node check in it, took 51 minutes of CPU in 47)
+            # host cores (two vCPU threads take both cores of a 2-core host from the control plane beside them, and
+            # wait for each other's next slice: emulation.vcpus)
             joined(boot(0, emulation.vcpus(machine), 2048), NODE_NAME, "")
             pod_node = NODE_NAME
             if join:  # the second guest boots once the first is a node: one guest's vCPUs at a time on the cores
