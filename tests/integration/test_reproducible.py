@@ -1,8 +1,9 @@
 """Reproducible images (issue 45): the chroot engine builds the same inputs twice, for real, under different
 conditions (another folder for the output, the workspace, the mirror and the source image; another host name, umask
 and time zone; another time of day), and the artifacts are compared byte for byte: the bare-metal .gz and the OVA.
-``image.rebuild`` then rebuilds from a provenance alone and says "reproduced"; a provenance whose record was changed
-is not reproduced, and the first differing file is named; inputs that are missing or differ are refused by name.
+``image.rebuild`` of a provenance whose record was changed says "not reproduced" and names the first differing file
+(a rebuild that reproduces is the matrix's test, tests/integration/test_chroot_engine.py); inputs that are missing or
+differ are refused by name.
 
 Each build runs the real engine on image.base's Debian image and a stand-in release (its binaries are scripts, its
 images real OCI archives that containerd imports)."""
@@ -88,7 +89,7 @@ def first_build(base_image: tuple[Path, str], mirror: Path, tmp_path_factory: py
     return work / "a"
 
 
-@pytest.mark.timeout(1200)  # about 260 s alone; a build, a BIOS boot and two rebuilds beside other guests take longer
+@pytest.mark.timeout(1200)  # about 200 s alone; a build, a BIOS boot and a rebuild beside other guests take longer
 def test_two_builds_in_different_conditions_are_the_same_bytes_and_a_rebuild_says_so(
     base_image: tuple[Path, str], mirror: Path, first_build: Path, tmp_path: Path
 ) -> None:
@@ -126,17 +127,13 @@ def test_two_builds_in_different_conditions_are_the_same_bytes_and_a_rebuild_say
     assert params["source_date_epoch"] == RELEASE_DATE and len(params["hash_seed"]) == 36
     assert "source_image_url" in params["config"] and params["engine"] == "chroot"
 
-    # image.rebuild from the provenance, with the inputs from the other side's copies: reproduced
+    # image.rebuild from a provenance whose SOURCE_DATE_EPOCH was changed (unsigned: it is read, not trusted), with
+    # the inputs from the other side's copies: not reproduced, and the first file that differs is named. (A rebuild
+    # that reproduces is the matrix's, tests/integration/test_chroot_engine.py: a third build of these inputs here
+    # proved nothing the second did not, for two minutes of the CI's machine.)
     rebuild = [str(BIN / "image-builder"), "image.rebuild", "--provenance", str(prov), "--mirror", str(mirror_b),
                "--source-image", str(tmp_path / "b-side" / "images" / "base-copy.qcow2")]  # fmt: skip
     env = {**os.environ, "IMAGE_BUILDER_WORKSPACE": str(tmp_path / "wr")}
-    res = subprocess.run([*rebuild, "--output-dir", str(tmp_path / "rb")], capture_output=True, text=True, env=env,
-                         cwd=ROOT, timeout=3600)  # fmt: skip
-    assert res.returncode == 0 and "reproduced" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
-    assert sha256_file(_one(tmp_path / "rb", ".gz")) == sha256_file(a)
-
-    # a provenance whose SOURCE_DATE_EPOCH was changed (unsigned: it is read, not trusted) is not reproduced, and
-    # the first file that differs is named
     changed = tmp_path / "changed"
     changed.mkdir()
     for f in (a, prov, _one(first_build, ".spdx.json")):
