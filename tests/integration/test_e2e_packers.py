@@ -1,10 +1,11 @@
 """Images built offline for real on the modern Packers users run, inside a network namespace with nothing but
 loopback, from image.base's image and the mirror: Packer 1.9.4 and 1.16.0, built from their release sources with
 their real plugins, the plugins installed offline from ``--packer-plugins`` into the user's own plugin folder.
-Packer 1.16.0 (every builder a plugin) builds the local OVA, which boots to a login prompt (image.verify, every
-check) and becomes a tagged template on vCenter (vcsim) that template.validate accepts. Packer 1.9.4 (the reference
+Packer 1.16.0 (every builder a plugin) builds the local OVA, which passes image.verify's checks on disk (its
+loader, file system, node programs and runtime) and becomes a tagged template on vCenter (vcsim) that
+template.validate accepts. Packer 1.9.4 (the reference
 tool's) runs the bare-metal build with the same plugins (``--engine packer``) through its boot, SSH and the ansible
-plugin's first tasks, and there the user presses Ctrl-C: the build ends with 130 and leaves nothing. Each Packer's
+plugin's first tasks, and there the user presses Ctrl-C: the build ends with 130 and leaves nothing; before it, its
 first run is killed midway, as the out-of-memory killer kills, and the run after it must clean up.
 
 CI time: a Packer build is minutes of a core under TCG. Three full builds (Debian's 1.6.6 in
@@ -13,7 +14,11 @@ tests/integration/test_e2e_offline.py, 1.9.4 and 1.16.0 here) did not fit the CI
 their core (templates, every pair validated by 1.9.4 in ``invoke lint`` and tests/integration/test_packer_versions.py;
 the plugins' start, the build VM, SSH and the ansible plugin's connection, all run here), while the plugins, the
 playbooks and the packaging after them are the same ones 1.16.0 runs to the end. (Both built both images of the
-same inputs, and image.diff found nothing a node sees between them, in every CI run up to 2026-11-29.)"""
+same inputs, and image.diff found nothing a node sees between them, in every CI run up to 2026-11-29.) Two more
+cuts on 2026-11-30: 1.16.0's first run is no longer killed at the point 1.9.4's is (the clean-up after a killed run
+is the engine's, whatever the Packer), and its OVA is not booted: the chroot engine's images boot in the matrix, the
+reproducible and the node-check tests, and image.diff finds nothing a node sees between the engines' images of the
+same inputs (tests/integration/test_e2e_offline.py)."""
 
 from __future__ import annotations
 
@@ -51,10 +56,10 @@ def _config(path: Path, base_image: tuple[Path, str]) -> Path:
     return path
 
 
-#: what each Packer builds, and where its first run is killed: Packer waiting for the guest's SSH (Packer and QEMU
-#: running; a kill while Ansible provisions, its children too, is the chroot engine's in
+#: what each Packer builds, and where its first run is killed (None: not killed): Packer waiting for the guest's SSH
+#: (Packer and QEMU running; a kill while Ansible provisions, its children too, is the chroot engine's in
 #: tests/integration/test_fault_injection.py: here it cost a boot to SSH, 3 to 5 minutes of CI under TCG)
-BUILDS = {"1.9.4": ("baremetal", "Waiting for SSH"), "1.16.0": ("vsphere", "Waiting for SSH")}
+BUILDS: dict[str, tuple[str, str | None]] = {"1.9.4": ("baremetal", "Waiting for SSH"), "1.16.0": ("vsphere", None)}
 #: where 1.9.4's build is interrupted as a user's Ctrl-C interrupts it: the ansible plugin running the playbook
 CTRL_C_AT = "TASK ["
 
@@ -113,19 +118,18 @@ def test_a_modern_packer_builds_and_verifies_its_image(
     # them and release what the killed run held before it starts its own. The OVA's config holds a vCenter password
     # it does not use, which must show up in no output, file or child's argv
     config = _config(tmp_path / f"{provider}.json", base_image)
-    with vm_turn():
-        killed = oom_kill(offline_ns, home, provider, config, mirror, out, flags, point)
-    assert [p for p in tagged(killed) if "qemu-system" in p], f"QEMU runs on after its run was killed at {point}"
-    for old in user_plugins.rglob("packer-plugin-*"):
-        old.unlink()  # the killed run installed them: the build below installs them again
-    if version == "1.9.4":
+    if point is not None:
+        with vm_turn():
+            killed = oom_kill(offline_ns, home, provider, config, mirror, out, flags, point)
+        assert [p for p in tagged(killed) if "qemu-system" in p], f"QEMU runs on after its run was killed at {point}"
+        for old in user_plugins.rglob("packer-plugin-*"):
+            old.unlink()  # the killed run installed them: the run below installs them again
         _ctrl_c_while_ansible_provisions(offline_ns, home, provider, config, mirror, out, flags, killed, user_plugins)
         return
     with ArgvWatcher() as argv:
         res = build(offline_ns, home, provider, config, mirror, out, *flags)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert tagged(killed) == [] and run_folders(killed) == [], (tagged(killed), run_folders(killed))
-    assert not list((home / "work").iterdir()), "the killed run's workspace is released, the build's removed"
+    assert not list((home / "work").iterdir()), "the build's workspace is removed"
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
     _the_plugins_were_installed_offline(res.stdout, home, user_plugins, packer, offline_ns)
     manifest = json.loads((out / f"{NAME}.build-manifest.json").read_text())
@@ -135,7 +139,7 @@ def test_a_modern_packer_builds_and_verifies_its_image(
     assert SECRET not in output
     assert not scan_for(SECRET, out, home / "work"), "a secret leaked into a file"
     assert not [c for c in argv.seen if SECRET in c], "a secret was in a child's argv"
-    _the_local_ova_boots_and_becomes_a_template(out, output, vcsim)
+    _the_local_ova_is_checked_and_becomes_a_template(out, output, vcsim)
 
 
 def _the_plugins_were_installed_offline(
@@ -187,9 +191,9 @@ def _ctrl_c_while_ansible_provisions(
     _the_plugins_were_installed_offline(output, home, user_plugins, packers.packer("1.9.4"), ns)
 
 
-def _the_local_ova_boots_and_becomes_a_template(out: Path, output: str, vcsim: Vcsim) -> None:
-    """The local OVA: its layout, a boot (image.verify, every check), its SBOM and unsigned provenance, and a
-    tagged template on vCenter (vcsim) that template.validate accepts."""
+def _the_local_ova_is_checked_and_becomes_a_template(out: Path, output: str, vcsim: Vcsim) -> None:
+    """The local OVA: its layout, image.verify's checks on disk (its disk read through the OVA's VMDK), its SBOM
+    and unsigned provenance, and a tagged template on vCenter (vcsim) that template.validate accepts."""
     ova = out / f"{NAME}.ova"
     with tarfile.open(ova) as tar:
         names = tar.getnames()
@@ -198,10 +202,9 @@ def _the_local_ova_boots_and_becomes_a_template(out: Path, output: str, vcsim: V
         mf = tar.extractfile(names[1]).read().decode()  # type: ignore[union-attr]
     assert 'ovf:capacity="4294967296"' in ovf and "streamOptimized" in ovf
     assert f"SHA256({names[0]})=" in mf and f"SHA256({names[2]})=" in mf
-    with vm_turn():
-        findings = verify_image(ova)
+    findings = verify_image(ova, boot=False)
     assert not [f for f in findings if not f.ok], findings
-    assert "boot" in {f.name for f in findings}
+    assert {"disk", "kubelet binary", "containerd enabled"} <= {f.name for f in findings}, findings
     # issue 31 on a Packer build: the sbom role ran in the build VM and handed the package list over; without
     # --signing-key the provenance is written unsigned (and says so), never signed by anything else
     ova_manifest = json.loads((out / f"{NAME}.build-manifest.json").read_text())
