@@ -217,7 +217,10 @@ def test_a_long_or_failed_phase_is_named_as_it_ends_with_its_worker_and_cpu_time
         def test_quick():
             pass
         """))  # fmt: skip
-    (suite / "test_b.py").write_text("def test_fails():\n    assert 1 + 1 == 3, 'the sum'\n")
+    (suite / "test_b.py").write_text(
+        "def test_fails():\n    assert 1 + 1 == 3, 'the sum'\n\n"
+        "def test_fails_at_length():\n    assert False, '\\n'.join(f'line {n}' for n in range(40)) + '\\nTHE END'\n"
+    )
     failed = tmp_path / "failed.txt"
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.support.timeline", "-n", "2", "--dist", "loadfile", "-q",
@@ -230,13 +233,16 @@ def test_a_long_or_failed_phase_is_named_as_it_ends_with_its_worker_and_cpu_time
     assert res.returncode == 1, res.stdout + res.stderr
     line = r"\[\d\d:\d\d:\d\d\] +(\d+) s call (passed|failed) on gw[01] \(cpu (\d+) s\): test_\w\.py::(\w+)"
     lines = {m[3]: (int(m[0]), m[1], int(m[2])) for m in re.findall(line, res.stdout)}
-    assert set(lines) == {"test_burns", "test_orphans", "test_waits", "test_fails"}, res.stdout
+    assert set(lines) == {"test_burns", "test_orphans", "test_waits", "test_fails", "test_fails_at_length"}, res.stdout
     assert lines["test_burns"][1] == "passed" and lines["test_burns"][2] >= 2, lines
     assert lines["test_orphans"][2] >= 2, "an orphan's time is counted (the worker's own accounting group)"
     assert lines["test_waits"][0] >= 2 and lines["test_waits"][2] == 0, lines
     assert lines["test_fails"][1] == "failed"
     assert "AssertionError: the sum" in res.stdout.split("test_b.py::test_fails", 1)[1].splitlines()[1]
-    assert failed.read_text() == "test_b.py::test_fails\n"
+    assert failed.read_text() == "test_b.py::test_fails\ntest_b.py::test_fails_at_length\n"
+    # a long message: its first lines and its last, where a program's output ends (its error)
+    long = res.stdout.split("test_b.py::test_fails_at_length", 1)[1].split("\n[", 1)[0]
+    assert "line 0" in long and "THE END" in long and "line 20" not in long, long
     # and a module, as it ends on its worker: its duration, CPU time and test count
     done = re.findall(r"\] +(\d+) s module done on gw[01] \(cpu (\d+) s, (\d+) tests\): test_a\.py$", res.stdout, re.M)
     assert len(done) == 1 and int(done[0][0]) >= 5 and int(done[0][1]) >= 4 and done[0][2] == "4", res.stdout

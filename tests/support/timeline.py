@@ -145,7 +145,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             f"{report.nodeid}"
         )
         if report.failed:  # why, in a few lines: the full report comes at the end, if the run gets there
-            why = [line for line in report.longreprtext.splitlines() if line.startswith("E ")][:6]
+            # its first lines (the assertion) and its last (where a long message, a program's output, ends: its error)
+            said = [line for line in report.longreprtext.splitlines() if line.startswith("E ")]
+            why = said if len(said) <= 12 else [*said[:4], "E     ...", *said[-8:]]
             for line in why or report.longreprtext.splitlines()[-3:]:
                 _REPORTER[0].write_line(f"    {line[:300]}")
     worker = getattr(getattr(report, "node", None), "gateway", None)
