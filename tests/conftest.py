@@ -323,7 +323,7 @@ MODULE_MARKS = {
     "test_dhcp.py": ("root", "netns"),
     "test_hostprep.py": ("root", "slow"),
     "test_e2e_offline.py": ("root", "netns", "qemu", "slow"),
-    "test_e2e_packers.py": ("root", "netns", "qemu", "vcsim", "slow"),
+    "test_e2e_packers.py": ("root", "netns", "qemu", "slow"),
     "test_customize_guest.py": ("root", "qemu", "vcsim", "slow"),
     "test_vsphere.py": ("vcsim",),
 }

@@ -7,8 +7,8 @@ and CoreDNS, a pod Running; the second node of image.verify --join is invoke dem
 build options: a package from a local APT repository, the public sources disabled, a file from files.json; and build
 --customize) a stand-in release of 1-36 that carries the same real runtime (containerd v2.3.1, its runc, crictl
 v1.36.0, in the reference bundle's tarball layout), and the chroot engine builds its twin of the same inputs,
-compared by image.diff. The builds on Packer 1.9 and 1.16 (bare metal and the local OVA, on the stand-in release)
-are in tests/integration/test_e2e_packers.py. Slow by nature (QEMU; TCG where KVM cannot run guests)."""
+compared by image.diff. Packer 1.9 and 1.16 (bare metal and the local OVA, on the stand-in release) run to their
+Ansible in tests/integration/test_e2e_packers.py. Slow by nature (QEMU; TCG where KVM cannot run guests)."""
 
 from __future__ import annotations
 
@@ -250,7 +250,7 @@ def test_offline_bare_metal_build_is_verified(
     ).stdout.split()[0]
     manifest = json.loads((out / f"{stem}.build-manifest.json").read_text())
     assert manifest["artifact"]["name"] == gz.name
-    # Debian's Packer 1.6.6 (the modern ones build in tests/integration/test_e2e_packers.py): its plugins are built in
+    # Debian's Packer 1.6.6 (the modern ones run in tests/integration/test_e2e_packers.py): its plugins are built in
     assert manifest["tools"]["packer"] == "1.6.6"
     assert {p["action"] for p in manifest["packer_plugins"]} == {"not needed"}, manifest["packer_plugins"]
     assert set(manifest["steps"]) == {"source", "render", "packer", "package", "attest"}
