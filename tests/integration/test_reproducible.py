@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.core.files import sha256_file
-from tests.support.common import BIN, ROOT
+from tests.support.common import BIN, ROOT, run
+from tests.support.vcsim import Vcsim
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +90,7 @@ def first_build(base_image: tuple[Path, str], mirror: Path, tmp_path_factory: py
     return work / "a"
 
 
-@pytest.mark.timeout(1200)  # about 200 s alone; a build, a BIOS boot and a rebuild beside other guests take longer
+@pytest.mark.timeout(1200)  # about 160 s alone; a build and a rebuild beside other guests take longer
 def test_two_builds_in_different_conditions_are_the_same_bytes_and_a_rebuild_says_so(
     base_image: tuple[Path, str], mirror: Path, first_build: Path, tmp_path: Path
 ) -> None:
@@ -108,16 +109,7 @@ def test_two_builds_in_different_conditions_are_the_same_bytes_and_a_rebuild_say
         check = check_raw(raw)
     assert check.ok, check.problems
     assert any("SYSLINUX: boot sector" in n and "consistent" in n for n in check.notes), check.notes
-    # and it boots by BIOS, through the EXTLINUX boot sector and ldlinux.sys the build patched (UEFI boots are the
-    # other chroot tests' and image.verify's default for these images)
-    from imagebuilder.build.verify import boot_raw
-    from tests.support.common import vm_turn
-
-    with raw_view(a, work_dir=tmp_path) as raw, vm_turn():
-        booted = boot_raw(raw, firmware="bios")
-    assert booted.ok and "BIOS" in booted.detail, booted.detail
-    # under TCG a throwaway copy boots, its systemd told to wait for emulated devices
-    assert "systemd waits 900 s for devices" in booted.detail or ", kvm" in booted.detail, booted.detail
+    # (it boots by BIOS through that boot sector in the matrix's test, tests/integration/test_chroot_engine.py)
     manifest = json.loads(_one(first_build, ".build-manifest.json").read_text())
     assert manifest["reproducible"] is True and manifest["source_date_epoch"] == RELEASE_DATE
     prov = _one(first_build, ".intoto.json")
@@ -201,8 +193,11 @@ def test_a_rebuild_refuses_inputs_it_cannot_find_or_that_differ(
 
 
 def test_the_ova_is_the_same_bytes_under_another_umask_and_time_zone(
-    base_image: tuple[Path, str], mirror: Path, tmp_path: Path
+    base_image: tuple[Path, str], mirror: Path, vcsim: Vcsim, tmp_path: Path
 ) -> None:
+    """Two OVAs of the same inputs are the same bytes; the OVA is what vSphere takes (its OVF, manifest and
+    streamOptimized VMDK), and template.import makes it a tagged template on vCenter (vcsim) that template.validate
+    accepts (the one built OVA imported in CI since 2026-11-30: Packer 1.16.0's run stops at its Ansible)."""
     image, digest = base_image
     config = _config(tmp_path / "cfg", image, digest)
     outs = []
@@ -216,3 +211,15 @@ def test_the_ova_is_the_same_bytes_under_another_umask_and_time_zone(
         members = tar.getmembers()
     assert [m.mtime for m in members] == [RELEASE_DATE] * len(members)
     assert [m.mode for m in members] == [0o644] * len(members)
+    with tarfile.open(outs[0]) as tar:
+        names = tar.getnames()
+        assert names[0].endswith(".ovf") and names[1].endswith(".mf") and names[2].endswith(".vmdk"), names
+        ovf = tar.extractfile(names[0]).read().decode()  # type: ignore[union-attr]
+        mf = tar.extractfile(names[1]).read().decode()  # type: ignore[union-attr]
+    assert 'ovf:capacity="4294967296"' in ovf and "streamOptimized" in ovf
+    assert f"SHA256({names[0]})=" in mf and f"SHA256({names[2]})=" in mf
+    imported = run("template.import", "--ova", str(outs[0]), "--os", "ubuntu", "--kubernetes", "1.24", env=vcsim.env)
+    assert imported.code == 0, imported.err
+    path = "/DC0/vm/Templates/ubuntu-kubernetes-1-24-eks-36"
+    valid = run("template.validate", "--template", path, "--os", "ubuntu", "--kubernetes", "1.24", env=vcsim.env)
+    assert valid.code == 0, valid.err
