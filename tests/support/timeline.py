@@ -74,22 +74,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.user_properties.append(("cpu", round(_cpu_seconds() - started, 1)))
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+def _phase_begins(item: pytest.Item) -> Iterator[None]:
+    """Each phase (setup, call, teardown) notes the CPU time it begins at."""
     item.stash[_PHASE_CPU] = _cpu_seconds()
     yield
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    item.stash[_PHASE_CPU] = _cpu_seconds()
-    yield
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
-    item.stash[_PHASE_CPU] = _cpu_seconds()
-    yield
+pytest_runtest_setup = pytest.hookimpl(hookwrapper=True)(_phase_begins)
+pytest_runtest_call = pytest.hookimpl(hookwrapper=True)(_phase_begins)
+pytest_runtest_teardown = pytest.hookimpl(hookwrapper=True)(_phase_begins)
 
 
 #: where a test phase's CPU time began (the makereport hook reads it)
@@ -132,14 +125,15 @@ def _module_done(module: _Module, worker: str) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed and report.nodeid not in _FAILED:
         _FAILED.append(report.nodeid)
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    key = worker.id if worker is not None else "main"
     if (report.duration >= LONG_PHASE or report.failed) and _REPORTER:
         import time
 
-        worker = getattr(getattr(report, "node", None), "gateway", None)
-        where = f" on {worker.id}" if worker is not None else ""
+        where = f" on {key}" if worker is not None else ""
         _REPORTER[0].write("\n")  # xdist's progress dots leave the line open
         cpu = dict(report.user_properties).get("cpu")
-        spent = f" (cpu {cpu:.0f} s)" if isinstance(cpu, (int, float)) else ""
+        spent = f" (cpu {cpu:.0f} s)" if isinstance(cpu, int | float) else ""
         _REPORTER[0].write_line(
             f"[{time.strftime('%H:%M:%S')}] {report.duration:5.0f} s {report.when} {report.outcome}{where}{spent}: "
             f"{report.nodeid}"
@@ -150,8 +144,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             why = said if len(said) <= 12 else [*said[:4], "E     ...", *said[-8:]]
             for line in why or report.longreprtext.splitlines()[-3:]:
                 _REPORTER[0].write_line(f"    {line[:300]}")
-    worker = getattr(getattr(report, "node", None), "gateway", None)
-    key, name = worker.id if worker is not None else "main", report.nodeid.split("::", 1)[0]
+    name = report.nodeid.split("::", 1)[0]
     running = _RUNNING.get(key)
     if running is None or running.name != name:
         if running is not None:
@@ -196,11 +189,10 @@ def _sweep_empty_groups() -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if not _is_controller(session):
         _leave_own_group()
-    import os
-
-    if not hasattr(session.config, "workerinput"):
-        for key, running in sorted(_RUNNING.items()):
-            _module_done(running, key)
+    if hasattr(session.config, "workerinput"):  # a worker: the controller sees every worker's reports and reports
+        return
+    for key, running in sorted(_RUNNING.items()):
+        _module_done(running, key)
     where = os.environ.get("IMAGE_BUILDER_FAILED_TESTS")
-    if where and not hasattr(session.config, "workerinput"):  # the controller, which sees every worker's reports
+    if where:
         Path(where).write_text("".join(f"{n}\n" for n in _FAILED))
