@@ -35,7 +35,6 @@ from tests.support.offline import in_ns, ns_env, scan_for
 
 pytestmark = pytest.mark.timeout(3600)
 SECRET = "vc-Pa55-never-logged-7731"
-NAME = "ubuntu-v1.24.17-eks-36-amd64"
 
 
 def _config(path: Path, base_image: tuple[Path, str]) -> Path:
