@@ -24,14 +24,16 @@ from typing import Any
 from imagebuilder.build.attestations import INVENTORY
 from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
 from imagebuilder.build.plan import BuildPlan
+from imagebuilder.core.arch import arch
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.files import atomic_write
-from imagebuilder.core.hostinfo import KvmStatus, kvm_status, ovmf_firmware, tool_search_path
+from imagebuilder.core.hostinfo import KvmStatus, kvm_status, tool_search_path
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.core.render import ROOT, template_env
 from imagebuilder.core.ssh import keypair
 from imagebuilder.customization.model import Customization
+from imagebuilder.image import emulation
 from imagebuilder.providers import registry
 from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
 from imagebuilder.release.catalog import load_catalog
@@ -158,11 +160,26 @@ def ansible_vars(plan: BuildPlan) -> dict[str, Any]:
     }
 
 
-#: what a Packer builder folder needs from this host to boot the build VM with the plan's firmware (QEMU: OVMF);
-#: the others render the firmware themselves (vsphere-iso's ``firmware``; a cloned template keeps its own)
-BUILDER_FIRMWARE: dict[str, Callable[[BuildPlan], dict[str, Any]]] = {
-    "qemu": lambda plan: {"ovmf": str(ovmf_firmware())} if plan.firmware == "efi" else {},
-}
+def _qemu_machine(plan: BuildPlan, kvm: KvmStatus) -> dict[str, Any]:
+    """The QEMU build VM of the plan's architecture: its UEFI firmware (OVMF, or AAVMF for arm64, whose machines boot
+    UEFI only), and for a foreign architecture its system emulator, machine and CPU (what ``image.verify`` boots the
+    image with: :func:`imagebuilder.image.emulation.machine_args`) under TCG. ``cdrom_interface``: QEMU's ``virt``
+    machine has no IDE bus, and its default drive interface (virtio-blk) cannot be a CD-ROM, which cloud-init's seed
+    is (a SCSI CD on virtio-scsi is what Packer's own arm64 installs use)."""
+    machine = arch(plan.arch)
+    ctx: dict[str, Any] = {"ovmf": str(machine.firmware())} if plan.firmware == "efi" else {}
+    if machine.native:
+        return ctx
+    args = emulation.machine_args(machine, kvm)
+    options = dict(zip(args[::2], args[1::2], strict=True))
+    return {**ctx, "accelerator": "tcg", "qemu_binary": machine.qemu, "machine_type": options["-machine"],
+            "qemu_cpu": options.get("-cpu"), "cdrom_interface": "virtio-scsi"}  # fmt: skip
+
+
+#: what a Packer builder folder needs from this host to boot the build VM (QEMU: the firmware of the plan's
+#: architecture, and its emulator when that is not this host's); the others render the firmware themselves
+#: (vsphere-iso's ``firmware``; a cloned template keeps its own)
+BUILDER_MACHINE: dict[str, Callable[[BuildPlan, KvmStatus], dict[str, Any]]] = {"qemu": _qemu_machine}
 
 
 def _context(
@@ -199,9 +216,11 @@ def _context(
         "ansible_extra_vars": [],
         "ansible_verbosity": plan.ansible_verbosity,
         "accelerator": kvm.accelerator,
+        "qemu_binary": None,
+        "qemu_cpu": None,
         "firmware": plan.firmware,
         "boot_command": list(os_version.boot_command_for(plan.firmware)),
-        **(BUILDER_FIRMWARE[builder](plan) if builder in BUILDER_FIRMWARE else {}),
+        **(BUILDER_MACHINE[builder](plan, kvm) if builder in BUILDER_MACHINE else {}),
         "required_plugins": list(requirements_for([builder])) if packer.has_plugin_blocks else [],
         "secrets": [],
         "manifest_output": str(provider.packer_manifest_path(plan, directory)),

@@ -88,11 +88,14 @@ def choose_engine(
     requested: str | None, provider: str, config: ProviderConfig | None, arch: str = ARCHES[0]
 ) -> tuple[str, str]:
     """(engine, why) for ``--engine``: packer by default; chroot only for image-based builds; auto picks chroot
-    for those when KVM is unusable here (QEMU would emulate every instruction) or the image is not amd64 (the
-    chroot engine's alone, so far), and packer otherwise."""
+    for those when KVM is unusable here (QEMU would emulate every instruction) or the image is not amd64 (its
+    default: a foreign machine is emulated by either engine, and the chroot engine emulates far less), and packer
+    otherwise."""
     from imagebuilder.core.hostinfo import kvm_status
 
-    engine = requested or ("packer" if arch == ARCHES[0] else "auto")  # Packer builds amd64 only, so far
+    # another architecture than amd64 is emulated on this project's hosts: the chroot engine runs only the image's
+    # programs under qemu-user, where Packer's VM emulates a whole machine (minutes against tens of minutes)
+    engine = requested or ("packer" if arch == ARCHES[0] else "auto")
     if engine not in ENGINES:
         raise InputError(
             f"{engine[:40]!r} is not one of them{did_you_mean(engine, ENGINES)}",
@@ -113,7 +116,8 @@ def choose_engine(
     if engine == "chroot":
         return "chroot", "--engine chroot"
     if arch != ARCHES[0]:
-        return "chroot", f"auto: the build starts from a disk image, and {arch} images are built by the chroot engine"
+        why = f"{arch} machines are emulated here: the chroot engine emulates only their programs"
+        return "chroot", f"auto: the build starts from a disk image, and {why}"
     kvm = kvm_status()
     if kvm.usable:
         return "packer", f"auto: KVM is usable ({kvm.reason})"
@@ -301,9 +305,10 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     if runtime.source == "os":  # the release's runtime tarball is not staged
         artifacts = tuple(a for a in artifacts if not (a.kind == "archive" and a.name == "containerd"))
     warnings = tuple(w for w in (channel.support_warning, _runtime_warning(runtime, version)) if w)
-    if arch != ARCHES[0] and engine != "chroot":  # after the release's artifacts for it are found or named missing
-        raise InputError(f"the {engine} engine does not build {arch} images yet", field="--arch",
-                         expected=f"--engine chroot (or auto) with an {arch} source_image_url in {provider.config_flag}"
+    if arch != ARCHES[0] and not image_based(provider.name, config):  # after its release artifacts are found
+        raise InputError(f"{arch} images are built from an {arch} disk image, and this build installs from the OS's"
+                         " installer ISO", field="--arch",
+                         expected=f"an {arch} source_image_url in {provider.config_flag}"
                          f" (image-builder image.base --arch {arch} makes one)")  # fmt: skip
     name = _artifact_name(os_.name, version, release, provider.extension, request.name, distro, arch)
     local = registry.get(provider.name).local_artifact

@@ -58,10 +58,10 @@ def lint(c: Context, packer: str | None = None, packer_plugins: str | None = Non
         for r in results:
             mode = "validate -syntax-only" if r.syntax_only else "validate"
             status = "ok" if r.ok else "FAILED"
-            print(f"packer {mode:<21} fmt -check  {r.os:<7} {r.provider:<11} {status}")
+            print(f"packer {mode:<21} fmt -check  {r.os:<7} {r.provider:<11} {r.arch:<6} {status}")
             if not r.ok:
                 print("  " + r.output.replace("\n", "\n  "))
-        failed = [f"{r.os}+{r.provider}" for r in results if not r.ok]
+        failed = [f"{r.os}+{r.provider}+{r.arch}" for r in results if not r.ok]
         if failed:
             raise ExternalError(f"Packer templates failed their checks: {', '.join(failed)}")
 

@@ -62,10 +62,15 @@ class HostFacts:
         plugins: Path | None = None,
         checked: PluginCheck | None = None,
         need: DiskNeed | None = None,
+        target: str = ARCHES[0],
     ) -> HostFacts:
         cfg = load_host_config()
         qemu = pair.provider.name in cfg.qemu_providers
-        tools = cfg.tools.all + (cfg.tools.qemu if qemu else [])
+        # the system emulator of the image's architecture (a build VM of another one, the boot test) in place of
+        # this host's
+        emulator = MACHINES[target].qemu
+        tools = cfg.tools.all + ([emulator if t.startswith("qemu-system-") else t for t in cfg.tools.qemu]
+                                 if qemu else [])  # fmt: skip
         disk = existing_parent(workspace or workspace_root())
         ssh_config = (home or Path.home()) / ".ssh" / "config"
         return cls(
@@ -195,6 +200,8 @@ def run_checks(
 
     if facts.kvm is None:
         checks.append(Check("kvm", "ok", f"not needed for {pair.provider.name} builds"))
+    elif not MACHINES[target].native:
+        checks.append(Check("kvm", "ok", f"not used: {target} guests are emulated here (TCG)"))
     elif facts.kvm.usable:
         checks.append(Check("kvm", "ok", facts.kvm.reason))
     else:
@@ -329,7 +336,7 @@ def require(
     catalog = load_catalog()
     pair = catalog.build_pair(catalog.os(os_name), catalog.provider(hypervisor))
     pair.check_arch(arch)
-    facts = HostFacts.gather(pair, packer=packer, plugins=plugins, checked=checked, need=need)
+    facts = HostFacts.gather(pair, packer=packer, plugins=plugins, checked=checked, need=need, target=arch)
     checks = run_checks(pair, facts, skip=tuple(skip), min_disk_gb=min_disk_gb, target=arch)
     say(format_checks(checks))
     bad = failed(checks)

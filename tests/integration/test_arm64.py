@@ -57,17 +57,19 @@ def test_the_dry_run_says_what_an_arm64_base_is(tmp_path: Path) -> None:
     assert bad.code == 2 and "did you mean 'arm64'" in bad.err
 
 
-def test_build_plans_arm64_from_the_manifest_and_refuses_it_at_the_engine(mirror_dir: Path) -> None:
+def test_build_plans_arm64_from_the_manifest_and_refuses_an_install_from_the_iso(mirror_dir: Path) -> None:
     """The plan resolves arm64 first (the release's arm64 artifacts, the line's runtime for arm64: a mirror made for
-    amd64 lacks it, and says so), then the engines refuse: nothing is built half-right under an arm64 name until
-    they build it."""
+    amd64 lacks it, and says so), then refuses a build with no arm64 source image: the Packer engine would install
+    from the OS version's installer ISO, an amd64 one."""
     args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", "arm64",
             "--dry-run", "--mirror", str(mirror_dir), "--offline"]  # fmt: skip
     res = run(*args)
     assert res.code == 2 and "containerd-1.7.28-linux-arm64.tar.gz.sha256sum" in res.err, res.out + res.err
     assert "not found" in res.err and "--mirror" in res.err
     res = run(*args, "--runtime", "os")
-    assert res.code == 2 and "--arch: the packer engine does not build arm64 images yet" in res.err, res.err
+    assert res.code == 2, res.out + res.err
+    assert "--arch: arm64 images are built from an arm64 disk image, and this build installs" in res.err, res.err
+    assert "an arm64 source_image_url in --baremetal-config" in res.err, res.err
 
 
 #: the release the arm64 image carries: Kubernetes built from upstream source, cross-compiled for arm64

@@ -34,7 +34,8 @@ def test_installed_packer_is_detected() -> None:
 def lint_results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any]:
     results = lint_templates(tmp_path_factory.mktemp("lint"), PACKER)
     assert {(r.os, r.provider) for r in results} == set(PAIRS)
-    return {(r.os, r.provider): r for r in results}
+    assert [(r.os, r.provider) for r in results if r.arch != "amd64"] == [("ubuntu", "baremetal")]
+    return {(r.os, r.provider) + (() if r.arch == "amd64" else (r.arch,)): r for r in results}
 
 
 FULL_VALIDATE = [p for p in PAIRS if p[1] != "nutanix"]
@@ -46,6 +47,32 @@ def test_pair_passes_packer_validate_and_fmt(os_name: str, provider: str, lint_r
     r = lint_results[(os_name, provider)]
     assert not r.syntax_only
     assert r.validate_ok and r.fmt_ok, r.output
+
+
+@pytest.mark.slow
+def test_the_arm64_build_vm_is_an_emulated_virt_machine_under_aavmf(lint_results: dict) -> None:  # type: ignore[type-arg]
+    """Issue 46: the Packer engine builds arm64 from an arm64 disk image in qemu-system-aarch64's ``virt`` machine,
+    under TCG whatever this host's KVM (another architecture), with AAVMF and the CPU the boot test gives arm64
+    guests, the cloud-init seed on a SCSI CD; and Packer validates and formats it as it does the amd64 pairs."""
+    r = lint_results[("ubuntu", "baremetal", "arm64")]
+    assert r.validate_ok and r.fmt_ok, r.output
+    text = r.rendered.template.read_text()
+    for line in ('qemu_binary     = "qemu-system-aarch64"', 'machine_type    = "virt"',
+                 'cdrom_interface = "virtio-scsi"', 'accelerator      = "tcg"',
+                 'qemuargs = [["-bios", "/usr/share/qemu-efi-aarch64/QEMU_EFI.fd"], ["-cpu", "max,pauth-impdef=on"]]',
+                 'iso_url      = "https://images.example/arm64/base.qcow2"'):  # fmt: skip
+        assert line in text, line
+    amd64 = lint_results[("ubuntu", "baremetal")].rendered.template.read_text()
+    assert "qemu_binary" not in amd64 and "-cpu" not in amd64 and "virtio-scsi" not in amd64
+
+
+def test_an_arm64_build_vm_is_emulated_even_where_kvm_runs_amd64_guests(tmp_path: Path) -> None:
+    (tmp_path / "arm64.qcow2").write_bytes(b"")  # rendering reads no byte of it (the build checks it first)
+    config = {"source_image_url": str(tmp_path / "arm64.qcow2"), "source_image_checksum": "sha256:" + "1" * 64}
+    plan = plan_for("ubuntu", "baremetal", tmp_path, config, arch="arm64", engine="packer")
+    assert plan.engine == "packer"
+    text = render(plan, tmp_path, kvm=KVM).template.read_text()
+    assert 'accelerator      = "tcg"' in text and 'qemu_binary     = "qemu-system-aarch64"' in text
 
 
 def test_nutanix_passes_validate_syntax_only_because_its_plugin_is_not_installable_here(
