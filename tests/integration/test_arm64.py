@@ -4,6 +4,7 @@ qemu-system-aarch64 with AAVMF (TCG) to a login prompt; ``build --arch arm64``'s
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,42 @@ def test_an_amd64_source_for_an_arm64_build_is_refused_naming_it(
             InputError, match=r"its programs are for amd64 \(/usr/bin/env\), and the build is for arm64"
         ):
             _check_arch(root, "arm64")
+
+
+@pytest.mark.qemu
+def test_packer_builds_arm64_in_an_emulated_virt_machine(arm64_base: Path, tmp_path: Path) -> None:
+    """``build --arch arm64 --engine packer``: Debian's Packer 1.6.6 boots the arm64 base in qemu-system-aarch64's
+    ``virt`` machine under TCG with AAVMF (cloud-init's seed on a SCSI CD: the machine has no IDE), Ansible
+    provisions it over SSH, the VM seals itself and powers off, and the image is packaged as the amd64 one is: every
+    node program an aarch64 ELF, its UEFI loader arm64's. A stand-in release with the OS's runtime (its scripts are
+    named for arm64): this measures the engine, not a release's images."""
+    from imagebuilder.build.verify import verify_image
+    from imagebuilder.core.files import sha256_file
+    from tests.support.common import vm_turn
+    from tests.support.offline import ns_env
+
+    config = tmp_path / "bm.json"
+    config.write_text(json.dumps({"source_image_url": str(arm64_base),
+                                  "source_image_checksum": f"sha256:{sha256_file(arm64_base)}"}))  # fmt: skip
+    out, home = tmp_path / "out", tmp_path / "home"
+    home.mkdir()
+    args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", "arm64",
+            "--engine", "packer", "--baremetal-config", str(config), "--mirror", str(standin(tmp_path)), "--offline",
+            "--runtime", "os", "--disk-gb", "4", "--min-disk-gb", "10", "--output-dir", str(out)]  # fmt: skip
+    env = ns_env(home)  # the build VM gets one vCPU (tests.support.offline.one_vcpu_config)
+    dry = run(*args, "--dry-run", env=env)
+    assert dry.code == 0, dry.out[-3000:] + dry.err[-3000:]
+    assert "engine              packer (--engine packer)" in dry.out and "qemu-system-aarch64" in dry.out, dry.out
+    assert "kvm: ok: not used: arm64 guests are emulated here (TCG)" in " ".join(dry.out.split()), dry.out
+    with vm_turn():
+        res = run(*args, env=env, timeout=5000)
+    assert res.code == 0, res.out[-3000:] + res.err[-3000:]
+    [image] = out.glob("*.gz")
+    assert image.name.endswith("-arm64.gz"), image.name
+    manifest = json.loads(image.with_name(image.name.removesuffix(".gz") + ".build-manifest.json").read_text())
+    assert manifest["engine"] == "packer" and manifest["tools"]["packer"] == "1.6.6", manifest["tools"]
+    assert manifest["plan"]["arch"] == "arm64" and manifest["plan"]["firmware"] == "efi"
+    findings = {f.name: f for f in verify_image(image, boot=False)}
+    assert all(f.ok for f in findings.values()), [(f.name, f.detail) for f in findings.values() if not f.ok]
+    assert "node programs are aarch64 ELF" in findings["architecture"].detail, findings["architecture"].detail
+    assert "BOOTAA64.EFI" in findings["UEFI loader"].detail

@@ -225,9 +225,8 @@ def test_hcl_literals() -> None:
 
 
 @pytest.mark.slow
-def test_ansible_is_lint_clean_and_parses() -> None:
-    lint = subprocess.run([str(BIN / "ansible-lint"), "-q", "ansible/"], cwd=ROOT, capture_output=True, text=True)
-    assert lint.returncode == 0, lint.stdout + lint.stderr
+def test_the_playbook_parses() -> None:
+    """ansible-playbook's own syntax check (ansible-lint's is tests/integration/test_static_checks.py's)."""
     syntax = subprocess.run(
         [str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,", "ansible/node.yml"],
         cwd=ROOT,
