@@ -19,7 +19,10 @@ per-address split it replaced (see bench/dhcp.py).
 reproducible: N chroot builds of the same inputs in different conditions, the number of distinct digests, and the
 time a rebuild takes against the first build (see bench/reproducible.py).
 
-``--only e2e|vsphere|os1|engines|startup|dhcp|reproducible`` runs one and keeps the others' last results.
+arm64: an arm64 bare-metal image by the Packer engine (qemu-system-aarch64 under TCG) against the chroot engine
+(qemu-user), from the same inputs (see bench/arm64.py).
+
+``--only e2e|vsphere|os1|engines|startup|dhcp|reproducible|arm64`` runs one and keeps the others' last results.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.arm64 import bench_arm64  # noqa: E402
 from bench.dhcp import bench_dhcp  # noqa: E402
 from bench.engines import bench_engines  # noqa: E402
 from bench.os1 import bench_os1  # noqa: E402
@@ -132,6 +136,15 @@ def _engine_rows(e: dict[str, object]) -> list[str]:
     ]
 
 
+def _arm64_rows(a: dict[str, object]) -> list[str]:
+    return [
+        f"| arm64 bare-metal build from the arm64 base, `--arch arm64 --engine packer` (qemu-system-aarch64, TCG, "
+        f"AAVMF) | {a['packer_s']} s |",
+        f"| the same inputs, `--arch arm64 --engine chroot` (qemu-user) | {a['chroot_s']} s: "
+        f"**{a['chroot_speedup']}x faster** |",
+    ]
+
+
 def _startup_rows(s: dict[str, object]) -> list[str]:
     over = s["over_target"]
     assert isinstance(over, dict)
@@ -176,6 +189,7 @@ def write_readme(results: dict[str, object]) -> None:
     startup = results.get("startup")
     dhcp = results.get("dhcp")
     reproducible = results.get("reproducible")
+    arm64 = results.get("arm64")
     table = "\n".join(
         [
             START,
@@ -205,6 +219,7 @@ def write_readme(results: dict[str, object]) -> None:
             *(_startup_rows(startup) if isinstance(startup, dict) else []),
             *(_dhcp_rows(dhcp) if isinstance(dhcp, dict) else []),
             *(_reproducible_rows(reproducible) if isinstance(reproducible, dict) else []),
+            *(_arm64_rows(arm64) if isinstance(arm64, dict) else []),
             "",
             END,
         ]
@@ -219,7 +234,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
     parser.add_argument("--readme-only", action="store_true", help="rewrite docs/benchmarks.md's table")
-    only = ("e2e", "vsphere", "os1", "engines", "startup", "dhcp", "reproducible")
+    only = ("e2e", "vsphere", "os1", "engines", "startup", "dhcp", "reproducible", "arm64")
     parser.add_argument("--only", choices=only, help="run one benchmark, keep the others' results")
     args = parser.parse_args()
     saved = ROOT / "bench" / "results.json"
@@ -244,6 +259,8 @@ def main() -> None:
         results["dhcp"] = bench_dhcp(Path(args.work))
     if args.only in (None, "reproducible"):
         results["reproducible"] = bench_reproducible(Path(args.work))
+    if args.only in (None, "arm64"):
+        results["arm64"] = bench_arm64(Path(args.work))
     saved.write_text(json.dumps(results, indent=2) + "\n")
     write_readme(results)
     print(json.dumps(results, indent=2))

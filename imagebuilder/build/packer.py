@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -174,6 +175,20 @@ def _qemu_machine(plan: BuildPlan, kvm: KvmStatus) -> dict[str, Any]:
     options = dict(zip(args[::2], args[1::2], strict=True))
     return {**ctx, "accelerator": "tcg", "qemu_binary": machine.qemu, "machine_type": options["-machine"],
             "qemu_cpu": options.get("-cpu"), "cdrom_interface": "virtio-scsi"}  # fmt: skip
+
+
+def check_emulator(plan: BuildPlan) -> None:
+    """A Packer build VM of another architecture than this host's needs its system emulator and UEFI firmware here
+    (exit 1 naming them; the dry run checks the same)."""
+    machine = arch(plan.arch)
+    if plan.engine != "packer" or machine.native:
+        return
+    if shutil.which(machine.qemu, path=tool_search_path()) is None:
+        raise ExternalError(
+            f"{machine.qemu} is not installed: the {machine.name} build VM runs in it",
+            hint="run ./scripts/setup.sh (it installs QEMU's system emulators and their firmware)",
+        )
+    machine.firmware()
 
 
 #: what a Packer builder folder needs from this host to boot the build VM (QEMU: the firmware of the plan's
@@ -355,6 +370,7 @@ def render_build(
     """
     if require_artifacts:
         check_buildable(plan)
+    check_emulator(plan)
     kvm = kvm or kvm_status()
     provider = registry.get(plan.provider)
     directory.mkdir(parents=True, exist_ok=True)

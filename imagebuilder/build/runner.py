@@ -29,6 +29,7 @@ from imagebuilder.build.packer import (
     RenderedBuild,
     builder_for,
     check_buildable,
+    check_emulator,
     effective_customization,
     packer_env,
     prepare_packer,
@@ -137,6 +138,7 @@ def run_build(
     writes the image's SBOM and provenance beside it (:mod:`imagebuilder.build.attestations`), the provenance signed
     by ``signer`` when one is given."""
     check_buildable(plan)  # bad input fails here, before anything is written
+    check_emulator(plan)  # and a host that cannot run the build VM
     computed_inputs, content_sha256 = build_digests(plan, customization)
     inputs_sha256 = inputs_sha256 or computed_inputs
     started = dt.datetime.now(dt.UTC)

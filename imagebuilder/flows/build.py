@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from imagebuilder.build import runner
 from imagebuilder.build.disk_need import DiskNeed, disk_need
-from imagebuilder.build.packer import packer_check
+from imagebuilder.build.packer import check_emulator, packer_check
 from imagebuilder.build.resolve import make_plan
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.host.preflight import require
@@ -70,9 +70,11 @@ def prepare_build(
 def dry_run_checks(plans: Sequence[BuildPlan]) -> list[str]:
     """What a dry run checks of these plans that the real run checks first: each local source image once (a broken
     one is refused in seconds; a remote one is checked once fetched, before the VM starts) and, for the chroot
-    engine, root, the tools and Ansible's chroot connection. Returns what was checked of the source images."""
+    engine, root, the tools and Ansible's chroot connection; for a Packer build VM of another architecture, its
+    emulator and firmware. Returns what was checked of the source images."""
     checked: list[str] = []
     for plan in plans:
+        check_emulator(plan)
         found = runner.check_source_image(plan)
         if found and found not in checked:
             checked.append(found)

@@ -75,6 +75,25 @@ def test_an_arm64_build_vm_is_emulated_even_where_kvm_runs_amd64_guests(tmp_path
     assert 'accelerator      = "tcg"' in text and 'qemu_binary     = "qemu-system-aarch64"' in text
 
 
+def test_an_arm64_build_vm_needs_its_emulator_before_anything_is_rendered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagebuilder.build import packer as packer_module
+    from imagebuilder.core.errors import ExternalError
+    from imagebuilder.flows.build import dry_run_checks
+
+    (tmp_path / "arm64.qcow2").write_bytes(b"")
+    config = {"source_image_url": str(tmp_path / "arm64.qcow2"), "source_image_checksum": "sha256:" + "1" * 64}
+    plan = plan_for("ubuntu", "baremetal", tmp_path, config, arch="arm64", engine="packer")
+    real_which = packer_module.shutil.which
+    monkeypatch.setattr(packer_module.shutil, "which", lambda name, path=None: None if "aarch64" in name
+                        else real_which(name, path=path))  # fmt: skip
+    for attempt in (lambda: render(plan, tmp_path), lambda: dry_run_checks([plan])):
+        with pytest.raises(ExternalError, match="qemu-system-aarch64 is not installed: the arm64 build VM runs in it"):
+            attempt()
+    assert not (tmp_path / "build").exists(), "nothing rendered"
+
+
 def test_nutanix_passes_validate_syntax_only_because_its_plugin_is_not_installable_here(
     lint_results: dict,  # type: ignore[type-arg]
 ) -> None:
