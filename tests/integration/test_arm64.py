@@ -73,17 +73,59 @@ def test_build_plans_arm64_from_the_manifest_and_refuses_an_install_from_the_iso
     assert "an arm64 source_image_url in --baremetal-config" in res.err, res.err
 
 
+@pytest.mark.qemu
+def test_packer_builds_arm64_in_an_emulated_virt_machine(arm64_base: Path, tmp_path: Path) -> None:
+    """``build --arch arm64 --engine packer``: Debian's Packer 1.6.6 boots the arm64 base in qemu-system-aarch64's
+    ``virt`` machine under TCG with AAVMF (cloud-init's seed on a SCSI CD: the machine has no IDE), Ansible
+    provisions it over SSH, the VM seals itself and powers off, and the image is packaged as the amd64 one is: every
+    node program an aarch64 ELF, its UEFI loader arm64's. A stand-in release with the OS's runtime (its scripts are
+    named for arm64): this measures the engine, not a release's images."""
+    from imagebuilder.build.verify import verify_image
+    from imagebuilder.core.files import sha256_file
+    from tests.support.common import vm_turn
+    from tests.support.offline import ns_env
+
+    config = tmp_path / "bm.json"
+    config.write_text(json.dumps({"source_image_url": str(arm64_base),
+                                  "source_image_checksum": f"sha256:{sha256_file(arm64_base)}"}))  # fmt: skip
+    out, home = tmp_path / "out", tmp_path / "home"
+    home.mkdir()
+    args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", "arm64",
+            "--engine", "packer", "--baremetal-config", str(config), "--mirror", str(standin(tmp_path)), "--offline",
+            "--runtime", "os", "--disk-gb", "4", "--min-disk-gb", "10", "--output-dir", str(out)]  # fmt: skip
+    env = ns_env(home)  # the build VM gets one vCPU (tests.support.offline.one_vcpu_config)
+    dry = run(*args, "--dry-run", env=env)
+    assert dry.code == 0, dry.out[-3000:] + dry.err[-3000:]
+    assert "engine              packer (--engine packer)" in dry.out and "UEFI only" in dry.out, dry.out
+    with vm_turn():
+        res = run(*args, env=env, timeout=5000)
+    assert res.code == 0, res.out[-3000:] + res.err[-3000:]
+    [image] = out.glob("*.gz")
+    assert image.name.endswith("-arm64.gz"), image.name
+    manifest = json.loads(image.with_name(image.name.removesuffix(".gz") + ".build-manifest.json").read_text())
+    assert manifest["engine"] == "packer" and manifest["tools"]["packer"] == "1.6.6", manifest["tools"]
+    assert manifest["plan"]["arch"] == "arm64" and manifest["plan"]["firmware"] == "efi"
+    findings = {f.name: f for f in verify_image(image, boot=False)}
+    assert all(f.ok for f in findings.values()), [(f.name, f.detail) for f in findings.values() if not f.ok]
+    assert "node programs are aarch64 ELF" in findings["architecture"].detail, findings["architecture"].detail
+    assert "BOOTAA64.EFI" in findings["UEFI loader"].detail
+
+
 #: the release the arm64 image carries: Kubernetes built from upstream source, cross-compiled for arm64
 SOURCE_MANIFEST = "https://kubernetes-source.invalid/kubernetes-1-36/kubernetes-1-36-source-3.yaml"
 
 
 @pytest.mark.qemu
-def test_build_arch_arm64_makes_a_bare_metal_image_that_boots_under_aavmf(arm64_base: Path, tmp_path: Path) -> None:
-    """``build --arch arm64`` on this amd64 host: the chroot engine provisions the arm64 base with Ansible, every
-    program in the chroot run by qemu-user (containerd too, importing the images); the release is Kubernetes
-    v1.36.3 with its containerd 2 runtime cross-compiled for arm64 by ``release.build --arch amd64,arm64`` (cached:
-    setup.sh --test builds it) and mirrored with ``mirror.create --arch arm64``; the image is named for arm64,
-    every node program in it is an aarch64 ELF, and it boots under qemu-system-aarch64 with AAVMF."""
+def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
+    arm64_base: Path, base_image: tuple[Path, str], tmp_path: Path
+) -> None:
+    """``build.matrix --arch amd64,arm64`` on this amd64 host, one command: each architecture from its own source
+    image (``--baremetal-config AMD64,arm64=ARM64``) and OS layer, by the chroot engine; the arm64 image's programs
+    run by qemu-user in the chroot (containerd too, importing the images). The release is Kubernetes v1.36.3 with its
+    containerd 2 runtime, built from source for both architectures by ``release.build --arch amd64,arm64`` (cached:
+    setup.sh --test builds it) and mirrored with ``mirror.create --arch amd64,arm64``. Each image is named for its
+    architecture and its programs are that architecture's ELF; the arm64 one boots under qemu-system-aarch64 with
+    AAVMF (the amd64 one's boots are the other modules')."""
     from imagebuilder.build.verify import verify_image
     from imagebuilder.core.files import sha256_file
     from tests.support.common import vm_turn
@@ -94,28 +136,33 @@ def test_build_arch_arm64_makes_a_bare_metal_image_that_boots_under_aavmf(arm64_
                 timeout=3600)  # fmt: skip
     assert built.code == 0 and "architectures: amd64, arm64" in built.out, built.out[-2000:] + built.err[-2000:]
     made = run("mirror.create", "--release-channel", "1-36", "--release-manifest", SOURCE_MANIFEST, "--source",
-               str(release), "--dest", str(mirror), "--arch", "arm64")  # fmt: skip
-    assert made.code == 0 and "(arm64)" in made.out, made.out + made.err
-    config = tmp_path / "bm.json"
-    digest = sha256_file(arm64_base)
-    config.write_text(f'{{"source_image_url": "{arm64_base}", "source_image_checksum": "sha256:{digest}"}}')
+               str(release), "--dest", str(mirror), "--arch", "amd64,arm64")  # fmt: skip
+    assert made.code == 0 and "(amd64, arm64)" in made.out, made.out + made.err
+    configs = {}
+    for name, image in (("amd64", base_image[0]), ("arm64", arm64_base)):
+        configs[name] = tmp_path / f"bm-{name}.json"
+        configs[name].write_text(json.dumps({"source_image_url": str(image),
+                                             "source_image_checksum": f"sha256:{sha256_file(image)}"}))  # fmt: skip
     out = tmp_path / "out"
-    args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-36", "--arch", "arm64",
-            "--release-manifest", SOURCE_MANIFEST, "--baremetal-config", str(config), "--mirror", str(mirror),
-            "--offline", "--disk-gb", "6", "--output-dir", str(out)]  # fmt: skip
+    args = ["build.matrix", "--pairs", "ubuntu:baremetal", "--release-channel", "1-36", "--arch", "amd64,arm64",
+            "--release-manifest", SOURCE_MANIFEST, "--baremetal-config", f"{configs['amd64']},arm64={configs['arm64']}",
+            "--mirror", str(mirror), "--offline", "--engine", "chroot", "--disk-gb", "6", "--output-dir", str(out),
+            "--layer-cache", str(tmp_path / "layers")]  # fmt: skip
     dry = run(*args, "--dry-run")
-    assert dry.code == 0 and "architecture        arm64" in dry.out and "node artifacts (linux/arm64)" in dry.out
-    assert "engine              chroot (auto: the build starts from a disk image, and arm64" in dry.out, dry.out
+    assert dry.code == 0, dry.out[-3000:] + dry.err[-3000:]
     res = run(*args, timeout=5000)
     assert res.code == 0, res.out[-3000:] + res.err[-3000:]
-    [image] = out.glob("*.gz")
-    assert image.name == "ubuntu-v1.36.3-source-3-arm64.gz"
-    with raw_view(image) as raw:
-        check = check_raw(raw)
-        assert check.ok and check.uefi_arches == ["arm64"], check.summary()
-        with mounted_root(raw) as root:
-            for program in ("usr/bin/kubelet", "usr/local/bin/containerd", "usr/local/sbin/runc", "opt/cni/bin/bridge"):
-                assert elf_machine(root / program) == ARM64.elf_machine, program
+    names = sorted(p.name for p in out.glob("*.gz"))
+    assert names == ["ubuntu-v1.36.3-source-3-amd64.gz", "ubuntu-v1.36.3-source-3-arm64.gz"], names
+    for name, machine in (("amd64", arch("amd64")), ("arm64", ARM64)):
+        with raw_view(out / f"ubuntu-v1.36.3-source-3-{name}.gz") as raw:
+            check = check_raw(raw)
+            assert check.ok and check.uefi_arches == [name], check.summary()
+            with mounted_root(raw) as root:
+                for program in ("usr/bin/kubelet", "usr/local/bin/containerd", "usr/local/sbin/runc",
+                                "opt/cni/bin/bridge"):  # fmt: skip
+                    assert elf_machine(root / program) == machine.elf_machine, (name, program)
+    image = out / "ubuntu-v1.36.3-source-3-arm64.gz"
     # image.verify: the files (every node program aarch64, the release's versions, the images imported) and a boot
     # by the architecture the build manifest records, on a shared turn: its throwaway copy's systemd waits 900 s for
     # devices (emulating arm64 under TCG beside the light modules once slowed its udev past systemd's 90 s wait for
@@ -167,41 +214,3 @@ def test_an_amd64_source_for_an_arm64_build_is_refused_naming_it(
             InputError, match=r"its programs are for amd64 \(/usr/bin/env\), and the build is for arm64"
         ):
             _check_arch(root, "arm64")
-
-
-@pytest.mark.qemu
-def test_packer_builds_arm64_in_an_emulated_virt_machine(arm64_base: Path, tmp_path: Path) -> None:
-    """``build --arch arm64 --engine packer``: Debian's Packer 1.6.6 boots the arm64 base in qemu-system-aarch64's
-    ``virt`` machine under TCG with AAVMF (cloud-init's seed on a SCSI CD: the machine has no IDE), Ansible
-    provisions it over SSH, the VM seals itself and powers off, and the image is packaged as the amd64 one is: every
-    node program an aarch64 ELF, its UEFI loader arm64's. A stand-in release with the OS's runtime (its scripts are
-    named for arm64): this measures the engine, not a release's images."""
-    from imagebuilder.build.verify import verify_image
-    from imagebuilder.core.files import sha256_file
-    from tests.support.common import vm_turn
-    from tests.support.offline import ns_env
-
-    config = tmp_path / "bm.json"
-    config.write_text(json.dumps({"source_image_url": str(arm64_base),
-                                  "source_image_checksum": f"sha256:{sha256_file(arm64_base)}"}))  # fmt: skip
-    out, home = tmp_path / "out", tmp_path / "home"
-    home.mkdir()
-    args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", "arm64",
-            "--engine", "packer", "--baremetal-config", str(config), "--mirror", str(standin(tmp_path)), "--offline",
-            "--runtime", "os", "--disk-gb", "4", "--min-disk-gb", "10", "--output-dir", str(out)]  # fmt: skip
-    env = ns_env(home)  # the build VM gets one vCPU (tests.support.offline.one_vcpu_config)
-    dry = run(*args, "--dry-run", env=env)
-    assert dry.code == 0, dry.out[-3000:] + dry.err[-3000:]
-    assert "engine              packer (--engine packer)" in dry.out and "UEFI only" in dry.out, dry.out
-    with vm_turn():
-        res = run(*args, env=env, timeout=5000)
-    assert res.code == 0, res.out[-3000:] + res.err[-3000:]
-    [image] = out.glob("*.gz")
-    assert image.name.endswith("-arm64.gz"), image.name
-    manifest = json.loads(image.with_name(image.name.removesuffix(".gz") + ".build-manifest.json").read_text())
-    assert manifest["engine"] == "packer" and manifest["tools"]["packer"] == "1.6.6", manifest["tools"]
-    assert manifest["plan"]["arch"] == "arm64" and manifest["plan"]["firmware"] == "efi"
-    findings = {f.name: f for f in verify_image(image, boot=False)}
-    assert all(f.ok for f in findings.values()), [(f.name, f.detail) for f in findings.values() if not f.ok]
-    assert "node programs are aarch64 ELF" in findings["architecture"].detail, findings["architecture"].detail
-    assert "BOOTAA64.EFI" in findings["UEFI loader"].detail
