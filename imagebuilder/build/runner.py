@@ -79,8 +79,11 @@ def _step(steps: dict[str, float], name: str) -> Iterator[None]:
 def _run_packer(rendered: RenderedBuild, packer: PackerInfo, log: IO[str], redact: Redactor, status: Say) -> None:
     # Packer's own temporary files (the seed ISO, its plugins' sockets) in a folder named for this run: a killed
     # run's are released by the next, as are the Packer and QEMU processes it left running (disk.stale_processes)
+    # Ansible's SSH control sockets too: under the user's HOME (~/.ansible/cp) a long home folder made their path
+    # longer than a Unix socket's 108 bytes, and Ansible could not reach the build VM (seen with a test's HOME)
     with disk.run_tempdir("packer") as tmp:
-        _packer_stages(rendered, packer, {**packer_env(rendered), "TMPDIR": str(tmp)}, log, redact, status)
+        env = {**packer_env(rendered), "TMPDIR": str(tmp), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp")}
+        _packer_stages(rendered, packer, env, log, redact, status)
 
 
 def _packer_stages(

@@ -88,6 +88,7 @@ def test_packer_builds_arm64_in_an_emulated_virt_machine(arm64_base: Path, tmp_p
     config = tmp_path / "bm.json"
     config.write_text(json.dumps({"source_image_url": str(arm64_base),
                                   "source_image_checksum": f"sha256:{sha256_file(arm64_base)}"}))  # fmt: skip
+    # a long HOME (the test's folder): Ansible's SSH control sockets once went under it, past a socket path's 108 bytes
     out, home = tmp_path / "out", tmp_path / "home"
     home.mkdir()
     args = ["build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-24", "--arch", "arm64",
