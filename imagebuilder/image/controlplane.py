@@ -313,12 +313,13 @@ def _ready(kubectl: Kubectl) -> tuple[bool, str]:
 def running(
     programs: dict[str, Path], kubeadm: Path, kubectl: Path, config: str, work: Path, port: int, timeout: float = 300
 ) -> Iterator[Endpoint]:
-    """The control plane on 127.0.0.1:``port`` for the block (its components ended after it): the four components
-    from ``programs``, the API server ready, kubeadm's phases (:data:`KUBEADM_PHASES`) with ``config`` (an
-    InitConfiguration with the join's bootstrap token, and a ClusterConfiguration whose controlPlaneEndpoint is the
-    guests' address), then ``cluster-info`` at the guests' address (kubeadm's phase writes the host's, from the
-    admin's kubeconfig; the controller manager's bootstrap signer signs it again for the token). ``work`` holds
-    :func:`pki`'s folder. Raises ExternalError with the failing component's log (or kubeadm's output)."""
+    """The control plane on 127.0.0.1:``port`` for the block (its components ended after it): etcd and the API
+    server from ``programs``, then, the API server ready, the controller manager and the scheduler; kubeadm's phases
+    (:data:`KUBEADM_PHASES`) with ``config`` (an InitConfiguration with the join's bootstrap token, and a
+    ClusterConfiguration whose controlPlaneEndpoint is the guests' address), then ``cluster-info`` at the guests'
+    address (kubeadm's phase writes the host's, from the admin's kubeconfig; the controller manager's bootstrap signer
+    signs it again for the token). ``work`` holds :func:`pki`'s folder. Raises ExternalError with the failing
+    component's log (or kubeadm's output)."""
     from imagebuilder.image.qemu import free_port
 
     ca = (work / "pki/ca.crt").read_bytes()
@@ -330,7 +331,12 @@ def running(
     (work / "kubeadm.yaml").chmod(0o600)
     cmds = commands(programs, work, port, (free_port(), free_port()), (free_port(), free_port()))
     ctl = Kubectl(kubectl, admin)
-    with serving(cmds, work) as procs:
+    # the controllers start once the API server is ready: their first requests time out and they exit on a slow one
+    # (an arm64 image's control plane, emulated by qemu-user here, lost its controller manager to a TLS handshake
+    # timeout while the API server started)
+    store = {name: cmd for name, cmd in cmds.items() if name in ("etcd", "kube-apiserver")}
+    controllers = {name: cmd for name, cmd in cmds.items() if name not in store}
+    with serving(store, work) as procs, contextlib.ExitStack() as later:
         deadline = time.monotonic() + timeout
         ok, detail = _ready(ctl)
         while not ok:
@@ -341,6 +347,7 @@ def running(
                                     f"{detail}\n{tail(work / 'kube-apiserver.log')}")  # fmt: skip
             time.sleep(1)
             ok, detail = _ready(ctl)
+        procs.update(later.enter_context(serving(controllers, work)))
         patch = json.dumps({"data": {"kubeconfig": kubeconfig(f"https://{HOST_FROM_GUEST}:{port}", ca)}})
         steps: list[tuple[list[str], str]] = [
             ([str(kubeadm), "init", "phase", phase, arg, "--config", str(work / "kubeadm.yaml"), "--kubeconfig",
