@@ -177,10 +177,13 @@ def _cni_config(subnet: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-#: how both guests' scripts begin: ``say`` reports a step on the serial console the host reads, ``journal`` shows
-#: the kubelet's and containerd's
+#: where the guest script's ``say`` writes in a script (:func:`guest_script` puts the machine's serial console there)
+CONSOLE = "@CONSOLE@"
+#: how both guests' scripts begin: ``say`` reports a step on the serial console the host reads (the machine's:
+#: ``ttyS0`` on amd64, ``ttyAMA0`` on QEMU's arm64 ``virt``, where ``ttyS0`` has no UART and every write failed with
+#: an I/O error), ``journal`` shows the kubelet's and containerd's
 SCRIPT_HEAD = f"""#!/bin/sh
-out=/dev/ttyS0
+out=/dev/{CONSOLE}
 say() {{ echo "{MARK} $*" > $out; }}
 journal() {{
   say journal-begin
@@ -245,7 +248,12 @@ def runtime_ok(event: str, detail: str) -> bool:
     return event == "runtime" and words.get("cgroup") == "cgroup2fs" and words.get("systemd") == "true"
 
 
-def _seed(cluster: str, join: str, index: int) -> dict[str, str]:
+def guest_script(console: str) -> str:
+    """The guests' script, saying its steps on ``console`` (a device name under /dev, of the architecture table)."""
+    return GUEST_SCRIPT.replace(CONSOLE, console)
+
+
+def _seed(cluster: str, join: str, index: int, console: str = "ttyS0") -> dict[str, str]:
     """The NoCloud seed of guest ``index`` (0 or 1): its pod range's CNI configuration, the cluster's kubeadm
     configuration (for the list of a control plane's images), its join configuration and the script. No key of the
     cluster's: a join needs the token and the CA's hash only."""
@@ -254,7 +262,7 @@ def _seed(cluster: str, join: str, index: int) -> dict[str, str]:
                                                                                 indent=2), "permissions": "0644"},
         {"path": "/root/node-check/kubeadm.yaml", "content": cluster, "permissions": "0600"},
         {"path": "/root/node-check/join.yaml", "content": join, "permissions": "0600"},
-        {"path": "/root/node-check/run.sh", "content": GUEST_SCRIPT, "permissions": "0700"},
+        {"path": "/root/node-check/run.sh", "content": guest_script(console), "permissions": "0700"},
     ]  # fmt: skip
     user_data = {"write_files": write, "runcmd": [["/root/node-check/run.sh"]]}
     return {
@@ -497,7 +505,8 @@ def node_check(
             def boot(index: int, cpus: int, memory_mb: int) -> _Console:
                 folder = work / f"guest-{index + 1}"
                 folder.mkdir()
-                seed = qemu.seed_iso(_seed(cluster, join_config(version, joining, NODE_NAMES[index]), index), folder)
+                node_join = join_config(version, joining, NODE_NAMES[index])
+                seed = qemu.seed_iso(_seed(cluster, node_join, index, machine.console), folder)
                 guest = stack.enter_context(qemu.running(
                     raw, serial=folder / "serial.log", snapshot=True, cdrom=seed, memory_mb=memory_mb, cpus=cpus,
                     firmware=firmware, machine=machine))  # fmt: skip

@@ -125,8 +125,9 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
     run by qemu-user in the chroot (containerd too, importing the images). The release is Kubernetes v1.36.3 with its
     containerd 2 runtime, built from source for both architectures by ``release.build --arch amd64,arm64`` (cached:
     setup.sh --test builds it) and mirrored with ``mirror.create --arch amd64,arm64``. Each image is named for its
-    architecture and its programs are that architecture's ELF; the arm64 one boots under qemu-system-aarch64 with
-    AAVMF (the amd64 one's boots are the other modules')."""
+    architecture and its programs are that architecture's ELF; both go into one new version of a TUF repository, each
+    under its own name, and a client downloads the arm64 one by name; it boots under qemu-system-aarch64 with AAVMF
+    (the amd64 one's boots are the other modules')."""
     from imagebuilder.build.verify import verify_image
     from imagebuilder.core.files import sha256_file
     from tests.support.common import vm_turn
@@ -145,10 +146,13 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
         configs[name].write_text(json.dumps({"source_image_url": str(image),
                                              "source_image_checksum": f"sha256:{sha256_file(image)}"}))  # fmt: skip
     out = tmp_path / "out"
+    from imagebuilder.attest.keys import generate
+
+    generate(tmp_path / "build.pem")  # the key both builds sign their provenance with (image.publish checks it)
     args = ["build.matrix", "--pairs", "ubuntu:baremetal", "--release-channel", "1-36", "--arch", "amd64,arm64",
             "--release-manifest", SOURCE_MANIFEST, "--baremetal-config", f"{configs['amd64']},arm64={configs['arm64']}",
             "--mirror", str(mirror), "--offline", "--engine", "chroot", "--disk-gb", "6", "--output-dir", str(out),
-            "--layer-cache", str(tmp_path / "layers")]  # fmt: skip
+            "--layer-cache", str(tmp_path / "layers"), "--signing-key", str(tmp_path / "build.pem")]  # fmt: skip
     dry = run(*args, "--dry-run")
     assert dry.code == 0, dry.out[-3000:] + dry.err[-3000:]
     res = run(*args, timeout=5000)
@@ -163,7 +167,24 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
                 for program in ("usr/bin/kubelet", "usr/local/bin/containerd", "usr/local/sbin/runc",
                                 "opt/cni/bin/bridge"):  # fmt: skip
                     assert elf_machine(root / program) == machine.elf_machine, (name, program)
+    # both architectures in one new repository version, each under its own name; a client takes the arm64 one by name
+    repo, keys = tmp_path / "repo", tmp_path / "keys"
+    assert run("repo.keygen", "--dest", str(keys)).code == 0
+    assert run("repo.init", "--repo", str(repo), "--keys", str(keys)).code == 0
+    each = [a for name in names for a in ("--image", str(out / name))]
+    published = run("image.publish", *each, "--repo", str(repo), "--keys", str(keys), "--public-key",
+                    str(tmp_path / "build.pem.pub"), timeout=1200)  # fmt: skip
+    assert published.code == 0, published.out + published.err
+    versions = sorted(int(p.name.split(".")[0]) for p in (repo / "metadata").glob("*.targets.json"))
+    assert versions == [1, 2], versions  # consistent snapshots: the first version, and one new one for both images
+    targets = json.loads((repo / "metadata" / "2.targets.json").read_text())["signed"]["targets"]
+    assert set(names) <= set(targets), sorted(targets)
     image = out / "ubuntu-v1.36.3-source-3-arm64.gz"
+    got = run("download.image", "--repo", str(repo), "--root", str(repo / "metadata" / "1.root.json"), "--target",
+              image.name, "--dest", str(tmp_path / "down"), timeout=1200,
+              env={"IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")})  # fmt: skip
+    assert got.code == 0, got.out + got.err
+    assert sha256_file(tmp_path / "down" / image.name) == sha256_file(image)
     # image.verify: the files (every node program aarch64, the release's versions, the images imported) and a boot
     # by the architecture the build manifest records, on a shared turn: its throwaway copy's systemd waits 900 s for
     # devices (emulating arm64 under TCG beside the light modules once slowed its udev past systemd's 90 s wait for

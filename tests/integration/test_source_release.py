@@ -343,6 +343,11 @@ def test_a_join_pins_the_ca_hash_kubeadm_documents(tmp_path: Path) -> None:
         "/etc/cni/net.d/10-node-check.conflist", "/root/node-check/kubeadm.yaml", "/root/node-check/join.yaml",
         "/root/node-check/run.sh"}  # fmt: skip
     assert "BEGIN" not in seed["user-data"], "no key or certificate of the cluster's in a guest"
+    # the script says its steps on the machine's serial console: ttyAMA0 on QEMU's arm64 virt (its ttyS0 has no UART)
+    script = {f["path"]: f["content"] for f in user_data["write_files"]}["/root/node-check/run.sh"]
+    assert "out=/dev/ttyS0\n" in script and "@CONSOLE@" not in script
+    arm = yaml.safe_load(_seed("kind: ClusterConfiguration", "kind: JoinConfiguration", 0, "ttyAMA0")["user-data"])
+    assert "out=/dev/ttyAMA0\n" in {f["path"]: f["content"] for f in arm["write_files"]}["/root/node-check/run.sh"]
     assert "10.244.1.0/24" in seed["user-data"] and "local-hostname: node-check-2" in seed["meta-data"]
 
 
