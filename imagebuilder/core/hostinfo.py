@@ -259,10 +259,3 @@ def tool_version(tool: str, args: tuple[str, ...] = ("--version",)) -> str | Non
         return None
     text = (proc.stdout or proc.stderr).strip()
     return text.splitlines()[0] if text else ""
-
-
-def ovmf_firmware() -> Path:
-    """OVMF, the UEFI firmware a ``--firmware efi`` build and ``image.verify`` boot under (exit 1 when missing)."""
-    from imagebuilder.core.arch import arch
-
-    return arch("amd64").firmware()
