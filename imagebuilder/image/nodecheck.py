@@ -497,9 +497,9 @@ def node_check(
             step("control plane on the host", True,
                  f"the image's etcd, API server, controller manager and scheduler on {endpoint.host} "
                  f"({endpoint.guest} from the guests), kubeadm's phases", t)  # fmt: skip
-            clock = False
+            added = ""
             if emulation.emulated(machine):  # what hardware would have given the guest (its clock, devices on time)
-                raw, clock, added = emulation.patched_copy(raw, work, machine, clock=True)
+                raw, _, added = emulation.patched_copy(raw, work, machine, clock=True)
                 say(f"node check: {added}")
 
             def boot(index: int, cpus: int, memory_mb: int) -> _Console:
@@ -516,8 +516,7 @@ def node_check(
                 t = time.monotonic()
                 event, detail = console.wait(("started",), (), min(900.0, left()))
                 step(f"{label}boot and cloud-init", event == "started",
-                     f"the seed's script started ({console.guest.how}"
-                     f"{', ' + emulation.CLOCK if clock else ''})"
+                     f"the seed's script started ({console.guest.how}{'; ' + added if added else ''})"
                      if event == "started" else f"{detail}; console ends: {console.guest.console(600)}", t)  # fmt: skip
                 t = time.monotonic()
                 event, detail = console.wait(("runtime",), ("containerd-down",), 300)

@@ -127,8 +127,9 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
     setup.sh --test builds it) and mirrored with ``mirror.create --arch amd64,arm64``. Each image is named for its
     architecture and its programs are that architecture's ELF; both go into one new version of a TUF repository, each
     under its own name, and a client downloads the arm64 one by name; it boots under qemu-system-aarch64 with AAVMF
-    (the amd64 one's boots are the other modules')."""
-    from imagebuilder.build.verify import verify_image
+    and is proven by a node: it joins a control plane, turns Ready and runs a pod (the amd64 node check is the
+    offline test's)."""
+    from imagebuilder.build.verify import Finding, verify_image
     from imagebuilder.core.files import sha256_file
     from tests.support.common import vm_turn
     from tests.support.sources import SOURCE_RELEASE
@@ -185,18 +186,26 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
               env={"IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")})  # fmt: skip
     assert got.code == 0, got.out + got.err
     assert sha256_file(tmp_path / "down" / image.name) == sha256_file(image)
-    # image.verify: the files (every node program aarch64, the release's versions, the images imported) and a boot
-    # by the architecture the build manifest records, on a shared turn: its throwaway copy's systemd waits 900 s for
-    # devices (emulating arm64 under TCG beside the light modules once slowed its udev past systemd's 90 s wait for
-    # /dev/ttyAMA0, and the serial console's getty never started)
+    # image.verify --kubernetes: the files (every node program aarch64, the release's versions, the images imported)
+    # and the node check on the architecture the build manifest records: the control plane on the host (the amd64
+    # build of the same release), the arm64 image booted under AAVMF joins it, its node turns Ready and runs a pod.
+    # A shared turn: the throwaway copy's systemd waits 900 s for devices (emulating arm64 under TCG beside the light
+    # modules once slowed its udev past systemd's 90 s wait for /dev/ttyAMA0, and the console's getty never started)
     with vm_turn():
-        findings = {f.name: f for f in verify_image(image, boot_timeout=1800)}
-    assert all(f.ok for f in findings.values()), [(f.name, f.detail) for f in findings.values() if not f.ok]
+        every = verify_image(image, kubernetes=True, node_timeout=2400)
+    assert all(f.ok for f in every), [(f.name, f.detail) for f in every if not f.ok]
+    findings: dict[str, Finding] = {}
+    for finding in every:  # the offline check's first ("preloaded images" is the files' and then the node's too)
+        findings.setdefault(finding.name, finding)
     assert findings["architecture"].detail.endswith("node programs are aarch64 ELF"), findings["architecture"].detail
     assert "v1.36.3" in findings["kubelet version"].detail and "v2.3.1" in findings["containerd"].detail
     assert "all 7 in containerd" in findings["preloaded images"].detail
-    assert "BOOTAA64.EFI" in findings["UEFI loader"].detail and "UEFI, AAVMF" in findings["boot"].detail
-    assert "systemd waits 900 s for devices" in findings["boot"].detail, findings["boot"].detail
+    assert "every image kubeadm v1.36.3 asks for" in [f for f in every if f.name == "preloaded images"][-1].detail
+    assert "BOOTAA64.EFI" in findings["UEFI loader"].detail
+    boot = findings["boot and cloud-init"].detail
+    assert "UEFI, AAVMF" in boot and "systemd waits 900 s for devices" in boot, boot
+    assert {"kubeadm join", "node Ready", "kube-proxy and CoreDNS Running", "test pod Running"} <= set(findings)
+    assert "on node-check" in findings["test pod Running"].detail, findings["test pod Running"].detail
 
 
 def standin(tmp_path: Path) -> Path:
