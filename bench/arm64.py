@@ -9,6 +9,10 @@ runtime (``--runtime os``: Debian's arm64 containerd).
   sizes it);
 - ``build --arch arm64 --engine chroot``: the same playbook in a chroot, the image's programs run by qemu-user.
 
+Each image is checked as ``image.verify`` checks it on disk (every node program an aarch64 ELF, arm64's UEFI
+loader): CI runs the Packer engine's arm64 build only up to its Ansible (tests/integration/test_arm64.py), so this
+is where its whole build is proven.
+
 Wall time of each and the ratio (the peer is the chroot engine, this project's default for arm64). Run with
 ``bench/run.py --only arm64``; every timed run starts after a ``sync`` and the outputs are removed after.
 """
@@ -28,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from imagebuilder.build.plan import BuildRequest  # noqa: E402
 from imagebuilder.build.resolve import make_plan  # noqa: E402
 from imagebuilder.build.runner import run_build  # noqa: E402
+from imagebuilder.build.verify import verify_image  # noqa: E402
 from imagebuilder.core.files import sha256_file  # noqa: E402
 from imagebuilder.release.catalog import load_catalog  # noqa: E402
 from imagebuilder.release.standin import make_standin_release  # noqa: E402
@@ -62,6 +67,15 @@ def bench_arm64(work: Path) -> dict[str, object]:
         result = run_build(plan, say=lambda _text: None)
         timed[engine] = time.monotonic() - t0
         steps[engine] = result.steps
+        # each engine's image is what CI proves of the chroot engine's (CI runs the Packer build to its Ansible only)
+        assert result.artifact is not None
+        findings = verify_image(result.artifact, boot=False)
+        failed = [f"{f.name}: {f.detail}" for f in findings if not f.ok]
+        if failed:
+            raise SystemExit(f"arm64: the {engine} build's image fails its checks: " + "; ".join(failed))
+        architecture = next(f.detail for f in findings if f.name == "architecture")
+        if "aarch64 ELF" not in architecture:
+            raise SystemExit(f"arm64: the {engine} build's image: {architecture}")
     shutil.rmtree(out, ignore_errors=True)
     return {
         "packer_s": round(timed["packer"], 1),
