@@ -5,9 +5,6 @@ qemu-system-aarch64 with AAVMF (TCG) to a login prompt; ``build --arch arm64``'s
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -89,7 +86,8 @@ def test_packer_boots_arm64_in_an_emulated_virt_machine_and_provisions_it(arm64_
     offline test); ``bench/run.py --only arm64`` runs this build to its end, checks its image (every node program an
     aarch64 ELF, arm64's UEFI loader) and times it against the chroot engine."""
     from imagebuilder.core.files import sha256_file
-    from tests.support.common import BIN, ROOT, ArgvWatcher, run_folders, tagged, vm_turn
+    from tests.support import packers
+    from tests.support.common import BIN, ArgvWatcher, run_folders, tagged, vm_turn
     from tests.support.offline import ns_env
 
     config = tmp_path / "bm.json"
@@ -105,32 +103,15 @@ def test_packer_boots_arm64_in_an_emulated_virt_machine_and_provisions_it(arm64_
     dry = run(*args, "--dry-run", env=env)
     assert dry.code == 0, dry.out[-3000:] + dry.err[-3000:]
     assert "engine              packer (--engine packer)" in dry.out and "UEFI only" in dry.out, dry.out
-    with vm_turn(), ArgvWatcher() as argv:
-        proc = subprocess.Popen([str(BIN / "image-builder"), *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
-        assert proc.stdout is not None
-        seen: list[str] = []
-        tasks = 0
-        for line in proc.stdout:
-            seen.append(line)
-            tasks += "TASK [" in line
-            if tasks == 3:  # the facts gathered, the first task run: the third task begins
-                break
-        else:
-            raise AssertionError(f"the build ended before its Ansible: {proc.wait()}\n{''.join(seen[-40:])}")
-        os.killpg(proc.pid, signal.SIGINT)
-        rest = proc.stdout.read()
-        code = proc.wait(timeout=300)
-        proc.stdout.close()
-    output = "".join(seen) + rest
+    with vm_turn(), ArgvWatcher() as argv:  # the facts gathered, the playbook's first task run: Ctrl-C
+        done = packers.ctrl_c_at_task([str(BIN / "image-builder"), *args], env, task=3)
+    output, code = done.output, done.code
     assert code == 130, (code, output[-3000:])
     [vm] = {c for c in argv.seen if c.split(" ", 1)[0].endswith("qemu-system-aarch64") and str(home) in c}
     assert "type=virt,accel=tcg" in vm and f"-bios {ARM64.uefi[0]} " in vm and "pauth-impdef=on" in vm, vm
     # the play went on past its facts (Python ran in the arm64 guest over SSH): a fact-gathering failure ends it there
-    tasks_seen = [line.split("TASK [", 1)[1] for line in seen if "TASK [" in line]
-    assert tasks_seen[0].startswith("Gathering Facts]") and len(tasks_seen) == 3, tasks_seen
-    assert tagged(proc.pid) == [] and run_folders(proc.pid) == [], (tagged(proc.pid), run_folders(proc.pid))
+    assert done.tasks[0].startswith("Gathering Facts]"), done.tasks
+    assert tagged(done.pid) == [] and run_folders(done.pid) == [], (tagged(done.pid), run_folders(done.pid))
     assert sorted(p.name for p in out.iterdir()) == ["logs"], sorted(p.name for p in out.iterdir())
     [log] = (out / "logs").iterdir()
     text = log.read_text()

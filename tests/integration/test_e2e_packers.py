@@ -20,9 +20,7 @@ nothing a node sees between the engines' images of the same inputs (the offline 
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -50,8 +48,6 @@ def _config(path: Path, base_image: tuple[Path, str]) -> Path:
 #: (Packer and QEMU running; a kill while Ansible provisions, its children too, is the chroot engine's in
 #: tests/integration/test_fault_injection.py: here it cost a boot to SSH, 3 to 5 minutes of CI under TCG)
 BUILDS: dict[str, tuple[str, str | None]] = {"1.9.4": ("baremetal", "Waiting for SSH"), "1.16.0": ("vsphere", None)}
-#: where a build is interrupted as a user's Ctrl-C interrupts it: the ansible plugin running the playbook
-CTRL_C_AT = "TASK ["
 
 
 def _argv(ns: str, provider: str, config: Path, mirror: Path, out: Path, flags: tuple[str, ...]) -> list[str]:
@@ -142,25 +138,10 @@ def _ctrl_c_while_ansible_provisions(
     provisions it with the ansible plugin, where the user presses Ctrl-C (SIGINT to the terminal's process group):
     it exits 130 and leaves no process, folder, output file or workspace, and no traceback. Returns its output."""
     with vm_turn():
-        proc = subprocess.Popen(_argv(ns, provider, config, mirror, out, flags), cwd=ROOT, env=ns_env(home),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True,  # its own group, as a terminal's job is
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
-        assert proc.stdout is not None
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if CTRL_C_AT in line:
-                break
-        else:
-            raise AssertionError(f"the build ended before {CTRL_C_AT!r}: {proc.wait()}\n{''.join(seen[-40:])}")
-        os.killpg(proc.pid, signal.SIGINT)
-        rest = proc.stdout.read()
-        code = proc.wait(timeout=300)
-        proc.stdout.close()
-    output = "".join(seen) + rest
+        done = packers.ctrl_c_at_task(_argv(ns, provider, config, mirror, out, flags), ns_env(home))
+    output, code = done.output, done.code
     assert code == 130, (code, output[-3000:])
-    for run_pid in (proc.pid,) if killed is None else (killed, proc.pid):
+    for run_pid in (done.pid,) if killed is None else (killed, done.pid):
         assert tagged(run_pid) == [] and run_folders(run_pid) == [], (tagged(run_pid), run_folders(run_pid))
     assert not list((home / "work").iterdir()), "the runs' workspaces are released"
     # what stays is each run's build log (the user's record of what happened): no image, no partial file

@@ -8,11 +8,15 @@ command that completes it, never as a cause of other failures."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from imagebuilder.build.packer_plugins import PLUGINS, requirements_for
+from tests.support.common import ROOT
 
 MODERN = ("1.9.4", "1.16.0")
 #: where ./scripts/setup.sh --test builds them (overridable: IMAGE_BUILDER_PACKERS, IMAGE_BUILDER_PLUGIN_FLOORS)
@@ -54,3 +58,42 @@ def floor_plugins() -> Path:
 def _plugin_files() -> list[str]:
     """Every plugin a template requires, binary and source address: a folder without one of them is not whole."""
     return [f for r in requirements_for(PLUGINS) for f in (f"packer-plugin-{r.type}", f"{r.type}.source")]
+
+
+#: how a line of a build's output says Ansible begins a task (the ansible plugin's and the chroot engine's output)
+TASK = "TASK ["
+
+
+@dataclass
+class Interrupted:
+    """A build a user interrupted: its process (whose tag its children carry), exit code, output, tasks begun."""
+
+    pid: int
+    code: int
+    output: str
+    tasks: list[str]
+
+
+def ctrl_c_at_task(argv: list[str], env: dict[str, str], task: int = 1) -> Interrupted:
+    """Run ``argv`` in a process group of its own (as a terminal runs a job), read its output up to the line that
+    begins its ``task``-th Ansible task, and press Ctrl-C there (SIGINT to the group, as the terminal sends it).
+    The tasks begun are the text after ``TASK [``; a build that ends before that task fails the test."""
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    assert proc.stdout is not None
+    seen: list[str] = []
+    tasks: list[str] = []
+    for line in proc.stdout:
+        seen.append(line)
+        if TASK in line:
+            tasks.append(line.split(TASK, 1)[1].strip())
+            if len(tasks) == task:
+                break
+    else:
+        raise AssertionError(f"the build ended before its task {task}: {proc.wait()}\n{''.join(seen[-40:])}")
+    os.killpg(proc.pid, signal.SIGINT)
+    rest = proc.stdout.read()
+    code = proc.wait(timeout=300)
+    proc.stdout.close()
+    return Interrupted(proc.pid, code, "".join(seen) + rest, tasks)
