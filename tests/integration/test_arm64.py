@@ -193,8 +193,8 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
     assert got.code == 0, got.out + got.err
     assert sha256_file(tmp_path / "down" / image.name) == sha256_file(image)
     # image.verify --kubernetes: the files (every node program aarch64, the release's versions, the images imported)
-    # and the node check on the architecture the build manifest records: the control plane on the host (the amd64
-    # build of the same release), the arm64 image booted under AAVMF joins it, its node turns Ready and runs a pod.
+    # and the node check on the architecture the build manifest records: the image's own control plane on this host
+    # (its arm64 programs run by qemu-user), the image booted under AAVMF joins it, turns Ready and runs a pod.
     # A shared turn: the throwaway copy's systemd waits 900 s for devices (emulating arm64 under TCG beside the light
     # modules once slowed its udev past systemd's 90 s wait for /dev/ttyAMA0, and the console's getty never started)
     with vm_turn():
