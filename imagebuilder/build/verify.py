@@ -339,7 +339,7 @@ def boot_raw(
     with run_tempdir("boot") as tmp, contextlib.ExitStack() as stack:
         how = ""
         if emulation.emulated(machine, kvm):
-            raw, _, how = emulation.patched_copy(raw, Path(tmp), machine)
+            raw, how = emulation.patched_copy(raw, Path(tmp), machine)
         guest = stack.enter_context(
             qemu.running(raw, serial=Path(tmp) / "serial.log", snapshot=True, kvm=kvm, firmware=firmware,
                          machine=machine)

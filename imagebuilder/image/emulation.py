@@ -92,11 +92,10 @@ def with_kernel_parameter(text: str, parameter: str, *, syntax: Syntax = "grub")
 
 
 class Copy(NamedTuple):
-    """A throwaway copy of an image for an emulated boot: where it is, whether its kernel lines carry :data:`CLOCK`,
-    and what was done, for a finding's detail."""
+    """A throwaway copy of an image for an emulated boot: where it is, and what was done to it (the device wait, and
+    :data:`CLOCK` on its kernel lines when it was added), for a finding's detail."""
 
     path: Path
-    clock: bool
     detail: str
 
 
@@ -129,5 +128,5 @@ def patched_copy(raw: Path, work: Path, machine: Arch, *, clock: bool = False) -
                     patched += changed
     done = f"systemd waits {DEVICE_WAIT} s for devices"
     if clock and not patched:
-        return Copy(copy, False, f"{done}; no kernel command line found to add {CLOCK} to")
-    return Copy(copy, clock, f"{done}{', booted with ' + CLOCK if clock else ''} (emulated under TCG)")
+        return Copy(copy, f"{done}; no kernel command line found to add {CLOCK} to")
+    return Copy(copy, f"{done}{', booted with ' + CLOCK if clock else ''} (emulated under TCG)")

@@ -499,7 +499,7 @@ def node_check(
                  f"({endpoint.guest} from the guests), kubeadm's phases", t)  # fmt: skip
             added = ""
             if emulation.emulated(machine):  # what hardware would have given the guest (its clock, devices on time)
-                raw, _, added = emulation.patched_copy(raw, work, machine, clock=True)
+                raw, added = emulation.patched_copy(raw, work, machine, clock=True)
                 say(f"node check: {added}")
 
             def boot(index: int, cpus: int, memory_mb: int) -> _Console:

@@ -27,7 +27,7 @@ def test_the_copy_waits_for_devices_boots_with_the_clock_and_leaves_the_image_as
 ) -> None:
     with raw_view(base_image[0], work_dir=tmp_path) as raw:
         before = sha256_file(raw)
-        copy, _, detail = emulation.patched_copy(raw, tmp_path, AMD64, clock=True)
+        copy, detail = emulation.patched_copy(raw, tmp_path, AMD64, clock=True)
         assert sha256_file(raw) == before, "the image is never changed"
     assert detail == "systemd waits 900 s for devices, booted with tsc=reliable (emulated under TCG)", detail
     with mounted_root(copy) as root:
@@ -41,7 +41,7 @@ def test_the_copy_waits_for_devices_boots_with_the_clock_and_leaves_the_image_as
     assert len(kernel_lines) == 2 and all(line.split().count("tsc=reliable") == 1 for line in kernel_lines)
     # a plain boot test's copy gets the wait and no clock
     with raw_view(base_image[0], work_dir=tmp_path / "plain") as raw:
-        plain, _, detail = emulation.patched_copy(raw, tmp_path / "plain", AMD64)
+        plain, detail = emulation.patched_copy(raw, tmp_path / "plain", AMD64)
     assert detail == "systemd waits 900 s for devices (emulated under TCG)", detail
     with mounted_root(plain) as root:
         assert "tsc=reliable" not in (root / "boot/grub/grub.cfg").read_text()
