@@ -22,7 +22,10 @@ time a rebuild takes against the first build (see bench/reproducible.py).
 arm64: an arm64 bare-metal image by the Packer engine (qemu-system-aarch64 under TCG) against the chroot engine
 (qemu-user), from the same inputs (see bench/arm64.py).
 
-``--only e2e|vsphere|os1|engines|startup|dhcp|reproducible|arm64`` runs one and keeps the others' last results.
+nodes: the node check (``image.verify --kubernetes``) of one release built from source on each architecture, arm64's
+against amd64's (see bench/nodes.py).
+
+``--only e2e|vsphere|os1|engines|startup|dhcp|reproducible|arm64|nodes`` runs one and keeps the others' last results.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from bench.arm64 import bench_arm64  # noqa: E402
 from bench.dhcp import bench_dhcp  # noqa: E402
 from bench.engines import bench_engines  # noqa: E402
+from bench.nodes import bench_nodes  # noqa: E402
 from bench.os1 import bench_os1  # noqa: E402
 from bench.reproducible import bench_reproducible  # noqa: E402
 from bench.startup import TARGET_S, bench_startup  # noqa: E402
@@ -145,6 +149,15 @@ def _arm64_rows(a: dict[str, object]) -> list[str]:
     ]
 
 
+def _nodes_rows(n: dict[str, object]) -> list[str]:
+    return [
+        f"| node check (`image.verify --kubernetes`) of Kubernetes {n['release']} built from source, the chroot "
+        f"engine's amd64 image under OVMF (TCG) | {n['amd64_s']} s: passed |",
+        f"| the same, the arm64 image under AAVMF (TCG; its control plane's arm64 programs under qemu-user) | "
+        f"{n['arm64_s']} s: passed, **{n['arm64_vs_amd64']}x** amd64's |",
+    ]
+
+
 def _startup_rows(s: dict[str, object]) -> list[str]:
     over = s["over_target"]
     assert isinstance(over, dict)
@@ -190,6 +203,7 @@ def write_readme(results: dict[str, object]) -> None:
     dhcp = results.get("dhcp")
     reproducible = results.get("reproducible")
     arm64 = results.get("arm64")
+    nodes = results.get("nodes")
     table = "\n".join(
         [
             START,
@@ -220,6 +234,7 @@ def write_readme(results: dict[str, object]) -> None:
             *(_dhcp_rows(dhcp) if isinstance(dhcp, dict) else []),
             *(_reproducible_rows(reproducible) if isinstance(reproducible, dict) else []),
             *(_arm64_rows(arm64) if isinstance(arm64, dict) else []),
+            *(_nodes_rows(nodes) if isinstance(nodes, dict) else []),
             "",
             END,
         ]
@@ -234,7 +249,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
     parser.add_argument("--readme-only", action="store_true", help="rewrite docs/benchmarks.md's table")
-    only = ("e2e", "vsphere", "os1", "engines", "startup", "dhcp", "reproducible", "arm64")
+    only = ("e2e", "vsphere", "os1", "engines", "startup", "dhcp", "reproducible", "arm64", "nodes")
     parser.add_argument("--only", choices=only, help="run one benchmark, keep the others' results")
     args = parser.parse_args()
     saved = ROOT / "bench" / "results.json"
@@ -261,6 +276,8 @@ def main() -> None:
         results["reproducible"] = bench_reproducible(Path(args.work))
     if args.only in (None, "arm64"):
         results["arm64"] = bench_arm64(Path(args.work))
+    if args.only in (None, "nodes"):
+        results["nodes"] = bench_nodes(Path(args.work))
     saved.write_text(json.dumps(results, indent=2) + "\n")
     write_readme(results)
     print(json.dumps(results, indent=2))

@@ -74,21 +74,23 @@ def test_build_plans_arm64_from_the_manifest_and_refuses_an_install_from_the_iso
 
 
 @pytest.mark.qemu
-def test_packer_boots_arm64_in_an_emulated_virt_machine_and_provisions_it(arm64_base: Path, tmp_path: Path) -> None:
-    """``build --arch arm64 --engine packer``: Debian's Packer 1.6.6 boots the arm64 base in qemu-system-aarch64's
-    ``virt`` machine under TCG with AAVMF (cloud-init's seed on a SCSI CD: the machine has no IDE), reaches it over
-    SSH, and Ansible gathers its facts (Python running in the arm64 guest) and runs the playbook's first task; there
-    the user presses Ctrl-C: the build ends with 130 and leaves nothing but its log. A stand-in release with the OS's
-    runtime (its scripts are named for arm64): this proves the engine, not a release's images.
+def test_packer_starts_arm64_in_an_emulated_virt_machine_and_ctrl_c_leaves_nothing(
+    arm64_base: Path, tmp_path: Path
+) -> None:
+    """``build --arch arm64 --engine packer``: Debian's Packer 1.6.6 starts qemu-system-aarch64's ``virt`` machine
+    under TCG with AAVMF and the arm64 base (cloud-init's seed on a SCSI CD: the machine has no IDE), and waits for
+    its SSH; there the user presses Ctrl-C: the build ends with 130 and leaves nothing but its log. A stand-in release
+    with the OS's runtime (its scripts are named for arm64): this proves the engine's plan and its VM's command
+    line, not a release's images.
 
-    CI time: the whole build took 493 to 900 s of the CI's machine (362 to 655 s of CPU) on the same machine on two
-    days, its Ansible part run by Python under TCG. What follows the first task is the same playbook the chroot
-    engine runs for arm64 (the matrix test below, to a node) and the same packaging as amd64's Packer build (the
-    offline test); ``bench/run.py --only arm64`` runs this build to its end, checks its image (every node program an
-    aarch64 ELF, arm64's UEFI loader) and times it against the chroot engine."""
+    CI time (issue 46: "one boot per CI", and that boot is the matrix test's, below): the whole build took 338 to
+    900 s of the CI's machine (362 to 655 s of CPU), and running it to its Ansible's first task 241 to 306 s, most of
+    it the guest's boot under TCG. The boot, SSH, Ansible in the arm64 guest, the seal and the packaging are
+    ``bench/run.py --only arm64``'s: it runs this build to its end, checks its image (every node program an aarch64
+    ELF, arm64's UEFI loader) and times it against the chroot engine."""
     from imagebuilder.core.files import sha256_file
     from tests.support import packers
-    from tests.support.common import BIN, ArgvWatcher, run_folders, tagged, vm_turn
+    from tests.support.common import BIN, ArgvWatcher, run_folders, tagged
     from tests.support.offline import ns_env
 
     config = tmp_path / "bm.json"
@@ -104,13 +106,20 @@ def test_packer_boots_arm64_in_an_emulated_virt_machine_and_provisions_it(arm64_
     dry = run(*args, "--dry-run", env=env)
     assert dry.code == 0, dry.out[-3000:] + dry.err[-3000:]
     assert "engine              packer (--engine packer)" in dry.out and "UEFI only" in dry.out, dry.out
-    with vm_turn(), ArgvWatcher() as argv:  # the facts gathered, the playbook's first task run: Ctrl-C
-        done = packers.ctrl_c_at_task([str(BIN / "image-builder"), *args], env, task=3)
+
+    with ArgvWatcher() as argv:
+
+        def vms() -> set[str]:
+            return {c for c in argv.seen if c.split(" ", 1)[0].endswith("qemu-system-aarch64") and str(home) in c}
+
+        # Packer waits for the guest's SSH: its VM runs (seen by the watcher), then Ctrl-C
+        done = packers.ctrl_c_at([str(BIN / "image-builder"), *args], env, at="Waiting for SSH", ready=vms)
     assert done.code == 130, (done.code, done.output[-3000:])
-    [vm] = {c for c in argv.seen if c.split(" ", 1)[0].endswith("qemu-system-aarch64") and str(home) in c}
+    [vm] = vms()
     assert "type=virt,accel=tcg" in vm and f"-bios {ARM64.uefi[0]} " in vm and "pauth-impdef=on" in vm, vm
-    # the play went on past its facts (Python ran in the arm64 guest over SSH): a fact-gathering failure ends it there
-    assert done.tasks[0].startswith("Gathering Facts]"), done.tasks
+    # the seed's CD on SCSI (the virt machine has no IDE), the system disk on virtio
+    assert "-device virtio-scsi-device -device scsi-cd,drive=cdrom0" in vm and ",if=virtio," in vm, vm
+    assert not done.tasks, done.tasks
     assert tagged(done.pid) == [] and run_folders(done.pid) == [], (tagged(done.pid), run_folders(done.pid))
     assert sorted(p.name for p in out.iterdir()) == ["logs"], sorted(p.name for p in out.iterdir())
     [log] = (out / "logs").iterdir()
@@ -124,7 +133,7 @@ SOURCE_MANIFEST = "https://kubernetes-source.invalid/kubernetes-1-36/kubernetes-
 
 @pytest.mark.qemu
 def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
-    arm64_base: Path, base_image: tuple[Path, str], tmp_path: Path
+    arm64_base: Path, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """``build.matrix --arch amd64,arm64`` on this amd64 host, one command: each architecture from its own source
     image (``--baremetal-config AMD64,arm64=ARM64``) and OS layer, by the chroot engine; the arm64 image's programs
@@ -133,9 +142,9 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
     setup.sh --test builds it) and mirrored with ``mirror.create --arch amd64,arm64``. Each image is named for its
     architecture and its programs are that architecture's ELF; both go into one new version of a TUF repository, each
     under its own name, and a client downloads the arm64 one by name; it boots under qemu-system-aarch64 with AAVMF
-    and is proven by a node: it joins a control plane, turns Ready and runs a pod (the amd64 node check is the
+    to its login prompt (the node check of both architectures' images: bench/nodes.py; CI's amd64 one is the
     offline test's)."""
-    from imagebuilder.build.verify import Finding, verify_image
+    from imagebuilder.build.verify import verify_image
     from imagebuilder.core.files import sha256_file
     from tests.support.common import vm_turn
     from tests.support.sources import SOURCE_RELEASE
@@ -147,6 +156,9 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
     made = run("mirror.create", "--release-channel", "1-36", "--release-manifest", SOURCE_MANIFEST, "--source",
                str(release), "--dest", str(mirror), "--arch", "amd64,arm64")  # fmt: skip
     assert made.code == 0 and "(amd64, arm64)" in made.out, made.out + made.err
+    # the amd64 base only now: the first worker makes it at the run's start, and this one lays out the release and
+    # its mirror meanwhile instead of waiting for it
+    base_image: tuple[Path, str] = request.getfixturevalue("base_image")
     configs = {}
     for name, image in (("amd64", base_image[0]), ("arm64", arm64_base)):
         configs[name] = tmp_path / f"bm-{name}.json"
@@ -192,26 +204,21 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
               env={"IMAGE_BUILDER_WORKSPACE": str(tmp_path / "ws")})  # fmt: skip
     assert got.code == 0, got.out + got.err
     assert sha256_file(tmp_path / "down" / image.name) == sha256_file(image)
-    # image.verify --kubernetes: the files (every node program aarch64, the release's versions, the images imported)
-    # and the node check on the architecture the build manifest records: the image's own control plane on this host
-    # (its arm64 programs run by qemu-user), the image booted under AAVMF joins it, turns Ready and runs a pod.
-    # A shared turn: the throwaway copy's systemd waits 900 s for devices (emulating arm64 under TCG beside the light
-    # modules once slowed its udev past systemd's 90 s wait for /dev/ttyAMA0, and the console's getty never started)
+    # image.verify: the files (every node program aarch64, the release's versions, the images imported) and a boot
+    # by the architecture the build manifest records, to its login prompt: CI's one arm64 boot (issue 46). Its node
+    # check (image.verify --kubernetes: the image joins its own control plane, turns Ready, runs a pod) is
+    # bench/run.py --only nodes's, against amd64's: in CI it cost 9 more minutes of CPU at the machine's slow speed,
+    # past the budget the issue runs it in CI within (docs/testing.md). A shared turn: the throwaway copy's systemd
+    # waits 900 s for devices (emulating arm64 under TCG beside the light modules once slowed its udev past systemd's
+    # 90 s wait for /dev/ttyAMA0, and the console's getty never started)
     with vm_turn():
-        every = verify_image(image, kubernetes=True, node_timeout=2400)
-    assert all(f.ok for f in every), [(f.name, f.detail) for f in every if not f.ok]
-    findings: dict[str, Finding] = {}
-    for finding in every:  # the offline check's first ("preloaded images" is the files' and then the node's too)
-        findings.setdefault(finding.name, finding)
+        findings = {f.name: f for f in verify_image(image, boot_timeout=1800)}
+    assert all(f.ok for f in findings.values()), [(f.name, f.detail) for f in findings.values() if not f.ok]
     assert findings["architecture"].detail.endswith("node programs are aarch64 ELF"), findings["architecture"].detail
     assert "v1.36.3" in findings["kubelet version"].detail and "v2.3.1" in findings["containerd"].detail
     assert "all 7 in containerd" in findings["preloaded images"].detail
-    assert "every image kubeadm v1.36.3 asks for" in [f for f in every if f.name == "preloaded images"][-1].detail
-    assert "BOOTAA64.EFI" in findings["UEFI loader"].detail
-    boot = findings["boot and cloud-init"].detail
-    assert "UEFI, AAVMF" in boot and "systemd waits 900 s for devices" in boot, boot
-    assert {"kubeadm join", "node Ready", "kube-proxy and CoreDNS Running", "test pod Running"} <= set(findings)
-    assert "on node-check" in findings["test pod Running"].detail, findings["test pod Running"].detail
+    assert "BOOTAA64.EFI" in findings["UEFI loader"].detail and "UEFI, AAVMF" in findings["boot"].detail
+    assert "systemd waits 900 s for devices" in findings["boot"].detail, findings["boot"].detail
 
 
 def standin(tmp_path: Path) -> Path:

@@ -138,7 +138,7 @@ def _ctrl_c_while_ansible_provisions(
     provisions it with the ansible plugin, where the user presses Ctrl-C (SIGINT to the terminal's process group):
     it exits 130 and leaves no process, folder, output file or workspace, and no traceback. Returns its output."""
     with vm_turn():
-        done = packers.ctrl_c_at_task(_argv(ns, provider, config, mirror, out, flags), ns_env(home))
+        done = packers.ctrl_c_at(_argv(ns, provider, config, mirror, out, flags), ns_env(home))
     output, code = done.output, done.code
     assert code == 130, (code, output[-3000:])
     for run_pid in (done.pid,) if killed is None else (killed, done.pid):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,24 +76,34 @@ class Interrupted:
     tasks: list[str]
 
 
-def ctrl_c_at_task(argv: list[str], env: dict[str, str], task: int = 1) -> Interrupted:
-    """Run ``argv`` in a process group of its own (as a terminal runs a job), read its output up to the line that
-    begins its ``task``-th Ansible task, and press Ctrl-C there (SIGINT to the group, as the terminal sends it).
-    The tasks begun are the text after ``TASK [``; a build that ends before that task fails the test."""
+def ctrl_c_at(
+    argv: list[str], env: dict[str, str], *, at: str = TASK, count: int = 1, ready: Callable[[], bool] | None = None
+) -> Interrupted:
+    """Run ``argv`` in a process group of its own (as a terminal runs a job), read its output up to the ``count``-th
+    line that holds ``at`` (by default the line that begins an Ansible task), wait there until ``ready()`` (when
+    given: what the test checks of the running build must have been seen), and press Ctrl-C (SIGINT to the group,
+    as the terminal sends it). The tasks begun are the text after ``TASK [``; a build that ends before that line
+    fails the test."""
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     assert proc.stdout is not None
     seen: list[str] = []
     tasks: list[str] = []
+    found = 0
     for line in proc.stdout:
         seen.append(line)
         if TASK in line:
             tasks.append(line.split(TASK, 1)[1].strip())
-            if len(tasks) == task:
-                break
+        found += at in line
+        if found == count:
+            break
     else:
-        raise AssertionError(f"the build ended before its task {task}: {proc.wait()}\n{''.join(seen[-40:])}")
+        raise AssertionError(f"the build ended before {at!r} ({count}): {proc.wait()}\n{''.join(seen[-40:])}")
+    deadline = time.monotonic() + 120
+    while ready is not None and not ready():
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(seen[-40:])
+        time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)
     rest = proc.stdout.read()
     code = proc.wait(timeout=300)
