@@ -7,13 +7,58 @@ hash matched: :class:`Copy` the bytes as they come, :class:`Lz4ToGzip` the bare-
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
-from typing import Any, BinaryIO, Protocol
+import zlib
+from typing import Any, BinaryIO, Protocol, cast
 
 from imagebuilder.core.errors import ExternalError
 
 CHUNK = 1024 * 1024
+#: the level a member-per-MiB disk's members are deflated at (gzip's and pigz's default; image.gzipdisk writes them)
+MEMBER_LEVEL = 6
+
+
+def gzip_member(data: bytes, level: int = MEMBER_LEVEL) -> bytes:
+    """``data`` as one complete gzip member, deflated by zlib (no name, no time: the same bytes give the same
+    member, which is what lets a disk's zero MiBs be one known member and its other MiBs be shared by images)."""
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
+    return compressor.compress(data) + compressor.flush()
+
+
+@functools.cache
+def zero_member(length: int) -> bytes:
+    """``length`` zero bytes as :func:`gzip_member` deflates them: every zero MiB of a member-per-MiB disk."""
+    return gzip_member(bytes(length))
+
+
+class Inflater(Protocol):
+    """What :func:`inflater` returns (zlib's decompression object, or ISA-L's with the same surface)."""
+
+    eof: bool
+    unused_data: bytes
+    unconsumed_tail: bytes
+
+    def decompress(self, data: bytes, max_length: int = 0, /) -> bytes: ...
+
+
+def _inflate_module() -> tuple[Any, tuple[type[Exception], ...]]:
+    try:
+        from isal import isal_zlib
+    except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
+        return zlib, (zlib.error,)
+    return isal_zlib, (cast(type[Exception], isal_zlib.error), zlib.error)
+
+
+#: the module :func:`inflater` takes its objects from, and what a damaged or cut stream raises from them
+_INFLATE, INFLATE_ERRORS = _inflate_module()
+
+
+def inflater() -> Inflater:
+    """A decompressor of one gzip member: ISA-L's (``isal``) where it is installed, about twice as fast as zlib's
+    on a disk's data and five times on its zeros (measured here), with zlib's surface; else zlib's."""
+    return cast(Inflater, _INFLATE.decompressobj(31))
 
 
 class Transform(Protocol):

@@ -18,13 +18,11 @@ this member size.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import os
 import struct
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,23 +34,18 @@ from imagebuilder.core import disk
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.progress import Advance
+from imagebuilder.core.stream import INFLATE_ERRORS, MEMBER_LEVEL, gzip_member, inflater, zero_member
 
 #: the bytes of the disk each member holds
 MEMBER = 1 << 20
 #: gzip's and pigz's default level
-LEVEL = 6
+LEVEL = MEMBER_LEVEL
 _ZEROS = bytes(MEMBER)
 
 
 def deflate(data: bytes) -> bytes:
     """``data`` as one complete gzip member (no name, no time: the same bytes give the same member)."""
-    compressor = zlib.compressobj(LEVEL, zlib.DEFLATED, 31)
-    return compressor.compress(data) + compressor.flush()
-
-
-@functools.cache
-def _zero_member(length: int) -> bytes:
-    return deflate(bytes(length))
+    return gzip_member(data, LEVEL)
 
 
 def _sealed(member: bytes) -> bytes:
@@ -267,9 +260,9 @@ class Origin:
             return None
         blob = os.pread(self._fh.fileno(), span.length, span.offset)
         try:
-            inflater = zlib.decompressobj(31)
-            same = inflater.decompress(blob, len(data) + 1) == data and inflater.eof and not inflater.unused_data
-        except zlib.error:
+            inflating = inflater()
+            same = inflating.decompress(blob, len(data) + 1) == data and inflating.eof and not inflating.unused_data
+        except INFLATE_ERRORS:
             return None
         return blob if same else None
 
@@ -313,7 +306,7 @@ def gzip_disk(
                 if len(data) != length:
                     raise OSError(f"{src} changed while it was compressed")
                 if data == _ZEROS[:length]:
-                    return _zero_member(length), None
+                    return zero_member(length), None
                 kept = origin.member(offset, data) if origin is not None else None
                 if kept is not None:
                     return kept, True
@@ -344,11 +337,11 @@ def gzip_disk(
                     window.append((pool.submit(make, offset, length), length))
                 else:  # a hole: nothing to read
                     hole: Future[tuple[bytes, bool | None]] = Future()
-                    hole.set_result((_zero_member(length), None))
+                    hole.set_result((zero_member(length), None))
                     window.append((hole, length))
                 drain(4 * workers)
             if size == 0:  # an empty disk is still a gzip file
-                out.write(member := _zero_member(0))
+                out.write(member := zero_member(0))
                 digest.update(member)
                 written += len(member)
             drain(0)

@@ -10,7 +10,6 @@ import json
 import os
 import tarfile
 import tempfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import IO
 from imagebuilder.core.disk.scratch import run_tempdir, scratch_dir
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import run_checked
+from imagebuilder.core.stream import INFLATE_ERRORS, Inflater, inflater, zero_member
 
 _ZERO = bytes(1024 * 1024)
 
@@ -37,42 +37,56 @@ class GzipMember:
 def gunzip_sparse(src: Path, dest: Path) -> list[GzipMember]:
     """Decompress a .gz disk image, seeking over zero MiBs so the raw file stays sparse, and say where each of its
     gzip members lies, found in the same pass (``image.customize`` takes the input's members for the MiBs it leaves
-    as they were). Zero bytes after the last member are padding, as gzip has them."""
+    as they were). Zero bytes after the last member are padding, as gzip has them.
+
+    A member-per-MiB disk (as the tool writes its images) holds every zero MiB as the same known member
+    (:func:`imagebuilder.core.stream.zero_member`): that member is seeked over without being inflated, most of a
+    fresh disk. The others are inflated by ISA-L where it is installed (:func:`imagebuilder.core.stream.inflater`).
+    Measured on a disk of 6 GiB, 2.2 of them data: 32 s of CPU with zlib inflating every member, the zero MiBs about
+    half of it; any image.verify, image.diff or test that reads a .gz starts here."""
     members: list[GzipMember] = []
     block = bytearray()  # the MiB being filled, written (or seeked over) when full
     at = start = raw = 0  # bytes of src consumed; where the current member starts, in src and in dest
-    inflater: zlib._Decompress | None = None
+    inflating: Inflater | None = None
+    zero = zero_member(len(_ZERO))
     buf, ended = b"", False
+    errors: tuple[type[Exception], ...] = (*INFLATE_ERRORS, EOFError)
     try:
         with src.open("rb") as fin, dest.open("wb") as fout:
             while True:
-                if not buf:
-                    buf = fin.read(len(_ZERO))
-                    ended = not buf
-                if inflater is None:  # between members: padding, the next member, or the end
-                    if ended:
-                        break
+                if not ended and len(buf) < len(zero):  # a whole zero member to compare at a member's start
+                    more = fin.read(len(_ZERO))
+                    ended = not more
+                    buf += more
+                if inflating is None:  # between members: padding, the next member, or the end
                     kept = buf.lstrip(b"\0")
                     at += len(buf) - len(kept)
                     buf, start = kept, at
                     if not buf:
+                        if ended:
+                            break
                         continue
-                    inflater = zlib.decompressobj(31)
-                out = inflater.decompress(buf, len(_ZERO) - len(block))
-                tail = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+                    if not block and buf.startswith(zero):  # a zero MiB at a MiB's start: seek over it
+                        fout.seek(len(_ZERO), 1)
+                        members.append(GzipMember(start, len(zero), raw, len(_ZERO)))
+                        at, raw, buf = at + len(zero), raw + len(_ZERO), buf[len(zero) :]
+                        continue
+                    inflating = inflater()
+                out = inflating.decompress(buf, len(_ZERO) - len(block))
+                tail = inflating.unused_data if inflating.eof else inflating.unconsumed_tail
                 at, buf = at + len(buf) - len(tail), tail
                 block += out
                 if len(block) == len(_ZERO):
                     _put_block(fout, block)
-                if inflater.eof:
+                if inflating.eof:
                     end = fout.tell() + len(block)
                     members.append(GzipMember(start, at - start, raw, end - raw))
-                    raw, inflater = end, None
+                    raw, inflating = end, None
                 elif ended and not out and not buf:
                     raise EOFError("the file ends inside a member")
             _put_block(fout, block)
             fout.truncate()
-    except (zlib.error, EOFError) as exc:
+    except errors as exc:
         raise InputError(
             f"not a complete gzip file ({exc})", source=src, expected="a gzip-compressed raw disk"
         ) from None
