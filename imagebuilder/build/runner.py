@@ -44,6 +44,7 @@ from imagebuilder.core.files import atomic_write
 from imagebuilder.core.grammar import Redactor
 from imagebuilder.core.hostinfo import KvmStatus, kvm_status, tool_version
 from imagebuilder.core.progress import Say, follow, silent
+from imagebuilder.core.stream import member_codec
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.outputs import sharing
@@ -115,6 +116,7 @@ def _tool_versions(packer: PackerInfo | None) -> dict[str, str | None]:
         "ansible": tool_version("ansible-playbook"),
         "qemu": tool_version("qemu-system-x86_64"),
         "zlib": zlib.ZLIB_RUNTIME_VERSION,
+        "gzip": member_codec(),  # what deflated the image's members: their bytes depend on it
     }
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.core.stream import gzip_member
 from imagebuilder.image import gzipdisk
 from imagebuilder.image.gzipdisk import MemberStore, gzip_disk
 from tests.support.gzipdisk import MiB, count_hashing, disk_like, origin_of
@@ -60,13 +61,13 @@ def test_a_wrong_or_damaged_member_in_the_store_is_never_used(tmp_path: Path) ->
     src = disk_like(tmp_path / "disk.raw", 2 * MiB, {0: data})
     store = MemberStore.at(tmp_path / "store")
     key = hashlib.sha256(data).hexdigest()
-    planted = store.directory / key[:2] / key
+    planted = store.path_of(key)
     planted.parent.mkdir(parents=True)
-    good = gzipdisk.deflate(data)
+    good = gzip_member(data)
     sealed = hashlib.sha256(good).digest() + good
     damaged = bytearray(sealed)
     damaged[1000:5000] = bytes(4000)  # a block the device never wrote
-    short = gzipdisk.deflate(data[:1000])
+    short = gzip_member(data[:1000])
     for bad in (
         good,  # no digest in front
         sealed[:-9],  # cut
@@ -89,7 +90,7 @@ def test_images_packaged_at_once_compress_each_shared_member_once(
     shared = {i * MiB: os.urandom(MiB) for i in range(6)}
     disks = [disk_like(tmp_path / f"{n}.raw", 8 * MiB, {**shared, 7 * MiB: f"image {n}".encode()}) for n in range(3)]
     calls: list[int] = []
-    real = gzipdisk.deflate
+    real = gzip_member
     lock = threading.Lock()
 
     def counting(data: bytes) -> bytes:
@@ -97,7 +98,7 @@ def test_images_packaged_at_once_compress_each_shared_member_once(
             calls.append(len(data))
         return real(data)
 
-    monkeypatch.setattr(gzipdisk, "deflate", counting)
+    monkeypatch.setattr(gzipdisk, "gzip_member", counting)
     store = MemberStore.at(tmp_path / "store")
     threads = [threading.Thread(target=gzip_disk, args=(d, d.with_suffix(".gz")), kwargs={"store": store})
                for d in disks]  # fmt: skip
@@ -191,7 +192,7 @@ def test_an_origin_member_is_taken_only_when_it_inflates_to_the_very_mib(tmp_pat
     src = disk_like(tmp_path / "disk.raw", 3 * MiB, data)
     gz = tmp_path / "in.gz"
     # the input's first member holds other bytes than the disk's first MiB (a whole, valid member)
-    gz.write_bytes(gzipdisk.deflate(os.urandom(MiB)) + gzipdisk.deflate(data[MiB]) + gzipdisk.deflate(data[2 * MiB]))
+    gz.write_bytes(gzip_member(os.urandom(MiB)) + gzip_member(data[MiB]) + gzip_member(data[2 * MiB]))
     origin = origin_of(gz, tmp_path)
     assert origin is not None
     with origin:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from imagebuilder.core.disk import gunzip_sparse
 from imagebuilder.core.errors import ExternalError, InputError
-from imagebuilder.core.stream import zero_member
+from imagebuilder.core.stream import gzip_member, zero_member
 from imagebuilder.image import gzipdisk
 from imagebuilder.image.gzipdisk import MemberStore, gzip_disk
 from tests.support.gzipdisk import MiB, count_hashing, disk_like, origin_of
@@ -41,7 +41,7 @@ def test_a_checked_member_is_trusted_until_its_file_changes(tmp_path: Path, monk
     store = MemberStore.at(tmp_path / "store")
     gzip_disk(src, tmp_path / "a.gz", store=store)  # writes the member
     key = hashlib.sha256(data).hexdigest()
-    stored = store.directory / key[:2] / key
+    stored = store.path_of(key)
     old = stored.stat().st_mtime_ns - 10**10
     os.utime(stored, ns=(old, old))
     sealed = stored.read_bytes()
@@ -111,13 +111,13 @@ def test_a_gzip_that_is_not_one_member_per_mib_is_no_origin(tmp_path: Path) -> N
     (tmp_path / "one.gz").write_bytes(gzip.compress(raw))  # one member for it all, as gzip and pigz write it
     assert origin_of(tmp_path / "one.gz", tmp_path) is None
     # a file that ends inside a member, or is no gzip at all, is refused where it is decompressed: no origin arises
-    (tmp_path / "cut.gz").write_bytes(gzipdisk.deflate(raw[:MiB]) + gzipdisk.deflate(raw[MiB : 2 * MiB])[:-9])
+    (tmp_path / "cut.gz").write_bytes(gzip_member(raw[:MiB]) + gzip_member(raw[MiB : 2 * MiB])[:-9])
     (tmp_path / "not.gz").write_bytes(b"plain text\n")
     for bad in ("cut.gz", "not.gz"):
         with pytest.raises(InputError, match="not a complete gzip file"):
             origin_of(tmp_path / bad, tmp_path)
     # zero bytes after the last member are padding, as gzip reads them: the member before them is the origin's
-    (tmp_path / "padded.gz").write_bytes(gzipdisk.deflate(raw[:MiB]) + b"\0" * 512)
+    (tmp_path / "padded.gz").write_bytes(gzip_member(raw[:MiB]) + b"\0" * 512)
     origin = origin_of(tmp_path / "padded.gz", tmp_path)
     assert origin is not None and list(origin.members) == [0]
 
@@ -195,8 +195,24 @@ def test_any_change_to_a_disk_packages_to_what_compressing_it_all_gives(
     assert kept.reused == plain.data_members - len(changed)
 
 
-def test_the_zero_mib_the_reader_skips_is_the_one_the_writer_writes() -> None:
+def test_the_zero_mib_the_reader_skips_is_the_one_the_writer_writes(tmp_path: Path) -> None:
     """gunzip_sparse seeks over the member image.gzipdisk writes for every zero MiB without inflating it: the two
-    must stay the same bytes (a level changed on one side only would make every zero MiB inflated again, slowly)."""
-    assert gzipdisk.deflate(bytes(MiB)) == zero_member(MiB) == zero_member(gzipdisk.MEMBER)
+    must stay the same bytes (a codec changed on one side only would make every zero MiB inflated again, slowly)."""
+    assert gzip_member(bytes(MiB)) == zero_member(MiB) == zero_member(gzipdisk.MEMBER)
     assert gzip.decompress(zero_member(MiB)) == bytes(MiB)
+    # and a disk's zero MiB as gzip_disk writes it is that member
+    raw = tmp_path / "zeros.raw"
+    raw.write_bytes(bytes(2 * MiB) + b"data" + bytes(MiB - 4))
+    gzip_disk(raw, tmp_path / "zeros.gz")
+    written = (tmp_path / "zeros.gz").read_bytes()
+    assert written.startswith(zero_member(MiB) * 2) and gzip.decompress(written) == raw.read_bytes()
+
+
+def test_a_member_depends_on_its_bytes_only() -> None:
+    """The same MiB deflates to the same member in any run (no name, no time in the header), the reproducible
+    builds' premise; the codec is the build manifest's to record."""
+    data = os.urandom(MiB)
+    member = gzip_member(data)
+    assert member == gzip_member(data) and member[4:8] == b"\0\0\0\0", member[:10].hex()  # MTIME zero
+    assert member[3] == 0, "no FNAME, no comment, no extra field"
+    assert gzip.decompress(member) == data
