@@ -10,8 +10,10 @@ import contextlib
 import functools
 import queue
 import threading
-import zlib
 from typing import Any, BinaryIO, Protocol, cast
+
+import isal
+from isal import isal_zlib
 
 from imagebuilder.core.errors import ExternalError
 
@@ -21,12 +23,14 @@ CHUNK = 1024 * 1024
 #: 0.464 against 0.439 of the size, measured on the base image's data, 2026-11-30); packaging had been most of a
 #: chroot build's time
 MEMBER_LEVEL = 2
+#: the codec's short name: the member store keeps each codec's members apart under it
+MEMBER_CODEC = f"isal-{MEMBER_LEVEL}"
+#: what a damaged or cut stream raises from :func:`inflater`'s object
+INFLATE_ERRORS: tuple[type[Exception], ...] = (cast(type[Exception], isal_zlib.error),)
 
 
 def member_codec() -> str:
     """What :func:`gzip_member` deflates with, as build manifests record it (the bytes of a member depend on it)."""
-    import isal
-
     return f"isal {isal.__version__}, level {MEMBER_LEVEL}"
 
 
@@ -35,8 +39,6 @@ def gzip_member(data: bytes) -> bytes:
     member, which is what lets a disk's zero MiBs be one known member and its other MiBs be shared by images).
     isal is a dependency of the package; there is no fallback, whose other bytes would make a build's output
     depend on the machine."""
-    from isal import isal_zlib
-
     compressor = isal_zlib.compressobj(MEMBER_LEVEL, isal_zlib.DEFLATED, 31)
     return compressor.compress(data) + compressor.flush()
 
@@ -48,7 +50,7 @@ def zero_member(length: int) -> bytes:
 
 
 class Inflater(Protocol):
-    """What :func:`inflater` returns (zlib's decompression object, or ISA-L's with the same surface)."""
+    """What :func:`inflater` returns (ISA-L's decompression object, zlib's surface)."""
 
     eof: bool
     unused_data: bytes
@@ -57,22 +59,10 @@ class Inflater(Protocol):
     def decompress(self, data: bytes, max_length: int = 0, /) -> bytes: ...
 
 
-def _inflate_module() -> tuple[Any, tuple[type[Exception], ...]]:
-    try:
-        from isal import isal_zlib
-    except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
-        return zlib, (zlib.error,)
-    return isal_zlib, (cast(type[Exception], isal_zlib.error), zlib.error)
-
-
-#: the module :func:`inflater` takes its objects from, and what a damaged or cut stream raises from them
-_INFLATE, INFLATE_ERRORS = _inflate_module()
-
-
 def inflater() -> Inflater:
-    """A decompressor of one gzip member: ISA-L's (``isal``) where it is installed, about twice as fast as zlib's
-    on a disk's data and five times on its zeros (measured here), with zlib's surface; else zlib's."""
-    return cast(Inflater, _INFLATE.decompressobj(31))
+    """A decompressor of one gzip member, ISA-L's: about twice as fast as zlib's on a disk's data and five times on
+    its zeros (measured here)."""
+    return cast(Inflater, isal_zlib.decompressobj(31))
 
 
 class Transform(Protocol):
@@ -109,23 +99,15 @@ class Lz4ToGzip:
 
     Two stages on two threads, both of which release the GIL in their C code: the caller's thread reads and
     decompresses, a second thread compresses and writes; a short queue between them bounds the memory. gzip comes
-    from ISA-L (``isal``) at its level 1: several times faster than zlib's default level on a disk image, at a
-    modest cost in size (zlib level 1 where isal is missing).
+    from ISA-L (``isal``, a dependency of the package) at its level 1: several times faster than zlib's default
+    level on a disk image, at a modest cost in size.
     """
 
     def __init__(self, level: int = 1, queue_depth: int = 8) -> None:
         import lz4.frame
 
         self._lz4 = lz4.frame.LZ4FrameDecompressor()
-        self._gz: Any
-        try:
-            from isal import isal_zlib
-
-            self._gz = isal_zlib.compressobj(level, isal_zlib.DEFLATED, 31)
-        except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
-            import zlib
-
-            self._gz = zlib.compressobj(level, zlib.DEFLATED, 31)
+        self._gz: Any = isal_zlib.compressobj(level, isal_zlib.DEFLATED, 31)
         self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=queue_depth)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None

@@ -35,7 +35,7 @@ from imagebuilder.core import disk
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.progress import Advance
-from imagebuilder.core.stream import INFLATE_ERRORS, MEMBER_LEVEL, gzip_member, inflater, zero_member
+from imagebuilder.core.stream import INFLATE_ERRORS, MEMBER_CODEC, gzip_member, inflater, zero_member
 
 #: the bytes of the disk each member holds
 MEMBER = 1 << 20
@@ -100,7 +100,7 @@ class MemberStore:
         """Where the member of the MiB whose SHA-256 is ``key`` is kept."""
         # under the codec's level: a store filled by another codec (zlib's level 6 before 2026-11-30) gives no member
         # to a build, whose .gz must depend on its disk's bytes only, not on what a cache held
-        return self.directory / f"isal-{MEMBER_LEVEL}" / key[:2] / key
+        return self.directory / MEMBER_CODEC / key[:2] / key
 
     def member(self, data: bytes, key: str | None = None) -> tuple[bytes, bool]:
         """The gzip member of ``data``, and whether it was reused: from the store or from the thread compressing it
