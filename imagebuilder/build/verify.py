@@ -26,6 +26,7 @@ from imagebuilder.core.files import parse_json, read_text
 from imagebuilder.core.hostinfo import KvmStatus, kvm_status
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.image import emulation, qemu
+from imagebuilder.image.apply_customization import manifest_beside
 from imagebuilder.image.boltdb import containerd_images
 from imagebuilder.image.bootcheck import check_raw
 from imagebuilder.providers import registry
@@ -43,10 +44,7 @@ class Finding:
 
 def expectations(image: Path, manifest: Path | None = None) -> dict[str, Any]:
     """The build manifest written beside the image (``<name>.build-manifest.json``)."""
-    stem = image.name
-    for ext in (".gz", ".ova", ".qcow2"):
-        stem = stem.removesuffix(ext)
-    path = manifest or image.with_name(f"{stem}.build-manifest.json")
+    path = manifest or manifest_beside(image)
     if not path.is_file():
         raise InputError("build manifest not found", source=path, expected="the manifest written by the build")
     data = parse_json(read_text(path, "build manifest"), path)
@@ -367,13 +365,21 @@ def verify_image(
     kubernetes: bool = False,
     node_timeout: float = 2400,
     join: bool = False,
+    expected_arch: str | None = None,
     say: Say = silent,
 ) -> list[Finding]:
     """Every check of an image; ``kubernetes``: the node check (:mod:`imagebuilder.image.nodecheck`) in place of the
-    plain boot test, which it includes."""
+    plain boot test, which it includes. ``expected_arch``: the architecture the caller expects (``image.verify
+    --arch``): a manifest recording another one is refused before any check, as a script that picked the other
+    architecture's file in a folder holding both would otherwise boot and pass it."""
     expected = expectations(image, manifest)
     firmware: Firmware = "efi" if expected["plan"].get("firmware") == "efi" else "bios"
-    machine = recorded(expected["plan"], manifest or image)
+    source = manifest or manifest_beside(image)
+    machine = recorded(expected["plan"], source)
+    if expected_arch is not None and machine.name != expected_arch:
+        raise InputError(f"{image.name} is built for {machine.name}, not {expected_arch}", source=source,
+                         field="plan.arch",
+                         expected=f"{expected_arch} (--arch), or --arch {machine.name}")  # fmt: skip
     firmware = "efi" if not machine.bios else firmware  # an arm64 image boots by UEFI alone
     # one raw view serves every part: a .gz or an OVA is decompressed or converted once, not three times
     with raw_view(image) as raw:

@@ -93,6 +93,8 @@ def print_findings(findings: list[Finding]) -> None:
         " --public-key, its subject against the image, the SBOM it names against the file beside it",
         "public_key": "with --provenance: the PEM public key the build signed with (or the signing key's"
         " awskms:/hsm:/pkcs11: reference: its public key is read from the KMS or token)",
+        "arch": "amd64 or arm64: the architecture the image must be built for (default: the one its build manifest"
+        " records); another one recorded is refused before anything is checked",
     },
     auto_shortflags=False,
 )
@@ -108,11 +110,18 @@ def verify(
     join: bool = False,
     provenance: str = "",
     public_key: str = "",
+    arch: str = "",
 ) -> None:
     """Check a built image with testinfra (mounted read-only) and boot it to a login prompt; with --kubernetes,
     bring a node up on it and check it is Ready; with --provenance, check its signed provenance and SBOM."""
     path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
+    from imagebuilder.release.catalog import check_arch
+
+    wanted = check_arch(arch) if arch else None
     if provenance or public_key:
+        if wanted:
+            raise InputError("--provenance checks the signature, not the image's contents", field="--arch",
+                             expected="--arch without --provenance")  # fmt: skip
         _verify_provenance(path, provenance, public_key)
         return
     if kubernetes and no_boot:
@@ -134,6 +143,7 @@ def verify(
             kubernetes=kubernetes,
             node_timeout=node_seconds,
             join=join,
+            expected_arch=wanted,
             say=status,
         )
     print_findings(findings)

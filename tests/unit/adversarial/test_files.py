@@ -151,6 +151,38 @@ def test_image_verify_with_a_bad_build_manifest(tmp_path: Path, manifest: str) -
     assert str(path) in res.err
 
 
+@pytest.mark.parametrize(("recorded", "asked"), [(None, "arm64"), ("amd64", "arm64"), ("arm64", "amd64")])
+def test_image_verify_refuses_an_image_of_the_other_architecture_before_reading_it(
+    tmp_path: Path, recorded: str | None, asked: str
+) -> None:
+    """The manifest's arch (none: a build before issue 46, amd64) against --arch: refused naming the manifest,
+    before the image is read (it is not even a gzip file here)."""
+    image = tmp_path / "node.gz"
+    image.write_bytes(b"\x1f\x8b")
+    plan: dict[str, object] = {"provider": "baremetal", "artifacts": []}
+    if recorded:
+        plan["arch"] = recorded
+    manifest = tmp_path / "node.build-manifest.json"
+    manifest.write_text(json.dumps({"plan": plan}))
+    res = cli("image.verify", "--image", str(image), "--arch", asked, "--no-boot")
+    assert res.code == 2, res.text
+    assert str(manifest) in res.err and "plan.arch" in res.err, res.err
+    assert f"built for {recorded or 'amd64'}, not {asked}" in res.err, res.err
+    # the architecture it records is the one checked: past the arch, the broken disk is what fails
+    same = cli("image.verify", "--image", str(image), "--arch", recorded or "amd64", "--no-boot")
+    assert "plan.arch" not in same.err and same.code != 0, same.text
+
+
+@pytest.mark.parametrize("arch", ["ARM64", "aarch64", "x86_64", "arm64,amd64", "arm64 ", "ａｒｍ64"])
+def test_image_verify_takes_only_the_two_architectures(tmp_path: Path, arch: str) -> None:
+    image = tmp_path / "node.gz"
+    image.write_bytes(b"\x1f\x8b")
+    res = cli("image.verify", "--image", str(image), "--arch", arch, "--no-boot")
+    assert res.code == 2 and "--arch" in res.err and "amd64 or arm64" in res.err, res.text
+    with_provenance = cli("image.verify", "--image", str(image), "--arch", "arm64", "--provenance", str(image))
+    assert with_provenance.code == 2 and "--arch without --provenance" in with_provenance.err, with_provenance.text
+
+
 # --- the JSON Schemas accept what the tool accepts -------------------------------------------------------------------
 
 
