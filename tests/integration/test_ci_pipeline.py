@@ -20,6 +20,7 @@ from tests.support.common import ROOT, run
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(2400)]
 GITLAB_CI_LOCAL = ROOT / ".tools/bin/gitlab-ci-local"
 CHANNELS = ("1-23", "1-24")
+FILE_VARIABLES = "gitlab-ci-local-file-variables-*"  # gitlab-ci-local's folders of file variables, in /tmp
 
 
 def _project(tmp_path: Path) -> Path:
@@ -31,11 +32,24 @@ def _project(tmp_path: Path) -> Path:
     return project
 
 
+def _file_variable_dirs() -> set[Path]:
+    return set(Path("/tmp").glob(FILE_VARIABLES))
+
+
 def _pipeline(project: Path, *jobs: str) -> subprocess.CompletedProcess[str]:
-    """gitlab-ci-local on ``project``: the whole pipeline, or only ``jobs``."""
+    """gitlab-ci-local on ``project``: the whole pipeline, or only ``jobs``.
+
+    gitlab-ci-local writes each job's file variables (here the repository's private keys) to a folder of its own
+    under /tmp and leaves it there; a GitLab runner removes them with the job. The run's folders are removed
+    afterwards, so the suite leaves no key behind."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_"))}
-    return subprocess.run([str(GITLAB_CI_LOCAL), "--shell-isolation", "--no-color", *jobs], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=2000, check=False)  # fmt: skip
+    before = _file_variable_dirs()
+    try:
+        return subprocess.run([str(GITLAB_CI_LOCAL), "--shell-isolation", "--no-color", *jobs], cwd=project,
+                              env=env, capture_output=True, text=True, timeout=2000, check=False)  # fmt: skip
+    finally:
+        for made in _file_variable_dirs() - before:
+            shutil.rmtree(made)
 
 
 def _log(res: subprocess.CompletedProcess[str], job: str) -> str:
