@@ -158,11 +158,11 @@ def base_image(shared_dir: Path) -> tuple[Path, str]:
     extra build): ``image.base`` is killed, its whole process group with SIGKILL, a few seconds into debootstrap
     (its disk attached to loop devices and mounted in the host's namespace, debootstrap running), then run again
     into the same place. The rerun must succeed and leave nothing of the killed run."""
-    import fcntl
     import os
     import random
     import subprocess
 
+    from imagebuilder.core.files import held
     from imagebuilder.image.bootcheck import check_image
     from tests.support.common import BIN, ROOT, group_alive, kill_at, loops_on, mounts_under, tagged
 
@@ -171,8 +171,7 @@ def base_image(shared_dir: Path) -> tuple[Path, str]:
         return Path(reuse), Path(reuse + ".sha256").read_text().split()[0]
     folder = shared_dir / "base-image"
     folder.mkdir(exist_ok=True)
-    with (shared_dir / "base-image.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with held(shared_dir / "base-image.lock"):
         done = folder / "digest"
         if done.is_file():
             return folder / "debian-base.qcow2", done.read_text().strip()
@@ -203,13 +202,11 @@ def source_release(shared_dir: Path, worker_id: str) -> SourceRelease:
     by release.build and laid out once per run; the components
     come from ~/.cache/image-builder (the first run on a machine builds them: about 15 minutes on 2 cores). A
     missing Go or gcc fails the tests that need it (CI installs both)."""
-    import fcntl
-
+    from imagebuilder.core.files import held
     from imagebuilder.release.source import build_release
     from tests.support.sources import SOURCE_RELEASE
 
-    with (shared_dir / "source-release.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds, the others wait and lay out from the cache
+    with held(shared_dir / "source-release.lock"):  # one worker builds, the others wait and lay out from the cache
         return build_release(SOURCE_RELEASE, shared_dir / f"source-release-{worker_id}")
 
 
@@ -230,13 +227,11 @@ def runtime_of_a_1_7_line(shared_dir: Path) -> ReleaseRuntime:
 
 def runtime_1_7_build(shared_dir: Path) -> RuntimeBuild:
     """The containerd 1.7 line's runtime built from source (the cache's, once built), one worker at a time."""
-    import fcntl
-
+    from imagebuilder.core.files import held
     from imagebuilder.release import source
     from tests.support.sources import RUNTIME_1_7
 
-    with (shared_dir / "runtime-1-7.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with held(shared_dir / "runtime-1-7.lock"):
         return source.build_runtime(*RUNTIME_1_7)
 
 

@@ -6,6 +6,7 @@ Every writer goes through :func:`atomic_write` so an interrupted run never leave
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -242,6 +243,17 @@ def atomic_write(
         if is_full(exc):
             raise full_error(final.parent, final.name) from None
         raise
+
+
+@contextmanager
+def held(lock: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the file ``lock`` (made if missing) for the block: one process at a time fills a cache
+    entry that several may ask for at once (two builds on one host, a test beside the setup that warms the cache),
+    and the others wait for it, then find it there. The kernel drops the lock with a killed holder."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 def is_full(exc: BaseException) -> bool:

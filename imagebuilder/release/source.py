@@ -52,7 +52,7 @@ import yaml
 from imagebuilder.core import progress
 from imagebuilder.core.arch import ARCHES, Arch
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean
-from imagebuilder.core.files import atomic_write, partial_prefix, run_checked, sha256_file
+from imagebuilder.core.files import atomic_write, held, partial_prefix, run_checked, sha256_file
 from imagebuilder.core.hostinfo import require_tools, tool_version
 from imagebuilder.core.paths import cache_root
 from imagebuilder.core.progress import Say, silent
@@ -222,20 +222,28 @@ IPTABLES_MARK = "usr/sbin/xtables-nft-multi"
 
 
 def _cached(folder: Path, key: dict[str, Any], outputs: tuple[str, ...], build: Callable[[Path], None]) -> Path:
-    """``folder/bin`` holding ``outputs``, built by ``build(bin_dir)`` unless a build of the same ``key`` is there."""
+    """``folder/bin`` holding ``outputs``, built by ``build(bin_dir)`` unless a build of the same ``key`` is there.
+    One builder at a time (``<folder>.lock``): another run asking meanwhile waits, then takes what it built."""
     stamp = folder / "inputs.json"
     bin_dir = folder / "bin"
     want = json.dumps(key, sort_keys=True)
-    if stamp.is_file() and stamp.read_text() == want and all((bin_dir / o).is_file() for o in outputs):
+
+    def built() -> bool:
+        return stamp.is_file() and stamp.read_text() == want and all((bin_dir / o).is_file() for o in outputs)
+
+    if built():
         return bin_dir  # built before from the same inputs
-    _fresh(folder)
-    bin_dir.mkdir()
-    build(bin_dir)
-    missing = [o for o in outputs if not (bin_dir / o).is_file()]
-    if missing:
-        raise ExternalError(f"the build of {folder.name} made no {', '.join(missing)}")
-    with atomic_write(stamp) as fh:
-        fh.write(want)
+    with held(folder.with_name(f"{folder.name}.lock")):
+        if built():
+            return bin_dir  # built meanwhile, by the run that held the lock
+        _fresh(folder)
+        bin_dir.mkdir()
+        build(bin_dir)
+        missing = [o for o in outputs if not (bin_dir / o).is_file()]
+        if missing:
+            raise ExternalError(f"the build of {folder.name} made no {', '.join(missing)}")
+        with atomic_write(stamp) as fh:
+            fh.write(want)
     return bin_dir
 
 

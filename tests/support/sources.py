@@ -8,7 +8,6 @@ first test run on a machine does not spend its end-to-end tests' minutes on them
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import subprocess
@@ -30,6 +29,7 @@ def arm64_base() -> Path:
     qemu-user: half an hour on 2 cores, mostly waiting on the archive and on emulated package scripts) and kept in
     ~/.cache/image-builder/arm64-base by its inputs; setup.sh --test starts it in the background, and whoever asks
     meanwhile waits for that one."""
+    from imagebuilder.core.files import held
     from imagebuilder.core.paths import cache_root
     from tests.support.common import ROOT
 
@@ -41,8 +41,7 @@ def arm64_base() -> Path:
     image = folder / "debian-arm64.qcow2"
     folder.mkdir(parents=True, exist_ok=True)
     # one maker at a time: setup.sh --test starts it in the background and the tests that need it wait here for it
-    with (folder.parent / f"{key[:16]}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with held(folder.parent / f"{key[:16]}.lock"):
         if not image.is_file():
             _make_arm64_base(folder, image)
     return image

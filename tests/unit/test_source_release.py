@@ -175,3 +175,32 @@ def test_the_source_cache_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert source_cache() == tmp_path / "image-builder" / "source-release"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert source_cache() == Path(os.path.expanduser("~/.cache/image-builder/source-release"))
+
+
+def test_two_runs_asking_for_one_component_at_once_build_it_once(tmp_path: Path) -> None:
+    """Two release.build runs on one host (or a test beside the setup that warms the cache) ask for the same
+    component: the second waits for the first's build and takes it, instead of emptying the folder under it."""
+    import threading
+    import time
+
+    from imagebuilder.release.source import _cached
+
+    builds: list[int] = []
+    started = threading.Event()
+
+    def build(bin_dir: Path) -> None:
+        builds.append(threading.get_ident())
+        started.set()
+        time.sleep(0.5)  # the other run asks meanwhile
+        (bin_dir / "kubelet").write_text("built once")
+
+    folder, key = tmp_path / "kubernetes-v1.36.3", {"version": "v1.36.3"}
+    got: list[Path] = []
+    first = threading.Thread(target=lambda: got.append(_cached(folder, key, ("kubelet",), build)))
+    first.start()
+    assert started.wait(10)
+    second = _cached(folder, key, ("kubelet",), build)
+    first.join()
+    assert len(builds) == 1 and got == [second] and (second / "kubelet").read_text() == "built once"
+    # another key is built again (a component's inputs changed), under the same lock
+    assert _cached(folder, {"version": "v1.36.4"}, ("kubelet",), build) == second and len(builds) == 2
