@@ -1,6 +1,7 @@
 """What the test suite builds from upstream source, named once: the fixtures take the builds from
-~/.cache/image-builder, and ``./scripts/setup.sh --test`` makes them beforehand, beside its other builds, so that the
-first test run on a machine does not spend its end-to-end tests' minutes on them.
+~/.cache/image-builder, and ``./scripts/setup.sh --test`` starts making them in the background, so that on a machine
+without them the tests start meanwhile; a fixture that asks for a component being built waits for it (one builder per
+component: imagebuilder/release/source.py).
 
     .venv/bin/python -m tests.support.sources     (from the repository root; a second run takes seconds)
     .venv/bin/python -m tests.support.sources --arm64-base     (the arm64 base image; root)
