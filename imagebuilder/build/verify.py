@@ -372,9 +372,9 @@ def verify_image(
     plain boot test, which it includes. ``expected_arch``: the architecture the caller expects (``image.verify
     --arch``): a manifest recording another one is refused before any check, as a script that picked the other
     architecture's file in a folder holding both would otherwise boot and pass it."""
-    expected = expectations(image, manifest)
-    firmware: Firmware = "efi" if expected["plan"].get("firmware") == "efi" else "bios"
     source = manifest or manifest_beside(image)
+    expected = expectations(image, source)
+    firmware: Firmware = "efi" if expected["plan"].get("firmware") == "efi" else "bios"
     machine = recorded(expected["plan"], source)
     if expected_arch is not None and machine.name != expected_arch:
         raise InputError(f"{image.name} is built for {machine.name}, not {expected_arch}", source=source,
