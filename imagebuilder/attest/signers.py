@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote_to_bytes
 
 from imagebuilder.core.errors import ExternalError, InputError
-from imagebuilder.core.grammar import printable
+from imagebuilder.core.untrusted import path_stat
+from imagebuilder.core.untrusted import shown as _shown
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer, SSlibKey
@@ -72,7 +74,7 @@ class TokenKey:
 
 
 def _bad(ref: str, flag: str, detail: str, expected: str) -> InputError:
-    return InputError(f"'{printable(ref, 120)}' {detail}", field=flag, expected=expected)
+    return InputError(f"'{_shown(ref)}' {detail}", field=flag, expected=expected)
 
 
 def kms_key_id(ref: str, flag: str) -> tuple[str, str | None]:
@@ -86,14 +88,22 @@ def kms_key_id(ref: str, flag: str) -> tuple[str, str | None]:
     return key, match.group("region")
 
 
+def _query(ref: str, flag: str, query: str, expected: str) -> dict[str, str]:
+    """A reference's query fields: a handful at most (a long query is no key reference)."""
+    try:
+        return dict(parse_qsl(query, keep_blank_values=True, max_num_fields=8))
+    except ValueError:
+        raise _bad(ref, flag, "has more query fields than a key reference has", expected) from None
+
+
 def token_key(ref: str, flag: str) -> TokenKey:
     """The key an ``hsm:`` or ``pkcs11:`` reference names (bad input exits 2 before any token is opened)."""
     scheme, _, rest = ref.partition(":")
     if scheme == "hsm":
         path, _, query = rest.partition("?")
-        params = dict(parse_qsl(query, keep_blank_values=True, max_num_fields=4))
+        params = _query(ref, flag, query, "hsm:[<key id>][?label=<token label>]")
         unknown = sorted(set(params) - {"label"})
-        if unknown or not re.fullmatch(r"\d{0,10}", path) or int(path or "0") >= 2**32:
+        if unknown or not re.fullmatch(r"[0-9]{0,10}", path) or int(path or "0") >= 2**32:
             raise _bad(ref, flag, "is not an HSM key reference", "hsm:[<key id>][?label=<token label>]")
         key_id, label, module = int(path or "2"), params.get("label"), None
     else:
@@ -102,8 +112,9 @@ def token_key(ref: str, flag: str) -> TokenKey:
         for part in filter(None, path.split(";")):
             name, sep, value = part.partition("=")
             attrs[name] = value if sep else ""
-        attrs_q = dict(parse_qsl(query, keep_blank_values=True, max_num_fields=8))
-        if "pin-value" in attrs or "pin-value" in attrs_q or "pin-source" in attrs_q:
+        attrs_q = _query(ref, flag, query, "pkcs11:token=<label>;id=<%-encoded key id>[?module-path=<library .so>]")
+        pins = {"pin-value", "pin-source", "pin"}
+        if pins & {a.lower() for a in attrs} or pins & {a.lower() for a in attrs_q}:
             raise _bad("pkcs11:...", flag, "carries the PIN", f"the PIN in {PIN_ENV}, never in the URI")
         unknown = sorted((set(attrs) - {"token", "id", "object", "type"}) | (set(attrs_q) - {"module-path"}))
         if unknown or "id" not in attrs:
@@ -127,7 +138,7 @@ def token_key(ref: str, flag: str) -> TokenKey:
 def _pin(ref: str, flag: str) -> str:
     pin = os.environ.get(PIN_ENV, "")
     if not pin:
-        raise InputError(f"the token's PIN is not set (for {printable(ref, 120)})", field=PIN_ENV,
+        raise InputError(f"the token's PIN is not set (for {_shown(ref)})", field=PIN_ENV,
                          expected="the user PIN in the environment (never a flag)")  # fmt: skip
     return pin
 
@@ -140,7 +151,7 @@ def _kms_signer(ref: str, flag: str, *, public_only: bool) -> tuple[Signer | Non
     key, region = kms_key_id(ref, flag)
     if region and not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
         os.environ["AWS_DEFAULT_REGION"] = region  # the ARN's; boto3's client in AWSSigner reads it
-    shown = printable(ref, 120)
+    shown = _shown(ref)
     try:
         described = boto3.client("kms").get_public_key(KeyId=key)
         usage, spec = described.get("KeyUsage"), described.get("KeySpec") or described.get("CustomerMasterKeySpec")
@@ -191,18 +202,20 @@ def _hsm_signer(ref: str, flag: str, *, public_only: bool) -> tuple[Signer | Non
     except ImportError:
         raise ExternalError("python-pkcs11 is not installed", hint="run ./scripts/setup.sh") from None
     want = token_key(ref, flag)
-    if want.module:
-        os.environ[MODULE_ENV] = want.module
-    module = os.environ.get(MODULE_ENV, "")
+    # the module's source is named when it is wrong: the URI's module-path, else the variable
+    source = f"{flag} (module-path)" if want.module else MODULE_ENV
+    module = want.module or os.environ.get(MODULE_ENV, "")
     if not module:
-        raise InputError(f"no PKCS#11 module for {printable(ref, 120)}", field=MODULE_ENV,
+        raise InputError(f"no PKCS#11 module for {_shown(ref)}", field=MODULE_ENV,
                          expected="the token's library, e.g. /usr/lib/softhsm/libsofthsm2.so")  # fmt: skip
-    if not Path(module).is_file():
-        raise InputError(f"'{printable(module, 200)}' does not exist", field=MODULE_ENV,
+    found = path_stat(module, "PKCS#11 module", source)
+    if found is None or not stat.S_ISREG(found.st_mode):
+        raise InputError(f"'{_shown(module, 200)}' does not exist", field=source,
                          expected="the token's PKCS#11 library (.so)")  # fmt: skip
+    os.environ[MODULE_ENV] = module
     # a public key is read without the PIN where the token shows it; signing always needs it
     pin = os.environ.get(PIN_ENV) if public_only else _pin(ref, flag)
-    shown = printable(ref.partition("?")[0], 120)
+    shown = _shown(ref.partition("?")[0])
     try:
         _, public = HSMSigner.import_(want.key_id, want.label, (lambda _secret: pin) if pin else None)
         signer = None if pin is None else HSMSigner(want.key_id, public, lambda _secret: pin, want.label)

@@ -41,10 +41,10 @@ from imagebuilder.core import disk
 from imagebuilder.core.arch import arch
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write, run_checked
-from imagebuilder.core.grammar import Redactor
 from imagebuilder.core.hostinfo import require_tools, tool_search_path
 from imagebuilder.core.progress import Say, follow
 from imagebuilder.core.render import ROOT
+from imagebuilder.core.untrusted import Redactor
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.gzipdisk import Base, MemberStore
 from imagebuilder.image.reproducible import TOOLS as REPRODUCIBLE_TOOLS

@@ -36,9 +36,9 @@ from imagebuilder.build.resolve import make_plan
 from imagebuilder.core import disk
 from imagebuilder.core.errors import ExternalError, ImageBuilderError, InputError
 from imagebuilder.core.files import atomic_write, parse_json, partial_prefix, read_text, run_checked
-from imagebuilder.core.grammar import Redactor
 from imagebuilder.core.paths import workspace_root
 from imagebuilder.core.progress import Say, silent
+from imagebuilder.core.untrusted import Redactor
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.gzipdisk import Base, prime

@@ -41,10 +41,10 @@ from imagebuilder.core import disk, fetch
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.fetch import Expected, is_url
 from imagebuilder.core.files import atomic_write
-from imagebuilder.core.grammar import Redactor
 from imagebuilder.core.hostinfo import KvmStatus, kvm_status, tool_version
 from imagebuilder.core.progress import Say, follow, silent
 from imagebuilder.core.stream import member_codec
+from imagebuilder.core.untrusted import Redactor
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.outputs import sharing

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import os
 import signal
@@ -22,18 +23,64 @@ from invoke.exceptions import Exit
 from invoke.tasks import Task
 
 from imagebuilder.core.errors import ImageBuilderError, InputErrors
-from imagebuilder.core.grammar import redact_urls_in
 from imagebuilder.core.progress import Advance, Say, Transfers
 from imagebuilder.core.runs import RUN_ENV, run_tag
+from imagebuilder.core.untrusted import masked, message
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def format_error(exc: ImageBuilderError) -> str:
-    """The message for the user; a password inside any URL it quotes is replaced, whatever raised it."""
+    """The message for the user, through the untrusted-value layer whatever raised it: every credential it quotes
+    masked, control characters replaced, long values and long lists shortened (:func:`~imagebuilder.core.untrusted.
+    message`)."""
     if isinstance(exc, InputErrors):
-        return "\n".join(redact_urls_in(f"error: {e}") for e in exc.errors)
-    return redact_urls_in(f"error: {exc}")
+        return message("\n".join(f"error: {e}" for e in exc.errors))
+    return message(f"error: {exc}")
+
+
+class _Masked(io.TextIOBase):
+    """A task's standard output or error with every credential masked, line by line (:func:`~imagebuilder.core.
+    untrusted.masked`): a dry run's plan, a warning or a report that quotes a URL or key reference the user gave
+    shows no token or PIN, whichever code printed it. A partial line waits for its end (or a flush)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.pending = raw, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        if "\n" in self.pending:
+            done, _, self.pending = self.pending.rpartition("\n")
+            self.raw.write(masked(done) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.raw.write(masked(self.pending))
+            self.pending = ""
+        self.raw.flush()
+
+    def isatty(self) -> bool:
+        return bool(self.raw.isatty())
+
+    def fileno(self) -> int:
+        return int(self.raw.fileno())
+
+    def __getattr__(self, name: str) -> Any:  # encoding, buffer...: the stream's own
+        return getattr(self.raw, name)
+
+
+@contextlib.contextmanager
+def _masked_output() -> Iterator[None]:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Masked(out), _Masked(err)
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = out, err
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -52,7 +99,8 @@ def cli_task(body: F) -> F:
             # what this run starts carries its pid and start time: once it is gone, the next run finds them
             os.environ[RUN_ENV] = run_tag()
         try:
-            return body(*args, **kwargs)
+            with _masked_output():
+                return body(*args, **kwargs)
         except ImageBuilderError as exc:
             raise Exit(format_error(exc), code=exc.exit_code) from None
         except KeyboardInterrupt:

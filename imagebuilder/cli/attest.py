@@ -10,7 +10,7 @@ from invoke.tasks import task
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task
 from imagebuilder.core.errors import InputError
-from imagebuilder.core.grammar import printable
+from imagebuilder.core.untrusted import printable
 
 KEY_HELP = "a private key file (PEM, mode 0600), awskms:<key id|alias/name|ARN>, or hsm:<id>[?label=<token>] /"
 KEY_HELP += " pkcs11:token=<label>;id=<id> (PIN in $IMAGE_BUILDER_HSM_PIN; default: $IMAGE_BUILDER_SIGNING_KEY)"

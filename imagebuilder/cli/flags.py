@@ -8,13 +8,15 @@ same a config file's fields follow.
 from __future__ import annotations
 
 import os
+import re
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import SplitResult
 
-from imagebuilder.core import grammar
+from imagebuilder.core import grammar, untrusted
 from imagebuilder.core.errors import InputError, did_you_mean
 
 T = TypeVar("T")
@@ -76,42 +78,69 @@ def url_or_file(value: str, flag: str, schemes: tuple[str, ...] = ("http", "http
 
 
 def existing_file(value: str, flag: str) -> Path:
-    path = Path(value)
-    if not value or not path.exists():
-        raise InputError(f"{value!r} does not exist", field=flag, expected="an existing file")
-    if not path.is_file():
-        raise InputError(f"{value} is not a regular file", field=flag, expected="an existing file")
-    return path
+    """A regular file that exists (links followed): a FIFO, a device or a directory is refused here, before
+    anything opens it; a name the OS refuses is bad input naming ``flag``."""
+    info = untrusted.path_stat(value, "file", flag) if value else None
+    if info is None:
+        raise InputError(f"{untrusted.shown(value)!r} does not exist", field=flag, expected="an existing file")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{untrusted.shown(value)} is {untrusted.kind_of(info.st_mode)}, not a regular file",
+                         field=flag, expected="an existing file")  # fmt: skip
+    return Path(value)
 
 
 def existing_dir(value: str, flag: str) -> Path:
+    info = untrusted.path_stat(value, "directory", flag) if value else None
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{untrusted.shown(value)!r} is not a directory", field=flag,
+                         expected="an existing directory")  # fmt: skip
+    return Path(value)
+
+
+#: what a destination given as a reference or URL would be: never a local path, whatever a folder of that name
+#: would hold (``repo.keygen --dest awskms:alias/x`` would write private keys into ``./awskms:alias/x``)
+_NOT_A_PATH = re.compile(r"(?i)(awskms|hsm|pkcs11|s3|https?|ftp|file):")
+
+
+def _local_destination(value: str, flag: str, what: str) -> Path:
+    """The checks every destination shares: given, a local path (not a key reference or a URL), a name the OS
+    takes, and not on one of the kernel's filesystems."""
+    if not value:
+        raise InputError("required flag missing", field=flag, expected=what)
+    if _NOT_A_PATH.match(value):
+        raise InputError(f"{untrusted.shown(value)!r} is a key reference or a URL, not a local path", field=flag,
+                         expected=f"{what}; ./{untrusted.shown(value, 40)} names a folder of that name")  # fmt: skip
     path = Path(value)
-    if not value or not path.is_dir():
-        raise InputError(f"{value!r} is not a directory", field=flag, expected="an existing directory")
+    parent = path
+    while untrusted.path_stat(parent, "destination", flag) is None and parent != parent.parent:
+        parent = parent.parent
+    untrusted.refuse_pseudo_filesystem(parent, flag, what)
     return path
 
 
 def _creatable(path: Path, flag: str, what: str) -> None:
     """The nearest existing ancestor of ``path`` is a directory we can write into."""
     parent = path.parent
-    while not parent.exists():
+    while untrusted.path_stat(parent, "destination", flag) is None:
         parent = parent.parent
     if not parent.is_dir():
-        raise InputError(f"{parent} is not a directory, so {path} cannot be created", field=flag, expected=what)
+        raise InputError(f"{untrusted.shown(parent)} is not a directory, so {untrusted.shown(path)} cannot be "
+                         "created", field=flag, expected=what)  # fmt: skip
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{parent} is not writable, so {path} cannot be created", field=flag, expected=what)
+        raise InputError(f"{untrusted.shown(parent)} is not writable, so {untrusted.shown(path)} cannot be created",
+                         field=flag, expected=what)  # fmt: skip
 
 
 def dest_dir(value: str, flag: str) -> Path:
     """A directory that exists or can be created (checked, not created: a dry run creates nothing)."""
-    if not value:
-        raise InputError("required flag missing", field=flag, expected="a directory")
-    path = Path(value)
-    if path.exists():
-        if not path.is_dir():
-            raise InputError(f"{value} exists and is not a directory", field=flag, expected="a directory")
+    path = _local_destination(value, flag, "a directory")
+    info = untrusted.path_stat(path, "destination", flag)
+    if info is not None:
+        if not stat.S_ISDIR(info.st_mode):
+            raise InputError(f"{untrusted.shown(value)} exists and is not a directory", field=flag,
+                             expected="a directory")  # fmt: skip
         if not os.access(path, os.W_OK | os.X_OK):
-            raise InputError(f"{value} is not writable", field=flag, expected="a writable directory")
+            raise InputError(f"{untrusted.shown(value)} is not writable", field=flag, expected="a writable directory")
         return path
     _creatable(path, flag, "a directory that can be created")
     return path
@@ -119,13 +148,15 @@ def dest_dir(value: str, flag: str) -> Path:
 
 def dest_file(value: str, flag: str) -> Path:
     """A file to write: not a directory, in a folder that exists or can be created."""
-    if not value:
-        raise InputError("required flag missing", field=flag, expected="a file path")
-    path = Path(value)
-    if path.is_dir() or value.endswith("/"):
-        raise InputError(f"{value} is a directory", field=flag, expected="a file path")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise InputError(f"{value} is not writable", field=flag, expected="a writable file")
+    path = _local_destination(value, flag, "a file path")
+    info = untrusted.path_stat(path, "destination", flag)
+    if (info is not None and stat.S_ISDIR(info.st_mode)) or value.endswith("/"):
+        raise InputError(f"{untrusted.shown(value)} is a directory", field=flag, expected="a file path")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{untrusted.shown(value)} is {untrusted.kind_of(info.st_mode)}", field=flag,
+                         expected="a regular file's path")  # fmt: skip
+    if info is not None and not os.access(path, os.W_OK):
+        raise InputError(f"{untrusted.shown(value)} is not writable", field=flag, expected="a writable file")
     _creatable(path, flag, "a file in a folder that exists or can be created")
     return path
 
@@ -134,7 +165,7 @@ def hex_digest(value: str, flag: str, kind: str) -> str:
     """A ``kind`` digest (sha256, sha512) written in hex, lowercased: checked before anything is fetched."""
     if not grammar.is_hex_digest(value.strip(), kind):
         n = grammar.DIGEST_HEX_LENGTH[kind]
-        raise InputError(f"{grammar.printable(value[:40])!r} is not a {kind.upper()}", field=flag,
+        raise InputError(f"{untrusted.printable(value[:40])!r} is not a {kind.upper()}", field=flag,
                          expected=f"{n} hex digits")  # fmt: skip
     return value.strip().lower()
 
@@ -170,14 +201,12 @@ def secret(value: str, flag: str) -> str:
     if value == "-":
         secret = sys.stdin.readline().rstrip("\n")
     elif value.startswith("@"):
-        try:
-            secret = Path(value[1:]).read_text().rstrip("\n")
-        except OSError as exc:
-            raise InputError(f"cannot read {value[1:]}: {exc.strerror}", field=flag) from None
+        secret = untrusted.read_text(value[1:], "secret file", limit=untrusted.LIMITS["small"], field=flag)
+        secret = secret.rstrip("\n")
     elif value.startswith("env:"):
         secret = os.environ.get(value[4:], "")
         if not secret:
-            raise InputError(f"environment variable {value[4:]} is empty or unset", field=flag)
+            raise InputError(f"environment variable {untrusted.shown(value[4:], 60)} is empty or unset", field=flag)
     else:
         print(
             f"warning: a secret given on the command line is visible to other users in the process list; "

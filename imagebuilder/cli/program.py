@@ -13,7 +13,7 @@ from invoke.program import Program
 from imagebuilder import __version__
 from imagebuilder.cli import namespace
 from imagebuilder.core.errors import did_you_mean
-from imagebuilder.core.grammar import redact_urls_in
+from imagebuilder.core.untrusted import message
 
 
 def friendly_parse_error(exc: ParseError, task_names: list[str]) -> str:
@@ -34,9 +34,9 @@ def _parse_tasks_exit_2(self: Program, original: Any) -> None:
     except ParseError as exc:
         # every name a task answers to: build.build is also plain 'build' (its namespace's default)
         names = [n for k, v in self.collection.task_names.items() for n in (k, *v)] if self.collection else []
-        raise Exit(redact_urls_in(friendly_parse_error(exc, names)), code=2) from None
+        raise Exit(message(friendly_parse_error(exc, names)), code=2) from None
     except ValueError as exc:  # a flag's value Invoke itself could not convert
-        raise Exit(redact_urls_in(f"error: a flag has a value of the wrong type: {exc}"), code=2) from None
+        raise Exit(message(f"error: a flag has a value of the wrong type: {exc}"), code=2) from None
 
 
 def exit_2_on_bad_flags() -> None:

@@ -26,10 +26,10 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from imagebuilder.core import grammar
+from imagebuilder.core import grammar, untrusted
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import MAX_DOCUMENT_BYTES, full_error, is_full, partial_prefix
 from imagebuilder.core.progress import Advance
@@ -136,14 +136,7 @@ def read(location: str, *, timeout: float = 10.0, what: str = "document") -> byt
     import urllib3
 
     if not is_url(location):
-        path = _local(location)
-        try:
-            with path.open("rb") as fh:
-                data = fh.read(MAX_DOCUMENT_BYTES + 1)
-        except FileNotFoundError:
-            raise InputError(f"{what} not found", source=path) from None
-        except OSError as exc:
-            raise InputError(f"cannot read {what}: {exc.strerror}", source=path) from None
+        data = untrusted.read_bytes(_local(location), what, limit=MAX_DOCUMENT_BYTES)
     else:
         try:
             res = get_response(location, timeout=timeout)
@@ -276,11 +269,7 @@ def _release_killed_parts(dest: Path) -> None:
 
 
 def _download_file(state: _State) -> None:
-    try:
-        src: BinaryIO = _local(state.location).open("rb")
-    except OSError as exc:
-        raise ExternalError(f"cannot read {state.location}: {exc.strerror}") from None
-    with src:
+    with untrusted.open_regular(_local(state.location)) as src:
         while block := src.read(CHUNK):
             state.feed(block)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ from typing import IO, Any
 
 import yaml
 
+from imagebuilder.core import untrusted
 from imagebuilder.core.errors import ExternalError, InputError
 
 #: the largest input document read (release and bundle manifests are well under 1 MiB)
@@ -37,47 +37,16 @@ def _bounded(size: int, source: str | Path, what: str = "document") -> None:
         raise InputError(f"{what} is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=source)
 
 
-def read_text(path: str | Path, what: str = "file") -> str:
-    p = Path(path)
-    try:
-        if p.is_file():
-            _bounded(p.stat().st_size, p, what)
-        return p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{what} not found", source=p) from None
-    except IsADirectoryError:
-        raise InputError(f"{what} is a directory", source=p, expected="a file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{what} is not UTF-8 text", source=p) from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what}: {exc.strerror}", source=p) from None
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object naming the same key twice: which one the user meant is unknown, so neither wins."""
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
+def read_text(path: str | Path, what: str = "file", *, field: str | None = None) -> str:
+    """An input document's text: a regular file of at most :data:`MAX_DOCUMENT_BYTES`, UTF-8 (the untrusted-value
+    layer's :func:`~imagebuilder.core.untrusted.read_text`: a FIFO or device is refused, never waited on)."""
+    return untrusted.read_text(path, what, limit=MAX_DOCUMENT_BYTES, field=field)
 
 
 def parse_json(text: str, source: str | Path) -> Any:
-    """Parse JSON strictly: duplicate keys, NaN and Infinity are errors; errors give line and column."""
-    _bounded(len(text), source)
-
-    def constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a JSON number")
-
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=constant)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", source=source) from None
-    except RecursionError:
-        raise InputError("invalid JSON: nested too deeply", source=source) from None
-    except ValueError as exc:
-        raise InputError(f"invalid JSON: {exc}", source=source) from None
+    """Parse JSON strictly: bounded in size and depth before it is parsed, duplicate keys, NaN and Infinity are
+    errors; errors give line and column (:func:`imagebuilder.core.untrusted.parse_json`)."""
+    return untrusted.parse_json(text, source, limit=MAX_DOCUMENT_BYTES)
 
 
 def load_json_object(path: str | Path, what: str = "config file") -> dict[str, Any]:
@@ -278,7 +247,7 @@ def full_error(folder: Path, what: str, *, need: int | None = None) -> ExternalE
 def sha256_file(path: Path, chunk: int = 4 * 1024 * 1024) -> str:
     """Hex SHA-256 of a file, read in chunks (images are gigabytes)."""
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
+    with untrusted.open_regular(path) as fh:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()

@@ -13,6 +13,8 @@ import ipaddress
 import re
 from urllib.parse import SplitResult, urlsplit
 
+from imagebuilder.core.untrusted import redact_url
+
 _DIGITS = re.compile(r"[0-9]{1,18}")
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 _DURATION = re.compile(r"([0-9]{1,9})(s|m|h)?")
@@ -186,66 +188,6 @@ def domain_name(text: object) -> str:
     return name
 
 
-#: ``scheme://user:password@``, also as a path spells it once normalised (``scheme:/user:password@``: pathlib and
-#: os.path fold the double slash of a URL given where a file was expected, and a message then quotes the path)
-_URL_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*)?:/{1,2})([^/\s:@]*):([^\s]*)@")
-#: ``scheme://TOKEN@``: a user part without a password is a token as often as a name (``s3://KEY@bucket``)
-_URL_TOKEN = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:/{1,2})([^/\s:@*][^/\s:@]*)@")
-#: a URL's query: its values are signatures, tokens and keys as often as anything else
-_URL_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s?#]*\?)([^\s#]*)")
-MASK = "********"
-
-
-def _mask_query(query: str) -> str:
-    """Every value of a query hidden, its names kept (``X-Amz-Signature=********``); a part without a name goes
-    whole."""
-    return "&".join(
-        f"{part.split('=', 1)[0]}={MASK}" if "=" in part else (MASK if part else part) for part in query.split("&")
-    )
-
-
-#: C0 and C1 control characters, DEL, and the bidirectional and zero-width formatting characters
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-
-
-def printable(text: str, limit: int = 253) -> str:
-    """Text another machine sent (a DHCP client's host name, a server's reply), made safe to print on a terminal:
-    every control character (an escape sequence's ESC included) and every character that reorders or hides text
-    becomes ``?``, and it is cut to ``limit`` characters."""
-    out = _UNPRINTABLE.sub("?", text)
-    return out if len(out) <= limit else out[: limit - 1] + "…"
-
-
-def redact_urls_in(text: str) -> str:
-    """Every URL in a free text with its secrets replaced (for messages of any kind): the password of a
-    ``user:password@`` part, a user part that stands alone (a token), every query value; in the folded form a path
-    gives a URL too."""
-    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
-    text = _URL_TOKEN.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-    return _URL_QUERY.sub(lambda m: f"{m.group(1)}{_mask_query(m.group(2))}", text)
-
-
-def redact_url(text: str) -> str:
-    """``text`` with a URL's secrets replaced: safe to print. The password of a ``user:password@`` part, a user
-    part without a password (a token: ``s3://TOKEN@bucket``), every query value.
-
-    Errs on the side of hiding: everything between the first ':' of the user part and the last '@' goes."""
-    scheme, sep, rest = text.partition("://")
-    if not sep:
-        scheme, rest = "", text
-    if "@" in rest:
-        userinfo, _, host = rest.rpartition("@")
-        if ":" in userinfo:
-            rest = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
-        elif sep:  # a scheme's URL: the lone user part is a token as often as a name
-            rest = f"{MASK}@{host}"
-    if sep and "?" in rest:
-        head, _, query = rest.partition("?")
-        query, hash_, fragment = query.partition("#")
-        rest = f"{head}?{_mask_query(query)}{hash_}{fragment}"
-    return f"{scheme}{sep}{rest}"
-
-
 #: hex digits of each digest kind a config file, manifest or flag may give
 DIGEST_HEX_LENGTH = {"sha256": 64, "sha512": 128}
 
@@ -268,18 +210,6 @@ def digest_in_sums(text: str, name: str, kind: str = "sha256") -> str | None:
         if len(parts) == 2 and is_hex_digest(parts[0], kind) and parts[1].lstrip("*").rsplit("/", 1)[-1] == name:
             return parts[0].lower()
     return None
-
-
-class Redactor:
-    """Replaces every secret value in a text with ``********``."""
-
-    def __init__(self, values: list[str]) -> None:
-        self.values = sorted({v for v in values if v}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for value in self.values:
-            text = text.replace(value, "********")
-        return text
 
 
 # AWS names (ami.export, spec 4.4): held to the services' own rules, so a typo fails here and not in a request

@@ -20,11 +20,11 @@ from pathlib import Path
 from imagebuilder.core.disk import run_tempdir
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.files import atomic_write
-from imagebuilder.core.grammar import Redactor
 from imagebuilder.core.hostinfo import require_tools, tool_search_path
 from imagebuilder.core.paths import BUNDLE
 from imagebuilder.core.progress import Say
 from imagebuilder.core.runs import RUN_ENV
+from imagebuilder.core.untrusted import Redactor
 
 
 @dataclass(frozen=True)

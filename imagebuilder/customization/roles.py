@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder.core.grammar import Redactor
 from imagebuilder.core.progress import Say
 from imagebuilder.core.ssh import KeyPair, Login, run_key, run_playbook, wait_for_login
+from imagebuilder.core.untrusted import Redactor
 from imagebuilder.customization.model import Customization, SeedDocuments, seed_documents
 
 KEEP_USER_WARNING = (

@@ -24,8 +24,9 @@ from imagebuilder.build.chroot import Reproducible
 from imagebuilder.build.plan import BuildRequest
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import atomic_write, sha256_file
-from imagebuilder.core.grammar import is_hex_digest, printable
+from imagebuilder.core.grammar import is_hex_digest
 from imagebuilder.core.progress import Say, silent
+from imagebuilder.core.untrusted import printable
 from imagebuilder.flows.build import prepare_build, run_build
 from imagebuilder.image.diff import FileDifference, first_difference
 from imagebuilder.release.catalog import ARCHES

@@ -18,10 +18,10 @@ from imagebuilder.build.disk_need import GIB, DiskNeed
 from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, check_plugins, requirements_for
 from imagebuilder.core.arch import ARCHES as MACHINES
 from imagebuilder.core.errors import ExternalError, ImageBuilderError
-from imagebuilder.core.grammar import redact_url
 from imagebuilder.core.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
 from imagebuilder.core.paths import existing_parent, workspace_root
 from imagebuilder.core.progress import Say, silent
+from imagebuilder.core.untrusted import redact_url
 from imagebuilder.host.config import load_host_config
 from imagebuilder.providers import registry
 from imagebuilder.release.catalog import ARCHES, BuildPair, load_catalog

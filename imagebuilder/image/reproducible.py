@@ -49,9 +49,9 @@ from pathlib import Path
 from imagebuilder.core import disk, grammar
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import run_checked
-from imagebuilder.core.grammar import printable
 from imagebuilder.core.hostinfo import tool_search_path
 from imagebuilder.core.progress import Say, silent
+from imagebuilder.core.untrusted import printable
 from imagebuilder.image import fsdelta
 from imagebuilder.image.boltdb import rewrite
 from imagebuilder.image.bootcheck import EXT_PATCH_AREA, LDLINUX_MAGIC, PATCH_AREA, SECTOR_EXTENT

@@ -34,7 +34,7 @@ from pydantic import (
     field_validator,
 )
 
-from imagebuilder.core import grammar
+from imagebuilder.core import grammar, untrusted
 from imagebuilder.core.errors import InputError, InputErrors, did_you_mean
 from imagebuilder.core.files import load_json_object
 from imagebuilder.core.validation import Problem, StrictModel, pydantic_problems
@@ -392,7 +392,9 @@ class BuildExtras(ProviderConfig):
             return None
         parts = grammar.url(value.strip(), ("http", "https"), credentials=True)
         if parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise ValueError(f"a proxy URL is scheme://[user:password@]host[:port], got {grammar.redact_url(value)!r}")
+            raise ValueError(
+                f"a proxy URL is scheme://[user:password@]host[:port], got {untrusted.redact_url(value)!r}"
+            )
         return value.strip().rstrip("/")
 
     @field_validator("no_proxy")
@@ -507,7 +509,7 @@ class BuildExtras(ProviderConfig):
         out = super().public_dict()
         for name in ("http_proxy", "https_proxy"):
             if out.get(name):
-                out[name] = grammar.redact_url(out[name])
+                out[name] = untrusted.redact_url(out[name])
         return out
 
 

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from imagebuilder.core import faults, grammar
+from imagebuilder.core import faults, grammar, untrusted
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write, sha256_file
 from imagebuilder.core.progress import Advance
@@ -113,7 +113,7 @@ class S3Store:
 
     def _fail(self, what: str, exc: Exception) -> ExternalError:
         code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(exc, "response") else None
-        reason = grammar.redact_urls_in(str(exc))
+        reason = untrusted.masked(str(exc))
         return ExternalError(
             f"{what} in {self.location} failed: {reason}",
             hint="check the bucket, AWS_ENDPOINT_URL and the credentials in the environment (or AWS_PROFILE)"
@@ -228,7 +228,7 @@ def open_store(repo: str, flag: str = "--repo") -> Store:
     if "://" in repo:
         expected = "s3://bucket/prefix (credentials in the environment or AWS_PROFILE), or a folder"
         if "@" in repo.split("://", 1)[1].split("/", 1)[0]:
-            raise InputError(f"'{grammar.redact_url(repo)}' carries credentials", field=flag, expected=expected)
+            raise InputError(f"'{untrusted.redact_url(repo)}' carries credentials", field=flag, expected=expected)
         try:
             parts = grammar.url(repo, ("s3",))
             bucket = grammar.s3_bucket(parts.hostname or "")
@@ -236,7 +236,9 @@ def open_store(repo: str, flag: str = "--repo") -> Store:
         except ValueError as exc:
             raise InputError(str(exc), field=flag, expected=expected) from None
         if parts.query or parts.fragment or parts.port:
-            raise InputError(f"'{grammar.redact_url(repo)}' is not a bucket and prefix", field=flag, expected=expected)
+            raise InputError(
+                f"'{untrusted.redact_url(repo)}' is not a bucket and prefix", field=flag, expected=expected
+            )
         return S3Store(bucket, prefix)
     root = Path(repo)
     if root.exists() and not root.is_dir():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from imagebuilder.core import fetch, grammar
+from imagebuilder.core import fetch, grammar, untrusted
 from imagebuilder.core import progress as _progress
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.fetch import Expected
@@ -57,7 +57,7 @@ def root_metadata(data: bytes, source: str, flag: str = "--root") -> bytes:
     try:
         md = Metadata[Root].from_bytes(data)
     except Exception as exc:  # python-tuf raises DeserializationError, ValueError, TypeError for what is not root
-        reason = grammar.printable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 200)
+        reason = untrusted.printable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 200)
         raise InputError(f"{source} is not TUF root metadata: {reason}", field=flag,
                          expected="the root.json of the repository (repo.init wrote it)") from None  # fmt: skip
     if md.signed.type != "root":
@@ -124,7 +124,7 @@ def target_info(repo: TufRepository, name: str, root: bytes) -> tuple[Expected, 
         # python-tuf's DownloadError often has an empty message; its cause says what happened
         reason = str(exc) or str(exc.__cause__ or exc.__context__ or "") or type(exc).__name__
         raise ExternalError(
-            f"fetching metadata from {grammar.redact_url(repo.metadata_url)} failed: {reason}",
+            f"fetching metadata from {untrusted.redact_url(repo.metadata_url)} failed: {reason}",
             hint="check the repository's URL and the network",
         ) from None
     except ValueError as exc:  # a root that is not TUF metadata

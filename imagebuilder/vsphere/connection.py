@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from imagebuilder.core import grammar
+from imagebuilder.core import grammar, untrusted
 from imagebuilder.core.errors import ExternalError, InputError
 
 #: a SHA1 thumbprint as vSphere writes it: 20 upper-case hex pairs joined by colons
@@ -43,7 +43,7 @@ def split_server(value: str) -> tuple[str, int]:
         parts = grammar.url(text if "://" in text else f"https://{text}", ("https", "http"), credentials=True)
     except ValueError as exc:
         raise InputError(
-            f"{grammar.redact_url(text)[:80]!r} is not a server address: {exc}",
+            f"{untrusted.redact_url(text)[:80]!r} is not a server address: {exc}",
             field="server",
             expected="a host name, IP or URL (a password with '#', '/' or '@' must be percent-encoded)",
         ) from None

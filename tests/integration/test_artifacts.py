@@ -15,7 +15,7 @@ from imagebuilder.build.resolve import make_plan
 from imagebuilder.core import fetch
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.fetch import Expected, Mirror
-from imagebuilder.core.grammar import Redactor
+from imagebuilder.core.untrusted import Redactor
 from imagebuilder.image.apply_customization import input_firmware
 from imagebuilder.image.ova import make_ova, ova_firmware
 from imagebuilder.providers import registry

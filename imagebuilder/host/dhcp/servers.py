@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from imagebuilder.core import grammar
+from imagebuilder.core import grammar, untrusted
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.runs import daemon_env
@@ -36,7 +36,7 @@ from imagebuilder.host.dhcp.render import isc_files, kea_text
 @dataclass(frozen=True)
 class Lease:
     """One lease as a lease file states it. Its host name and MAC are what a client sent: made printable here
-    (:func:`grammar.printable`), so no task prints a client's escape sequences."""
+    (:func:`untrusted.printable`), so no task prints a client's escape sequences."""
 
     ip: str
     mac: str
@@ -46,7 +46,7 @@ class Lease:
 
     def __post_init__(self) -> None:
         for name in ("ip", "mac", "hostname", "state"):
-            object.__setattr__(self, name, grammar.printable(getattr(self, name)))
+            object.__setattr__(self, name, untrusted.printable(getattr(self, name)))
 
 
 @dataclass

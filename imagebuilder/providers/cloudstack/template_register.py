@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuilder.core import faults
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean
-from imagebuilder.core.grammar import redact_url, redact_urls_in, url
+from imagebuilder.core.grammar import url
 from imagebuilder.core.progress import Say, poll, silent
+from imagebuilder.core.untrusted import masked, redact_url
 
 if TYPE_CHECKING:
     from cs import CloudStack
@@ -107,7 +108,7 @@ _SIGNED = re.compile(r"(?i)\b(apikey|signature|secret[a-z]*)=[^&\s\"']+")
 
 def _scrub(text: str) -> str:
     """A client message without the request's key, signature or any URL password in it."""
-    return _SIGNED.sub(lambda m: f"{m.group(1)}=********", redact_urls_in(text))
+    return _SIGNED.sub(lambda m: f"{m.group(1)}=********", masked(text))
 
 
 _HINTS = {

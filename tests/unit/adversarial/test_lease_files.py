@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagebuilder.core.grammar import printable
+from imagebuilder.core.untrusted import printable
 from imagebuilder.host.dhcp.servers import parse_dhcpd_leases, parse_kea_leases
 from tests.support.inproc import cli
 
