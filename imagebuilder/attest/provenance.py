@@ -22,12 +22,16 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field
 
 from imagebuilder import __version__
+from imagebuilder.core import untrusted
 from imagebuilder.core.errors import ExternalError, InputError
-from imagebuilder.core.files import atomic_write, read_text, sha256_file
+from imagebuilder.core.files import atomic_write, sha256_file
 from imagebuilder.core.paths import checkout_root
+from imagebuilder.core.validation import ForeignModel, model_problems
 from imagebuilder.release.profile import load_profile
 
 if TYPE_CHECKING:
@@ -38,6 +42,8 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SUFFIX = ".intoto.json"
+#: the largest provenance read (a build's is a few KiB: one subject, a dozen dependencies)
+MAX_PROVENANCE_BYTES = 2 * 1024 * 1024
 #: the extensions of the images a build writes; its SBOM and provenance are named after what is left
 IMAGE_SUFFIXES = (".qcow2", ".ova", ".raw", ".img", ".gz")
 
@@ -157,14 +163,17 @@ def _read_envelope(path: Path) -> Envelope:
     """The DSSE envelope of in-toto JSON in ``path`` (exit 2 when the file is none)."""
     from securesystemslib.dsse import Envelope
 
-    text = read_text(path, "provenance")
+    text = untrusted.read_text(path, "provenance", limit=MAX_PROVENANCE_BYTES, field="--provenance")
+    data = untrusted.parse_json(text, path, limit=MAX_PROVENANCE_BYTES)
     try:
-        envelope = Envelope.from_dict(json.loads(text))
+        if not isinstance(data, dict) or not isinstance(data.get("payload"), str):
+            raise TypeError
+        envelope = Envelope.from_dict(data)
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise InputError("is not a DSSE envelope", source=path, field="--provenance",
                          expected="the <name>.intoto.json a build wrote") from None  # fmt: skip
     if envelope.payload_type != PAYLOAD_TYPE:
-        raise _bad(path, f"has payload type {envelope.payload_type!r}, not {PAYLOAD_TYPE}")
+        raise _bad(path, f"has payload type {untrusted.shown(envelope.payload_type, 80)!r}, not {PAYLOAD_TYPE}")
     return envelope
 
 
@@ -180,15 +189,50 @@ def _check_signature(path: Path, envelope: Envelope, public_key: Key | None) -> 
         raise _bad(path, f"is not signed by the key {public_key.keyid[:16]}... (--public-key)") from None
 
 
+class _Subject(ForeignModel):
+    name: str = Field("", max_length=4096)
+    digest: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=16)
+
+
+class _Byproduct(ForeignModel):
+    name: str = Field("", max_length=4096)
+    digest: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=16)
+
+
+class _RunDetails(ForeignModel):
+    byproducts: list[_Byproduct] = Field(default_factory=list, max_length=64)
+
+
+class _Predicate(ForeignModel):
+    runDetails: _RunDetails = Field(default_factory=_RunDetails)
+    buildDefinition: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Statement(ForeignModel):
+    """The fields of an in-toto statement this tool reads, each to its type and bound: nothing of a statement is
+    read before this model accepted it (a subject digest that is a string, byproducts that are strings, 100,000
+    subjects or a 10,000-character ``_type`` are refused here, not met by the code that reads them)."""
+
+    type_: str = Field(alias="_type", max_length=200)
+    predicateType: str = Field(max_length=200)
+    subject: list[_Subject] = Field(min_length=1, max_length=64)
+    predicate: _Predicate
+
+
 def _statement(path: Path, envelope: Envelope) -> dict[str, Any]:
+    """The statement in ``envelope``, accepted by :class:`_Statement` before any of it is read."""
     try:
-        doc = json.loads(envelope.payload)
-        if not isinstance(doc.get("subject"), list) or not isinstance(doc.get("predicate"), dict):
-            raise TypeError
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise _bad(path, "holds no in-toto statement") from None
-    if doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != PREDICATE_TYPE:
-        raise _bad(path, f"is a {doc.get('_type')} of {doc.get('predicateType')}, not SLSA provenance v1")
+        doc = untrusted.parse_json(envelope.payload, path, limit=MAX_PROVENANCE_BYTES)
+    except InputError as exc:
+        raise _bad(path, f"holds no in-toto statement ({exc.detail})") from None
+    model, problems = model_problems(_Statement, doc)
+    if model is None:
+        first = problems[0]
+        raise _bad(path, f"holds no in-toto statement: {untrusted.shown(first.field, 60)}: "
+                         f"{untrusted.shown(first.message, 120)}")  # fmt: skip
+    if model.type_ != STATEMENT_TYPE or model.predicateType != PREDICATE_TYPE:
+        raise _bad(path, f"is a {untrusted.shown(model.type_, 80)} of {untrusted.shown(model.predicateType, 80)}, "
+                         "not SLSA provenance v1")  # fmt: skip
     return dict(doc)
 
 
@@ -196,17 +240,19 @@ def _check_subject(path: Path, doc: dict[str, Any], image: Path, sha256: str | N
     """The statement is about ``image`` (its digest), and the SBOM it names is the file beside it."""
     subject = doc["subject"]
     digest = sha256 or sha256_file(image)
-    if not any(isinstance(s, dict) and s.get("digest", {}).get("sha256") == digest for s in subject):
-        raise _bad(path, f"is about {[s.get('name') for s in subject if isinstance(s, dict)]}, not {image.name} "
+    if not any(s.get("digest", {}).get("sha256") == digest for s in subject):
+        names = ", ".join(untrusted.shown(str(s.get("name", "")), 80) for s in subject[:4])
+        raise _bad(path, f"is about {names}{' ...' if len(subject) > 4 else ''}, not {untrusted.shown(image.name)} "
                          f"(sha256 {digest})")  # fmt: skip
     for item in doc["predicate"].get("runDetails", {}).get("byproducts", []):
         sbom = path.parent / Path(str(item.get("name", ""))).name
         want = item.get("digest", {}).get("sha256")
         if not sbom.is_file():
-            raise _bad(path, f"names the SBOM {sbom.name}, which is not beside it")
+            raise _bad(path, f"names the SBOM {untrusted.shown(sbom.name)}, which is not beside it")
         got = sha256_file(sbom)
         if got != want:
-            raise _bad(path, f"names the SBOM {sbom.name} with sha256 {want}; the file has {got}")
+            raise _bad(path, f"names the SBOM {untrusted.shown(sbom.name)} with sha256 {untrusted.shown(want, 80)}; "
+                             f"the file has {got}")  # fmt: skip
 
 
 def verify(path: Path, public_key: Key | None, image: Path, sha256: str | None = None) -> dict[str, Any]:

@@ -32,6 +32,8 @@ import yaml
 
 from imagebuilder.build.inputs import digest, layer_inputs
 from imagebuilder.build.plan import BuildPlan, BuildRequest
+from imagebuilder.core import untrusted
+from imagebuilder.core.errors import InputError
 from imagebuilder.providers import registry
 
 LAYER_DIR = "layers"
@@ -112,10 +114,21 @@ def _config_args(plan: BuildPlan, request: BuildRequest) -> tuple[list[str | Var
     return [f"--{plan.provider}-config", path], ()
 
 
-def _flags(plan: BuildPlan, request: BuildRequest, customize: str | None) -> list[str]:
+#: ``$NAME`` or ``${NAME}``: a CI variable the job's shell expands (a value that carries a token lives there)
+VARIABLE_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]{0,63})\}?")
+
+
+def manifest_secret(request: BuildRequest) -> Secret | None:
+    """The CI secret variable ``--release-manifest`` names (``$IMAGE_BUILDER_RELEASE_MANIFEST``), when it names one."""
+    found = VARIABLE_REFERENCE.fullmatch(request.release_manifest or "")
+    return Secret(found[1], "env", "the release manifest's URL (it carries a token)") if found else None
+
+
+def _flags(plan: BuildPlan, request: BuildRequest, customize: str | None) -> list[str | Var]:
     """The shared flags of one entry's command, and the engine this entry resolved to (pinned, so that a runner with
-    another KVM answer than this host builds what the jobs expect)."""
-    out: list[str] = []
+    another KVM answer than this host builds what the jobs expect). No value that carries a credential is written
+    (exit 2 naming the flag); the release manifest may be a CI variable, expanded by the job's shell."""
+    out: list[str | Var] = []
     for flag, value in (
         ("--os-version", request.os_version),
         ("--release-manifest", request.release_manifest),
@@ -127,7 +140,16 @@ def _flags(plan: BuildPlan, request: BuildRequest, customize: str | None) -> lis
         ("--files-config", request.files_config),
         ("--customize", customize),
     ):
-        if value:
+        secret = manifest_secret(request) if flag == "--release-manifest" else None
+        if secret is not None:
+            out += [flag, Var(secret.name)]
+        elif value and untrusted.carries_credentials(value):
+            raise InputError(f"{untrusted.shown(value)} carries a credential, and the pipeline is a file anyone with "
+                             "the repository reads", field=flag,
+                             expected="the value in a CI secret variable: --release-manifest "
+                             "'$IMAGE_BUILDER_RELEASE_MANIFEST' (set here too: the plan reads it)"
+                             if flag == "--release-manifest" else "a value without credentials")  # fmt: skip
+        elif value:
             out += [flag, value]
     if request.offline:
         out.append("--offline")
@@ -187,6 +209,8 @@ def pipeline(plans: list[BuildPlan], request: BuildRequest, customize: str | Non
         base = [IMAGE_BUILDER, "build.matrix", "--pairs", f"{os_name}:{provider}", *arch_args]
         preflight = _command([IMAGE_BUILDER, "preflight", "--os", os_name, "--hypervisor", provider, *preflight_min])
         flags = _flags(first, request, customize)
+        manifest = manifest_secret(request)
+        secrets += (manifest,) if manifest else ()
         needs: tuple[str, ...] = ()
         if key is not None:
             layer_id = _job_id("os-layer", os_name, first.os_version.version, *arch_id)

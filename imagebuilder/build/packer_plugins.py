@@ -406,7 +406,7 @@ def _source_address(path: Path, kind: str) -> str:
     other files a user gives (UTF-8, bounded, never a link), and never quoted."""
     if path.is_symlink():
         raise InputError("is a symbolic link", source=path, field="--packer-plugins", expected="a plain file")
-    words = read_text(path, "plugin source file").split()
+    words = read_text(path, "plugin source file", field="--packer-plugins").split()
     if not words:
         return ""
     address = words[0]

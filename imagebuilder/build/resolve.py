@@ -14,7 +14,7 @@ from pathlib import Path
 from imagebuilder.build.plan import BuildPlan, BuildRequest, ManifestState, RuntimePlan
 from imagebuilder.core.arch import arch as arch_facts
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean, require_flags
-from imagebuilder.core.fetch import Mirror
+from imagebuilder.core.fetch import Mirror, is_url
 from imagebuilder.core.paths import workspace_root
 from imagebuilder.providers import registry
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP
@@ -181,6 +181,9 @@ def _load_manifest_for(
     request: BuildRequest, channel: ReleaseChannel, mirror: Mirror | None, arch: str
 ) -> tuple[ReleaseManifest | None, ManifestState]:
     if request.release_manifest:
+        if request.offline and mirror is None and is_url(request.release_manifest):
+            raise InputError("is a URL, and --offline reads nothing from the network", field="--release-manifest",
+                             expected="the manifest as a file, a --mirror that holds it, or no --offline")  # fmt: skip
         manifest = load_manifest(request.release_manifest, mirror, arch=arch)
         if manifest.channel != channel.name:
             raise InputError(

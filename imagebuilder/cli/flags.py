@@ -57,6 +57,16 @@ def url(value: str, flag: str, schemes: tuple[str, ...] = ("https",), *, credent
     return _typed(flag, value, lambda v: grammar.url(v, schemes, credentials=credentials))
 
 
+def base_url(value: str, flag: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """A URL that paths are appended to (a repository's, a release's base): no query or fragment, which the path
+    appended after them would not survive (``?sig=...`` + ``/metadata/1.root.json`` is another query, not a path)."""
+    parts = url(value, flag, schemes)
+    if parts.query or parts.fragment:
+        raise InputError(f"{untrusted.shown(value)!r} has a query or fragment, which the paths appended to it would "
+                         "not keep", field=flag, expected="a base URL: scheme://host[:port]/path")  # fmt: skip
+    return parts.geturl()
+
+
 def publish_destination(value: str, flag: str) -> str:
     """Where a TUF repository is published: s3://bucket/prefix (no credentials, query or fragment: those come from
     the environment), or a folder path (on the machine that publishes, so not checked here beyond its text)."""
@@ -95,6 +105,21 @@ def existing_dir(value: str, flag: str) -> Path:
         raise InputError(f"{untrusted.shown(value)!r} is not a directory", field=flag,
                          expected="an existing directory")  # fmt: skip
     return Path(value)
+
+
+#: the machine's own trees: never a build's output folder, and a search through them would read the whole system
+SYSTEM_TREES = tuple(Path(p) for p in ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run",
+                                       "/sbin", "/sys", "/usr", "/var"))  # fmt: skip
+
+
+def output_folder(value: str, flag: str) -> Path:
+    """An existing folder that builds write outputs into (searched through its subfolders): not ``/`` or one of the
+    system's own trees."""
+    folder = existing_dir(value, flag)
+    if folder.resolve() in SYSTEM_TREES:
+        raise InputError(f"{untrusted.shown(value)} is the system's own {folder.resolve()}, not an output folder",
+                         field=flag, expected="the folder your builds write into (their --output-dir)")  # fmt: skip
+    return folder
 
 
 #: what a destination given as a reference or URL would be: never a local path, whatever a folder of that name

@@ -79,7 +79,7 @@ def clean(c: Context, dry_run: bool = False, output_dir: list[str] | None = None
     started (Packer, QEMU, Ansible), their in-memory scratch directories, the loop devices still attached to them,
     their build workspaces and (with --output-dir, subfolders included) their half-written outputs and downloads.
     A live run's resources are never touched."""
-    folders = [flags.existing_dir(d, "--output-dir") for d in output_dir or []]
+    folders = [flags.output_folder(d, "--output-dir") for d in output_dir or []]
     from imagebuilder.core.disk import leftovers, release
     from imagebuilder.core.errors import ExternalError
     from imagebuilder.core.paths import workspace_root

@@ -44,7 +44,7 @@ def build(
 
     runtime = release_runtime(minor, containerd or None)
 
-    base = flags.url(base_url, "--base-url", ("http", "https")).geturl() if base_url else DEFAULT_BASE_URL
+    base = flags.base_url(base_url, "--base-url") if base_url else DEFAULT_BASE_URL
     check_host(arches)
     from imagebuilder.release.source import check_published, containerd_module
 

@@ -39,11 +39,11 @@ MASK = "********"
 
 #: ``scheme://user:password@``, also as a path spells it once normalised (``scheme:/user:password@``: pathlib and
 #: os.path fold the double slash of a URL given where a file was expected, and a message then quotes the path)
-_URL_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*)?:/{1,2})([^/\s:@]*):([^\s]*)@")
+_URL_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]{0,31})?:/{1,2})([^/\s:@]*):([^\s]*)@")
 #: ``scheme://TOKEN@``: a user part without a password is a token as often as a name (``s3://KEY@bucket``)
-_URL_TOKEN = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:/{1,2})([^/\s:@*][^/\s:@]*)@")
+_URL_TOKEN = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}:/{1,2})([^/\s:@*][^/\s:@]*)@")
 #: a URL's query: its values are signatures, tokens and keys as often as anything else
-_URL_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s?#]*\?)([^\s#]*)")
+_URL_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}:/{1,2}[^\s?#]*\?)([^\s#]*)")
 #: a key in a KMS or on a token, whatever the case of its scheme: ``pkcs11:``, ``hsm:``, ``awskms:``
 _KEY_REFERENCE = re.compile(r"(?i)(?<![A-Za-z0-9+.-])(pkcs11|hsm|awskms):([^\s'\"]*)")
 #: what a PKCS#11 URI's path may show (RFC 7512's attributes that name a thing); any other attribute, whatever its
@@ -89,6 +89,20 @@ def masked(text: str) -> str:
     text = _URL_TOKEN.sub(lambda m: f"{m.group(1)}{MASK}@", text)
     text = _URL_QUERY.sub(lambda m: f"{m.group(1)}{_mask_query(m.group(2))}", text)
     return _KEY_REFERENCE.sub(lambda m: _mask_key_reference(m.group(1), m.group(2)), text)
+
+
+#: how much of one value or one line is read for credentials (a scheme is 32 characters at most, so each pattern
+#: costs a bounded amount per character; what is past this is never shown)
+SCAN = 8192
+
+
+def _masked_head(text: str, cap: int = SCAN) -> str:
+    """:func:`masked` of ``text``'s first ``cap`` characters, a credential cut at the cap hidden too: the head is
+    masked as if an ``@`` followed it (a ``user:pass`` or token cut before its ``@`` is then one)."""
+    if len(text) <= cap:
+        return masked(text)
+    out = masked(text[:cap] + "@")
+    return out[:-1] if out.endswith("@") else out
 
 
 def redact_url(text: str) -> str:
@@ -162,8 +176,10 @@ def shown(value: object, limit: int = 120) -> str:
     reordering characters replaced by ``?``, and shortened past ``limit`` characters with how many more there were
     (``... (9,860 more characters)``)."""
     text = value if isinstance(value, str) else str(value)
-    return _shortened(_UNPRINTABLE.sub("?", masked(text[:100_000])), limit) + (
-        "" if len(text) <= 100_000 else f" (of {len(text):,} characters)")  # fmt: skip
+    head = _UNPRINTABLE.sub("?", _masked_head(text))
+    if len(text) <= limit and len(head) <= limit:
+        return head
+    return f"{head[:limit]} ... ({max(len(text), len(head)) - limit:,} more characters)"
 
 
 def message(text: str) -> str:
@@ -171,12 +187,14 @@ def message(text: str) -> str:
     line feed replaced, each run of more than 240 characters without a space shortened, at most
     :data:`MESSAGE_LINES` lines. The command line passes every error through it: a value some code quoted without
     :func:`shown` is still safe."""
-    lines = masked(text).split("\n")
-    more = len(lines) - MESSAGE_LINES
-    lines = lines[:MESSAGE_LINES]
-    out = "\n".join(_LONG_RUN.sub(lambda m: _shortened(m.group(0), 200), _UNPRINTABLE_BUT_LF.sub("?", ln))
-                    for ln in lines)  # fmt: skip
-    return out + (f"\n... ({more:,} more lines)" if more > 0 else "")
+    lines = text.split("\n", MESSAGE_LINES)
+    more = text.count("\n") + 1 - MESSAGE_LINES
+
+    def line(raw: str) -> str:
+        out = _LONG_RUN.sub(lambda m: _shortened(m.group(0), 200), _UNPRINTABLE_BUT_LF.sub("?", _masked_head(raw)))
+        return out + (f" ... ({len(raw) - SCAN:,} more characters)" if len(raw) > SCAN else "")
+
+    return "\n".join(line(ln) for ln in lines[:MESSAGE_LINES]) + (f"\n... ({more:,} more lines)" if more > 0 else "")
 
 
 # ---------------------------------------------------------------------------------------------------------------

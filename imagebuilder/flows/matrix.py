@@ -3,6 +3,8 @@ then built with the OS layers shared (:mod:`imagebuilder.build.matrix`); or the 
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 from imagebuilder.build import matrix
 from imagebuilder.build.disk_need import DiskNeed, disk_need
 from imagebuilder.build.packer import prepare_packer
+from imagebuilder.core.errors import InputError
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.flows.build import dry_run_checks, preflight_skips
 from imagebuilder.host.preflight import require
@@ -68,9 +71,18 @@ def emit_matrix(
     options: CiOptions, arches: tuple[str, ...] = ("amd64",)
 ) -> str:  # fmt: skip
     """The CI definition (``github-actions`` or ``gitlab-ci``) that runs this matrix, its plans validated first."""
-    from imagebuilder.build.ci_emit import emit_ci
+    from imagebuilder.build.ci_emit import emit_ci, manifest_secret
 
-    return emit_ci(kind, matrix.expand(request, pairs, channels, arches), request=request, customize=customize,
+    planned = request
+    secret = manifest_secret(request)
+    if secret is not None:  # the plan reads the manifest the jobs will: the variable's value here
+        value = os.environ.get(secret.name, "")
+        if not value:
+            raise InputError(f"${secret.name} is not set here", field="--release-manifest",
+                             expected=f"{secret.name} set in this environment too: the pipeline is planned from the "
+                             "manifest it names")  # fmt: skip
+        planned = dataclasses.replace(request, release_manifest=value)
+    return emit_ci(kind, matrix.expand(planned, pairs, channels, arches), request=request, customize=customize,
                    options=options)  # fmt: skip
 
 

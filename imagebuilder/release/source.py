@@ -670,6 +670,9 @@ def release_runtime(minor: int, containerd: str | None = None) -> Runtime:
         if not RUNTIME_VERSION.fullmatch(containerd):
             raise InputError(f"{containerd[:40]!r} is not a containerd version", field="--containerd",
                              expected="a release tag like v2.3.1")  # fmt: skip
+        if int(containerd.lstrip("v").split(".")[0]) not in CONTAINERD_MODULE:
+            raise InputError(f"containerd {containerd}: this tool builds containerd 1.x and 2.x only",
+                             field="--containerd", expected="a containerd v1.x or v2.x release tag")  # fmt: skip
         runtime = dataclasses.replace(runtime, containerd=containerd)
     problem = runtime_problem(runtime.containerd, minor)
     if problem:

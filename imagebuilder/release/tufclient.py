@@ -14,6 +14,7 @@ A repository is reached over HTTP(S) or, for a folder, as ``file://`` URLs (:cla
 from __future__ import annotations
 
 import hashlib
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -170,17 +171,21 @@ def published(repo: str, flag: str = "--repo") -> TufRepository:
     folder; its metadata under ``metadata/``, its targets under ``targets/``."""
     if "://" in repo:
         try:
-            grammar.url(repo, ("http", "https"))
+            parts = grammar.url(repo, ("http", "https"))
         except ValueError as exc:
             raise InputError(
                 str(exc),
                 field=flag,
                 expected="the repository's http(s) URL (for s3://, its bucket's HTTPS URL) or a folder",
             ) from None
+        if parts.query or parts.fragment:  # the metadata's path goes after it: a query would swallow it
+            raise InputError(f"{untrusted.shown(repo)!r} has a query or fragment, which the metadata paths appended "
+                             "to it would not keep", field=flag, expected="the repository's base URL")  # fmt: skip
         base = slash(repo)
     else:
         folder = Path(repo)
-        if not folder.is_dir():
+        info = untrusted.path_stat(folder, "repository", flag)
+        if info is None or not stat.S_ISDIR(info.st_mode):
             raise InputError("is not a folder", source=folder, field=flag, expected="a repository's folder or URL")
         base = slash(folder.resolve().as_uri())
     return TufRepository(base + "metadata/", base + "targets/", PUBLISHED_EXPIRED)

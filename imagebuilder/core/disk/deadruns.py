@@ -124,6 +124,13 @@ def stale_workspaces(root: Path) -> list[Leftover]:
 _NOT_OUTPUTS = (Path("/proc"), Path("/sys"))
 
 
+def _same_device(path: Path, device: int) -> bool:
+    try:
+        return os.lstat(path).st_dev == device
+    except OSError:
+        return False
+
+
 def _partial_names(folder: Path, recursive: bool, unreadable: list[str]) -> list[Path]:
     """The entries of ``folder`` (and below, with ``recursive``) named as partial files are, in name order; every
     folder that could not be read is added to ``unreadable`` and the search goes on past it."""
@@ -142,9 +149,11 @@ def _partial_names(folder: Path, recursive: bool, unreadable: list[str]) -> list
             failed(exc)
             return []
         return sorted(folder / n for n in names if partial(n))
+    device = os.stat(folder).st_dev
     for top, dirs, files in os.walk(folder, onerror=failed):
         here = Path(top)
-        dirs[:] = [d for d in dirs if here / d not in _NOT_OUTPUTS]
+        # one filesystem, as find -xdev: a mount below an output folder (a build's own, a network share) is not its
+        dirs[:] = [d for d in dirs if here / d not in _NOT_OUTPUTS and _same_device(here / d, device)]
         found += [here / n for n in (*dirs, *files) if partial(n)]
     return sorted(found)
 

@@ -135,8 +135,8 @@ class FixedLease(StrictModel):
     @classmethod
     def _hostname(cls, value: str) -> str:
         name = grammar.hostname(value)
-        if re.fullmatch(r"[0-9.]+", name):
-            raise ValueError(f"expected a host name, got the address {value!r}")
+        if re.fullmatch(r"[0-9.]+", name) or grammar.is_ip(name):  # an IPv6 one too: dhcpd -t refuses `host ::1`
+            raise ValueError(f"expected a host name, got the address {value[:60]!r}")
         return name
 
 
