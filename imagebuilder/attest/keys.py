@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from imagebuilder.core import untrusted
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import atomic_write
 
@@ -29,22 +30,24 @@ _MAX_KEY_BYTES = 64 * 1024
 
 
 def _read_key_file(path: Path, flag: str, *, private: bool) -> bytes:
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise InputError(f"cannot read the key file: {exc.strerror}", source=path, field=flag,
-                         expected="a PEM key file") from None  # fmt: skip
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError("is not a regular file", source=path, field=flag, expected="a PEM key file")
-    if private and st.st_mode & 0o077:
-        raise InputError(
-            f"the private key is readable by {'others' if st.st_mode & 0o007 else 'its group'} "
-            f"(mode {stat.S_IMODE(st.st_mode):04o}): it is refused before it is read",
-            source=path, field=flag, expected=f"mode 0600 or stricter (chmod 600 {path})",
-        )  # fmt: skip
-    if st.st_size > _MAX_KEY_BYTES:
-        raise InputError(f"is {st.st_size} bytes: not a key file", source=path, field=flag, expected="a PEM key")
-    return path.read_bytes()
+    """A key file's bytes, read through the untrusted-value layer (a regular file, opened without blocking): its mode
+    checked on the open file before a byte is read (a private key others can read is refused unread), its size
+    bounded, and a file that is no PEM at all refused before the cryptography stack is loaded."""
+    with untrusted.open_regular(path, "key file", field=flag) as fh:
+        st = os.fstat(fh.fileno())
+        if private and st.st_mode & 0o077:
+            raise InputError(
+                f"the private key is readable by {'others' if st.st_mode & 0o007 else 'its group'} "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}): it is refused before it is read",
+                source=path, field=flag, expected=f"mode 0600 or stricter (chmod 600 {untrusted.shown(path)})",
+            )  # fmt: skip
+        if st.st_size > _MAX_KEY_BYTES:
+            raise InputError(f"is {st.st_size} bytes: not a key file", source=path, field=flag, expected="a PEM key")
+        data = fh.read(_MAX_KEY_BYTES + 1)
+    if len(data) > _MAX_KEY_BYTES or b"-----BEGIN " not in data:
+        raise InputError("is not a PEM key", source=path, field=flag,
+                         expected=f"a PEM {'private' if private else 'public'} key file")  # fmt: skip
+    return data
 
 
 def load_signer(key: str | Path, flag: str = "--signing-key") -> Signer:
@@ -59,11 +62,11 @@ def load_signer(key: str | Path, flag: str = "--signing-key") -> Signer:
 
 def load_file_signer(path: Path, flag: str = "--signing-key") -> CryptoSigner:
     """The private key in ``path`` as a securesystemslib signer (exit 2 naming the file when it is not one)."""
+    data = _read_key_file(path, flag, private=True)  # before the imports: a file that is no key is answered at once
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
     from securesystemslib.signer import CryptoSigner
 
-    data = _read_key_file(path, flag, private=True)
     password = os.environ.get(PASSWORD_ENV)
     try:
         key = load_pem_private_key(data, password.encode() if password else None)

@@ -144,11 +144,11 @@ def _pin(ref: str, flag: str) -> str:
 
 
 def _kms_signer(ref: str, flag: str, *, public_only: bool) -> tuple[Signer | None, SSlibKey]:
+    key, region = kms_key_id(ref, flag)  # the grammar first: a bad reference is answered before boto3 loads
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
     from securesystemslib.signer import AWSSigner
 
-    key, region = kms_key_id(ref, flag)
     if region and not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
         os.environ["AWS_DEFAULT_REGION"] = region  # the ARN's; boto3's client in AWSSigner reads it
     shown = _shown(ref)
@@ -194,6 +194,7 @@ def _kms_signer(ref: str, flag: str, *, public_only: bool) -> tuple[Signer | Non
 
 
 def _hsm_signer(ref: str, flag: str, *, public_only: bool) -> tuple[Signer | None, SSlibKey]:
+    want = token_key(ref, flag)  # the grammar first: a bad reference is answered before the PKCS#11 stack loads
     from securesystemslib.signer import HSMSigner
 
     try:
@@ -201,7 +202,6 @@ def _hsm_signer(ref: str, flag: str, *, public_only: bool) -> tuple[Signer | Non
         from pkcs11 import exceptions as p11
     except ImportError:
         raise ExternalError("python-pkcs11 is not installed", hint="run ./scripts/setup.sh") from None
-    want = token_key(ref, flag)
     # the module's source is named when it is wrong: the URI's module-path, else the variable
     source = f"{flag} (module-path)" if want.module else MODULE_ENV
     module = want.module or os.environ.get(MODULE_ENV, "")

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from functools import total_ordering
 from pathlib import Path
 from typing import Any, Literal
 
-from imagebuilder.core import fetch
+from imagebuilder.core import fetch, untrusted
 from imagebuilder.core.disk import run_tempdir
 from imagebuilder.core.errors import ExternalError, InputError, InputErrors
 from imagebuilder.core.fetch import Expected, Mirror
@@ -226,8 +227,10 @@ class PackerInfo:
         """The Packer at ``packer`` (a path, as ``--packer`` gives it), else ``packer`` on PATH."""
         if packer:
             given = Path(packer)
-            if not given.is_file() or not os.access(given, os.X_OK):
-                raise InputError(f"{packer!r} is not an executable file", field=flag, expected="the path of a packer")
+            info = untrusted.path_stat(given, "packer", flag)
+            if info is None or not stat.S_ISREG(info.st_mode) or not os.access(given, os.X_OK):
+                raise InputError(f"{untrusted.shown(packer)!r} is not an executable file", field=flag,
+                                 expected="the path of a packer")  # fmt: skip
             path: str | None = str(given.absolute())
         else:
             path = shutil.which("packer")

@@ -25,7 +25,8 @@ from invoke.tasks import Task
 from imagebuilder.core.errors import ImageBuilderError, InputErrors
 from imagebuilder.core.progress import Advance, Say, Transfers
 from imagebuilder.core.runs import RUN_ENV, run_tag
-from imagebuilder.core.untrusted import masked, message
+from imagebuilder.core.untrusted import masked, message, printable_lines
+from imagebuilder.core.untrusted import printable as untrusted_printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,9 +41,12 @@ def format_error(exc: ImageBuilderError) -> str:
 
 
 class _Masked(io.TextIOBase):
-    """A task's standard output or error with every credential masked, line by line (:func:`~imagebuilder.core.
-    untrusted.masked`): a dry run's plan, a warning or a report that quotes a URL or key reference the user gave
-    shows no token or PIN, whichever code printed it. A partial line waits for its end (or a flush)."""
+    """A task's standard output or error with every credential masked and every control character but the line feed
+    and tab replaced, line by line (:func:`~imagebuilder.core.untrusted.masked`, :func:`~imagebuilder.core.
+    untrusted.printable_lines`): a dry run's plan, a warning or a report that quotes a URL, a key reference or a
+    path the user gave shows no token or PIN and plays no escape sequence on the terminal, whichever code printed it.
+    A partial line waits for its end (or a flush). The CLI's own displays (progress bars, the spinner) draw on the
+    stream beneath (:func:`raw`)."""
 
     def __init__(self, raw: Any) -> None:
         self.raw, self.pending = raw, ""
@@ -51,12 +55,12 @@ class _Masked(io.TextIOBase):
         self.pending += text
         if "\n" in self.pending:
             done, _, self.pending = self.pending.rpartition("\n")
-            self.raw.write(masked(done) + "\n")
+            self.raw.write(printable_lines(masked(done)) + "\n")
         return len(text)
 
     def flush(self) -> None:
         if self.pending:
-            self.raw.write(masked(self.pending))
+            self.raw.write(printable_lines(masked(self.pending)))
             self.pending = ""
         self.raw.flush()
 
@@ -68,6 +72,11 @@ class _Masked(io.TextIOBase):
 
     def __getattr__(self, name: str) -> Any:  # encoding, buffer...: the stream's own
         return getattr(self.raw, name)
+
+
+def raw(stream: Any) -> Any:
+    """The stream beneath a task's masked output (what the CLI's own displays draw on), or ``stream`` itself."""
+    return stream.raw if isinstance(stream, _Masked) else stream
 
 
 @contextlib.contextmanager
@@ -135,10 +144,11 @@ def transfer_bars() -> Iterator[Transfers | None]:
     if not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, transient=True) as bars:
+    with Progress(*columns, transient=True, console=Console(file=raw(sys.stderr))) as bars:
 
         def start(label: str, total: int) -> Advance:
             task_id = bars.add_task(label[:40], total=total or None)
@@ -157,14 +167,16 @@ def status_line(title: str) -> Iterator[Say]:
     from rich.console import Console
     from rich.markup import escape
 
-    console = Console(stderr=True)
-    with console.status(escape(title)) as spinner:
+    console = Console(file=raw(sys.stderr))
+    with console.status(escape(untrusted_printable(title))) as spinner:
 
         def say(text: str) -> None:
             if text.startswith("warning:"):
-                console.print(f"[yellow]warning:[/]{escape(text.removeprefix('warning:'))}")
+                console.print(
+                    f"[yellow]warning:[/]{escape(masked(untrusted_printable(text, 2000)).removeprefix('warning:'))}"
+                )
             else:
-                spinner.update(escape(text[:120]))
+                spinner.update(escape(untrusted_printable(text, 120)))
 
         yield say
 

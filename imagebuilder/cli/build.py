@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ from invoke.context import Context
 from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, print_json, status_line
+from imagebuilder.cli._common import cli_task, print_json, raw, status_line
 from imagebuilder.core.errors import InputError, require_flags
 
 if TYPE_CHECKING:
@@ -486,11 +487,15 @@ def matrix(
 def print_matrix(rows: list[Any]) -> None:
     """One summary table of a matrix run."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    from imagebuilder.core.untrusted import masked, printable
 
     table = Table(title="build.matrix")
     for column in ("image", "engine", "OS layer", "result", "seconds", "output / why"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r.plan.output_name, r.plan.engine, r.layer, r.status, f"{r.seconds:.0f}", r.detail)
-    Console(width=200).print(table)
+        cells = (r.plan.output_name, r.plan.engine, r.layer, r.status, f"{r.seconds:.0f}", r.detail)
+        table.add_row(*(escape(masked(printable(str(cell), 2000))) for cell in cells))
+    Console(width=200, file=raw(sys.stdout)).print(table)  # the terminal's own: the cells are made printable above

@@ -107,6 +107,14 @@ def existing_dir(value: str, flag: str) -> Path:
     return Path(value)
 
 
+def served_dir(value: str, flag: str) -> Path:
+    """A folder to serve over HTTP: an existing directory, not on one of the kernel's filesystems (``/proc`` holds the
+    machine's secrets, and its entries come and go as it is walked)."""
+    folder = existing_dir(value, flag)
+    untrusted.refuse_pseudo_filesystem(folder, flag, "a folder of images and boot assets")
+    return folder
+
+
 #: the machine's own trees: never a build's output folder, and a search through them would read the whole system
 SYSTEM_TREES = tuple(Path(p) for p in ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run",
                                        "/sbin", "/sys", "/usr", "/var"))  # fmt: skip
@@ -262,3 +270,57 @@ def signing_key(value: str | None, flag: str = "--signing-key") -> str | Path | 
     :func:`imagebuilder.attest.keys.load_signer`."""
     given = value or os.environ.get(SIGNING_KEY_ENV) or None
     return key(given, flag if value else SIGNING_KEY_ENV) if given else None
+
+
+#: what each flag takes, by its name in the tasks' signatures (issue 60). The flag harness (tests/integration/
+#: adversarial/test_every_flag.py) attacks a flag with the hostile values of its kind on top of those every flag
+#: gets; a flag not listed here gets the kind its name implies (:func:`flag_kind`), so a new flag is attacked without
+#: a word added. Kinds: ``document`` (a file that is parsed), ``path-in``, ``path-out``, ``key`` (a key file or a
+#: KMS or token reference), ``url``, ``number``, ``duration``, ``version``, ``choice``, ``name``, ``secret``,
+#: ``text``.
+FLAG_KINDS: dict[str, str] = {
+    "against": "path-in", "ova": "path-in", "image": "path-in", "source": "path-in", "source_image": "path-in",
+    "packer": "path-in", "packer_plugins": "path-in", "public_key": "path-in", "keys": "path-in", "dir": "path-in",
+    "mirror": "path-in", "repo": "path-in", "layer_cache": "path-out", "emit_file": "path-out", "prefix": "path-in",
+    "root": "document", "manifest": "document", "file": "document", "from_file": "document", "config": "document",
+    "customize": "document", "files_config": "document", "provenance": "document", "release_manifest": "document",
+    "signing_key": "key", "key": "key", "new_key": "key",
+    "url": "url", "base_url": "url", "metadata_url": "url", "targets_url": "url", "http_proxy": "url",
+    "https_proxy": "url", "server": "choice", "ci_publish": "url",
+    "disk_gb": "number", "min_disk_gb": "number", "size_gb": "number", "port": "number", "jobs": "number",
+    "threshold": "number", "ci_concurrency": "number", "ansible_verbosity": "number",
+    "timeout": "duration", "boot_timeout": "duration", "node_timeout": "duration", "expires": "text",
+    "kubernetes": "version", "release_channel": "version", "os_version": "version", "containerd": "version",
+    "eksa_release": "version",
+    "os": "choice", "hypervisor": "choice", "provider": "choice", "variant": "choice", "engine": "choice",
+    "firmware": "choice", "runtime": "choice", "arch": "choice", "emit": "choice", "type": "choice",
+    "format": "choice", "role": "choice", "suite": "choice", "pairs": "choice", "roles": "choice",
+    "skip_check": "choice",
+    "password": "secret",
+}  # fmt: skip
+#: a flag's kind read from its name when :data:`FLAG_KINDS` does not list it (first match wins)
+_KIND_BY_NAME: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), kind)
+    for pattern, kind in (
+        (r"(^|_)(dest|output|output_dir|log|out)$|_file$", "path-out"),
+        (r"_config$|(^|_)(manifest|spec)$", "document"),
+        (r"(^|_)(url|proxy)$", "url"),
+        (r"(^|_)key$", "key"),
+        (r"(^|_)(gb|count|jobs|port|threshold|concurrency)$", "number"),
+        (r"(^|_)timeout$", "duration"),
+        (r"(^|_)(dir|path|image|folder)$", "path-in"),
+        (r"(^|_)(password|token|secret)$", "secret"),
+        (r"(^|_)(version|release)$", "version"),
+        (r"(^|_)name$", "name"),
+    )
+)
+
+
+def flag_kind(name: str) -> str:
+    """The kind of the flag ``name`` (``disk_gb`` or ``--disk-gb``): listed in :data:`FLAG_KINDS`, else read from
+    its name, else ``text``."""
+    key = name.removeprefix("--").replace("-", "_")
+    listed = FLAG_KINDS.get(key)
+    if listed is not None:
+        return listed
+    return next((kind for pattern, kind in _KIND_BY_NAME if pattern.search(key)), "text")

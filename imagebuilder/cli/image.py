@@ -215,7 +215,7 @@ def publish(c: Context, image: list[str] | None = None, repo: str = "", keys: st
                                 public_key=key, days=days, dry_run=dry_run, transfers=transfers, say=print)  # fmt: skip
     if not result.signature_checked:
         print("note: the provenance's signature was not checked (give --public-key)")
-    print_change(result.change)
+    print_change(result.change, dry_run=dry_run)
     names = ", ".join(t.name for t in result.targets)
     if dry_run:
         print(f"targets: {names} (not published: --dry-run)")

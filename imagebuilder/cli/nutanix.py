@@ -9,6 +9,7 @@ from invoke.tasks import task
 
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, status_line, transfer_bars
+from imagebuilder.core import grammar
 from imagebuilder.core.errors import InputError
 
 
@@ -46,11 +47,12 @@ def image_upload(
         raise InputError("a SHA-256 is given with --url only", field="--sha256", expected="64 hex digits, with --url")
     if sha256:
         sha256 = flags.hex_digest(sha256, "--sha256", "sha256")
+    given_name = flags.grammar_of(lambda v: grammar.display_name(v, "Prism image", 256), name, "--name") if name else ""
     from imagebuilder.providers.nutanix.image_upload import UploadRequest, prism_from_config, upload_image
     from imagebuilder.providers.nutanix.provider import load_nutanix_config
 
     loaded = load_nutanix_config(path)
-    image_name = name or loaded.source_image_name
+    image_name = given_name or loaded.source_image_name
     if not image_name:
         raise InputError("no image name", field="--name", expected="--name, or source_image_name in the config")
     request = UploadRequest(image_name, url or None, Path(source) if source else None, sha256 or None, force)

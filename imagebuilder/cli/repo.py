@@ -22,9 +22,9 @@ EXPIRES_HELP = "days each role's new metadata stays valid, role=days comma-separ
 EXPIRES_HELP += "snapshot=7,timestamp=1)"
 
 
-def print_change(change: Change) -> None:
+def print_change(change: Change, *, dry_run: bool = False) -> None:
     for name in change.written:
-        print(f"wrote     {name}")
+        print(f"{'would write' if dry_run else 'wrote    '} {name}")
     for name in change.unchanged:
         print(f"unchanged {name}")
     if change.versions:
@@ -91,7 +91,7 @@ def init(c: Context, repo: str = "", keys: str = "", threshold: str = "", expire
     store = open_store(location)
     asked = _counts(threshold, "--threshold", {}) if threshold else {}  # the roles whose threshold was given
     root, change = r.init(store, r.load_keys(key_dir, r.ROLES), thresholds, days, dry_run=dry_run, asked=list(asked))
-    print_change(change)
+    print_change(change, dry_run=dry_run)
     print(f"root:     {store.location}/metadata/1.root.json")
     print(f"root SHA-512: {r.root_sha512(root)}")
     print("give clients that root.json (download.image --root) and the SHA-512 to check it by (--root-sha512)")
@@ -119,7 +119,7 @@ def refresh(c: Context, repo: str = "", keys: str = "", expires: str = "", targe
     days = r.expiry(expires)
     roles = ("snapshot", "timestamp", *(("targets",) if targets else ()))
     change = r.refresh(open_store(location), r.load_keys(key_dir, roles), days, targets=targets, dry_run=dry_run)
-    print_change(change)
+    print_change(change, dry_run=dry_run)
 
 
 @task(
@@ -155,7 +155,7 @@ def rotate(c: Context, repo: str = "", keys: str = "", role: str = "", new_key: 
     needed = ("root", "snapshot", "timestamp", *(("targets",) if role == "targets" else ()))
     current = r.load_keys(key_dir, tuple(dict.fromkeys(x for x in needed if x != role or role == "root")))
     change = r.rotate(open_store(location), current, role, new, count, days, dry_run=dry_run)
-    print_change(change)
+    print_change(change, dry_run=dry_run)
     revoked = ", ".join(k[:12] for k in change.revoked) or "none (every old key is among the new ones)"
     print(f"{'would revoke' if dry_run else 'revoked'} {role} key(s): {revoked}")
     if not dry_run:

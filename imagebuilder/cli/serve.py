@@ -24,7 +24,8 @@ from imagebuilder.host.serve import ALL_INTERFACES, DEFAULT_PORT
         "listing": "list directories (off by default)",
         "access_log": "write the access log to this file (default: standard error)",
         "nginx_config": "write an nginx site for this directory to this file instead of serving",
-        "dry_run": "with --nginx-config: print the site instead of writing it",
+        "dry_run": "check everything (the folder, the access log, that the address can be listened on) and print what"
+        " would be served, or with --nginx-config the site; serve or write nothing",
     },
     auto_shortflags=False,
 )
@@ -45,7 +46,7 @@ def serve(
 
     if dir and repo:
         raise InputError("--dir and --repo both name what to serve", field="--repo", expected="one of them")
-    root = flags.existing_dir(repo, "--repo") if repo else flags.existing_dir(
+    root = flags.served_dir(repo, "--repo") if repo else flags.served_dir(
         flags.required(dir, "--dir", "the directory to serve (or --repo)"), "--dir")  # fmt: skip
     values = repository_values("", root) if repo else None  # verified before anything listens
     number = flags.port(port)
@@ -69,6 +70,14 @@ def serve(
     except OSError as exc:
         hint = "choose another --port" if exc.errno == errno.EADDRINUSE else "choose an address of this host for --bind"
         raise ExternalError(f"cannot listen on {address}:{number}: {exc.strerror}", hint=hint) from None
+    if dry_run:  # the address could be listened on: say what would be served, and let it go
+        base = server.base_url
+        server.server_close()
+        print(f"would serve {root.resolve()} on {base}/ (--dry-run: nothing served)")
+        pairs = repository_values(base, root) if values is not None else list(cluster_values(base, root).items())
+        for key, value in pairs:
+            print(f"{key}: {value}")
+        return
     try:
         log = open(access_log, "a") if access_log else sys.stderr  # noqa: SIM115 -- lives as long as the server
     except OSError as exc:

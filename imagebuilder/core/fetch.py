@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import stat
 import tempfile
 import time
 import urllib.request
@@ -50,12 +51,16 @@ class Mirror:
     def parse(cls, value: str, flag: str = "--mirror") -> Mirror:
         if "://" in value:
             try:
-                grammar.url(value, ("http", "https"))
+                parts = grammar.url(value, ("http", "https"))
             except ValueError as exc:
                 raise InputError(str(exc), field=flag, expected="a directory or an http(s) URL") from None
+            if parts.query or parts.fragment:  # upstream paths are appended to it: a query would swallow them
+                raise InputError(f"{untrusted.shown(value)!r} has a query or fragment, which the paths appended to it "
+                                 "would not keep", field=flag, expected="a directory or a base URL")  # fmt: skip
             return cls(value.rstrip("/"))
         path = Path(value).expanduser()
-        if not path.is_dir():
+        info = untrusted.path_stat(path, "mirror directory", flag)
+        if info is None or not stat.S_ISDIR(info.st_mode):
             raise InputError("mirror directory does not exist", field=flag, source=value, expected="a directory or URL")
         return cls(str(path.resolve()))
 

@@ -13,6 +13,7 @@ import ipaddress
 import re
 from urllib.parse import SplitResult, urlsplit
 
+from imagebuilder.core import untrusted
 from imagebuilder.core.untrusted import redact_url
 
 _DIGITS = re.compile(r"[0-9]{1,18}")
@@ -186,6 +187,17 @@ def domain_name(text: object) -> str:
     except ValueError:
         raise ValueError(f"{text[:60]!r} is not a domain name (labels of letters, digits and '-', dots)") from None
     return name
+
+
+_DISPLAY_NAME = re.compile(r"[^\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]+")
+
+
+def display_name(text: str, what: str, limit: int = 255) -> str:
+    """A name a service shows and stores (a CloudStack template, a Nutanix image): 1 to ``limit`` printable
+    characters (no control, reordering or zero-width character), no leading or trailing space."""
+    if not isinstance(text, str) or not _DISPLAY_NAME.fullmatch(text) or len(text) > limit or text != text.strip():
+        raise ValueError(f"expected a {what} name (1-{limit} printable characters), got {untrusted.shown(text, 60)!r}")
+    return text
 
 
 #: hex digits of each digest kind a config file, manifest or flag may give

@@ -165,6 +165,17 @@ def printable(text: str, limit: int = 253) -> str:
     return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
+#: what :func:`printable_lines` keeps of the control characters: the line feed and the tab
+_UNPRINTABLE_IN_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def printable_lines(text: str) -> str:
+    """Text of any length made safe for a terminal, its lines and tabs kept: every other control character (an
+    escape sequence's ESC, a carriage return that would overwrite the line) and every character that reorders or hides
+    text becomes ``?``. What the command line prints passes through it."""
+    return _UNPRINTABLE_IN_LINES.sub("?", text)
+
+
 def _shortened(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text

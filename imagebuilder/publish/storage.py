@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -241,6 +242,8 @@ def open_store(repo: str, flag: str = "--repo") -> Store:
             )
         return S3Store(bucket, prefix)
     root = Path(repo)
-    if root.exists() and not root.is_dir():
+    info = untrusted.path_stat(root, "repository", flag)
+    if info is not None and not stat.S_ISDIR(info.st_mode):
         raise InputError("is not a folder", source=root, field=flag, expected="a folder, or s3://bucket/prefix")
+    untrusted.refuse_pseudo_filesystem(root, flag, "a folder, or s3://bucket/prefix")
     return FolderStore(root.resolve())

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuilder.core import faults
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean
-from imagebuilder.core.grammar import url
+from imagebuilder.core.grammar import display_name, url
 from imagebuilder.core.progress import Say, poll, silent
 from imagebuilder.core.untrusted import masked, redact_url
 
@@ -34,15 +34,11 @@ if TYPE_CHECKING:
 
 ENDPOINT_ENV, KEY_ENV, SECRET_ENV = "CLOUDSTACK_ENDPOINT", "CLOUDSTACK_KEY", "CLOUDSTACK_SECRET"
 FORMATS = ("QCOW2", "RAW")
-#: a template, zone or OS type name: printable, at most 255 characters (CloudStack's column size)
-_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,255}")
 
 
 def name_of(text: str, what: str) -> str:
-    """A CloudStack display name (printable, 1-255 characters, no leading or trailing space)."""
-    if not _NAME.fullmatch(text) or text != text.strip():
-        raise ValueError(f"expected a {what} name (1-255 printable characters), got {text[:60]!r}")
-    return text
+    """A CloudStack template, zone or OS type name: printable, at most 255 characters (CloudStack's column size)."""
+    return display_name(text, what, 255)
 
 
 @dataclass(frozen=True)
