@@ -129,6 +129,7 @@ def cli_task(body: F) -> F:
                 code=1,
             ) from None
 
+    wrapper.masked_output = True  # type: ignore[attr-defined]  # what tests/unit/test_untrusted_layer.py checks
     return wrapper  # type: ignore[return-value]
 
 

@@ -28,11 +28,11 @@ KEY_HELP += " pkcs11:token=<label>;id=<id> (PIN in $IMAGE_BUILDER_HSM_PIN; defau
 @cli_task
 def sign(c: Context, provenance: str = "", signing_key: str = "", image: str = "", dry_run: bool = False) -> None:
     """Sign a provenance a build wrote unsigned (refused when it does not describe the image and SBOM beside it)."""
+    path = flags.existing_file(flags.required(provenance, "--provenance", "<name>.intoto.json"), "--provenance")
+    target = flags.existing_file(image, "--image") if image else None
     from imagebuilder.attest.provenance import sign_statement
     from imagebuilder.cli.build import signer_for
 
-    path = flags.existing_file(flags.required(provenance, "--provenance", "<name>.intoto.json"), "--provenance")
-    target = flags.existing_file(image, "--image") if image else None
     signer = signer_for(signing_key or None)
     if signer is None:
         raise InputError("no key given", field="--signing-key", expected=KEY_HELP)

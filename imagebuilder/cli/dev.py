@@ -70,13 +70,18 @@ def lint(c: Context, packer: str | None = None, packer_plugins: str | None = Non
             raise ExternalError(f"Packer templates failed their checks: {', '.join(failed)}")
 
 
+#: the flag harness of issue 60: every flag of every task attacked (a sample of it in --quick)
+HARNESS = "tests/integration/adversarial/test_every_flag.py"
+
+
 @task(
     help={
         "k": "only tests matching this pytest -k expression",
         "no_lint": "skip the static checks of the source (ruff, mypy, ansible-lint; the templates' Packer checks are"
         " tests of their own)",
         "fast": "only the tests that need no root, network namespace, VM, vcsim or long run (no static checks)",
-        "quick": "the edit-test loop: tests/unit only (in-process: no program, socket, root or guest; under a minute)",
+        "quick": "the edit-test loop: tests/unit (in-process: no program, socket, root or guest) and a tenth of the"
+        " flag harness (tests/integration/adversarial/test_every_flag.py); about a minute",
     },
     auto_shortflags=False,
 )
@@ -88,8 +93,10 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, qui
     select = f" -k '{k}'" if k else ""
     if no_lint:
         select += f" --ignore={STATIC_MODULE}"
+    env = {}
     if quick:
-        select += " -n auto tests/unit"
+        select += f" -n auto tests/unit {HARNESS}"
+        env["IMAGE_BUILDER_HARNESS_SAMPLE"] = "10"
     elif fast:
         # light tests are independent of each other: spread them over the cores
         select += f" -m 'not ({' or '.join(HEAVY_MARKERS)})' -n auto"
@@ -108,7 +115,7 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, qui
         # the failed tests' names, for the last lines of the output (tests/conftest.py writes them)
         failed = Path(tmp) / "failed"
         result = c.run(f"{BIN}/python -m pytest{select}", pty=False, warn=True,
-                       env={"IMAGE_BUILDER_FAILED_TESTS": str(failed)})  # fmt: skip
+                       env={"IMAGE_BUILDER_FAILED_TESTS": str(failed), **env})  # fmt: skip
         names = failed.read_text().split() if failed.is_file() else []
     if result is None or not result.ok:
         code = "?" if result is None else result.exited

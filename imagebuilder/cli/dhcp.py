@@ -20,6 +20,9 @@ def _need(config: str) -> str:
     return str(flags.existing_file(flags.required(config, "--config", CONFIG_HELP), "--config"))
 
 
+#: the servers' names, checked before the DHCP modules load (a bad --server is answered at once); the same as
+#: imagebuilder.host.dhcp.SERVERS' keys (tests/unit/test_untrusted_layer.py holds them equal)
+SERVER_NAMES = ("kea", "isc")
 SERVER_HELP = "kea or isc (default: the one installed here, else kea; the output says which and why)"
 
 
@@ -114,6 +117,8 @@ def leases(c: Context, server: str = "", prefix: str = "/", all: bool = False, o
     """List the DHCP server's leases from its lease file: hostname, MAC, IP, expiry."""
     root = flags.existing_dir(prefix, "--prefix")
     flags.choice(output, "--output", ("text", "json"))
+    if server:
+        flags.choice(server, "--server", SERVER_NAMES)
     from imagebuilder.host.dhcp import DhcpHost, choose, current
 
     chosen, _ = choose(server or None)

@@ -38,7 +38,9 @@ def bottlerocket(
     dry_run: bool = False,
 ) -> None:
     """Download an OS-1 image over TUF: pinned root, verified metadata, one verified pass (spec 4.5)."""
-    flags.required(variant, "--variant", "vsphere or baremetal")
+    from imagebuilder.release.os1_variants import VARIANTS
+
+    flags.choice(flags.required(variant, "--variant", " or ".join(VARIANTS)), "--variant", VARIANTS)
     kube = flags.required(kubernetes or os.environ.get("KUBEVERSION"), "--kubernetes", "1.21-1.35, or KUBEVERSION set")
     out = flags.dest_dir(dest, "--dest")
     for flag, value in (("--metadata-url", metadata_url), ("--targets-url", targets_url)):

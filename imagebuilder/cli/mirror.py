@@ -44,9 +44,10 @@ def create(
     from imagebuilder.core.errors import InputError
     from imagebuilder.core.fetch import Mirror
     from imagebuilder.release.catalog import check_arches, load_catalog
-    from imagebuilder.release.product import flag, pinned_for, requested_release
 
     channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-18 to 1-36"))
+    from imagebuilder.release.product import flag, pinned_for, requested_release
+
     arches = list(check_arches(flags.comma_list(arch, "--arch") if arch else []))
     os_runtime = flags.choice(runtime or "release", "--runtime", ("release", "os")) == "os"
     line_runtime = None if os_runtime else channel.runtime

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuilder.core import untrusted
+
 #: PATH inside the images, as distroless images set it
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -116,7 +118,7 @@ def docker_archive(spec: ImageSpec) -> bytes:
 def _archive_manifest(tar: tarfile.TarFile) -> list[dict[str, Any]]:
     """A docker-archive's ``manifest.json``: one entry per image (Config, RepoTags, Layers); empty without one."""
     member = tar.extractfile("manifest.json")
-    found = json.loads(member.read()) if member is not None else []
+    found = untrusted.parse_json(member.read(), "the image archive's manifest.json") if member is not None else []
     return [image for image in found if isinstance(image, dict)] if isinstance(found, list) else []
 
 
@@ -132,5 +134,5 @@ def image_config(data: bytes) -> dict[str, object]:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         images = _archive_manifest(tar)
         config = tar.extractfile(images[0]["Config"]) if images else None
-        found = json.loads(config.read()) if config is not None else {}
+        found = untrusted.parse_json(config.read(), "the image archive's config") if config is not None else {}
     return found if isinstance(found, dict) else {}

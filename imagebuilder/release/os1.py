@@ -17,10 +17,10 @@ from imagebuilder.core.progress import Transfers
 from imagebuilder.core.safepath import safe_join
 from imagebuilder.core.stream import Copy, Lz4ToGzip, Transform
 from imagebuilder.release import tufclient
+from imagebuilder.release.os1_variants import VARIANTS
 from imagebuilder.release.profile import load_profile
 from imagebuilder.release.tufclient import TufRepository
 
-VARIANTS = ("vsphere", "baremetal")
 OS1_EXPIRED = "the mirror is stale; refresh it from the OS-1 repository"
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from imagebuilder.core import untrusted
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.vsphere.connection import PIN_HINT, Target, sha1_thumbprint, ssl_context
 
@@ -36,7 +37,9 @@ class Response:
         return 200 <= self.status < 300
 
     def json(self) -> Any:
-        return json.loads(self.data) if self.data else None
+        """The reply's JSON, bounded in size and depth before it is parsed (vCenter's reply is another machine's);
+        a reply that is not JSON is :class:`~imagebuilder.core.errors.InputError` naming the reply."""
+        return untrusted.parse_json(self.data, "vCenter's reply") if self.data else None
 
     @property
     def text(self) -> str:

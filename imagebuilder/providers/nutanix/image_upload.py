@@ -29,8 +29,8 @@ from typing import Any
 
 import urllib3
 
-from imagebuilder.core import faults
-from imagebuilder.core.errors import ExternalError
+from imagebuilder.core import faults, untrusted
+from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import sha256_file
 from imagebuilder.core.progress import Say, Transfers, poll, silent, start
 from imagebuilder.providers.nutanix.provider import NutanixConfig
@@ -92,10 +92,11 @@ class PrismClient:
                 hint="check nutanix_endpoint and nutanix_port in the config",
             ) from None
         text = res.data.decode(errors="replace")
-        try:
-            data = json.loads(text) if text.strip() else {}
-        except json.JSONDecodeError:
-            data = {"message_list": [{"message": text[:200]}]}
+        try:  # another machine's reply: bounded before it is parsed, and its fields read by type below
+            data = untrusted.parse_json(text, f"Prism Central's reply ({what})") if text.strip() else {}
+        except InputError:
+            data = {"message_list": [{"message": untrusted.shown(text, 200)}]}
+        data = data if isinstance(data, dict) else {}
         if res.status >= 400:
             messages = "; ".join(
                 str(m.get("message") or m.get("reason")) for m in data.get("message_list", []) if isinstance(m, dict)
