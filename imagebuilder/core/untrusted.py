@@ -151,8 +151,6 @@ class Redactor:
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 #: the same without the line feed: a message's own lines stay lines
 _UNPRINTABLE_BUT_LF = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-#: a run of text without white space longer than any name or URL a message needs whole
-_LONG_RUN = re.compile(r"\S{241,}")
 #: the most lines a message prints (a document with 100,000 problems is reported by its first ones)
 MESSAGE_LINES = 60
 
@@ -201,9 +199,18 @@ def message(text: str) -> str:
     lines = text.split("\n", MESSAGE_LINES)
     more = text.count("\n") + 1 - MESSAGE_LINES
 
+    def run(match: re.Match[str]) -> str:
+        # no pattern of masked() crosses white space: a run is masked on its own, its first SCAN characters only
+        token = match.group(0)
+        head = _UNPRINTABLE_BUT_LF.sub("?", _masked_head(token))
+        return (
+            head
+            if len(token) <= 240 and len(head) <= 240
+            else f"{head[:200]} ... ({len(token) - 200:,} more characters)"
+        )
+
     def line(raw: str) -> str:
-        out = _LONG_RUN.sub(lambda m: _shortened(m.group(0), 200), _UNPRINTABLE_BUT_LF.sub("?", _masked_head(raw)))
-        return out + (f" ... ({len(raw) - SCAN:,} more characters)" if len(raw) > SCAN else "")
+        return _UNPRINTABLE_BUT_LF.sub("?", re.sub(r"[^ \n]+", run, raw))
 
     return "\n".join(line(ln) for ln in lines[:MESSAGE_LINES]) + (f"\n... ({more:,} more lines)" if more > 0 else "")
 

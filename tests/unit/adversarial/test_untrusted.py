@@ -411,3 +411,12 @@ def test_offline_never_fetches_a_manifest_url(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         make_plan(dataclasses.replace(request, os="ubuntu", hypervisor="baremetal", release_channel="1-24"))  # type: ignore[type-var]
     assert caught.value.field == "--release-manifest" and "--offline" in str(caught.value)
+
+
+def test_a_long_value_is_shortened_and_the_message_after_it_kept() -> None:
+    """A 10,000-character value quoted whole by the code that refused it: shortened once, and what the message says
+    after it (what is expected) still there."""
+    value = "\x1b[2J" + "n" * 10_000
+    out = untrusted.message(f"error: --name: '{value}' is not a usable image name (expected letters)")
+    assert out.endswith("is not a usable image name (expected letters)") and out.count("more characters") == 1
+    assert "\x1b" not in out and len(out) < 320
