@@ -32,11 +32,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuilder.cli import namespace
 from imagebuilder.cli.flags import flag_kind
 from tests.support.common import ROOT
 from tests.support.inproc import Outcome, cli
+
+if TYPE_CHECKING:
+    from imagebuilder.build.plan import BuildRequest
 
 #: in every credential position of every hostile value; in no output and no file
 MARKER = "S3CRET-harness-7f3a"
@@ -208,6 +212,18 @@ def prepare(tmp: Path) -> None:
     (tmp / "home").mkdir()
 
 
+def offline_chroot_request(tmp: Path) -> BuildRequest:
+    """A build request that plans without the network: offline, the chroot engine, a bare-metal config whose source
+    image is named by digest (the CI-emit tests plan their pipelines from it)."""
+    from imagebuilder.build.plan import BuildRequest
+
+    config = tmp / "bm.json"
+    config.write_text(json.dumps({"source_image_url": "http://images.example/base.qcow2",
+                                  "source_image_checksum": "sha256:" + "a" * 64}))  # fmt: skip
+    return BuildRequest(os=None, hypervisor=None, release_channel=None, offline=True, engine="chroot",
+                        configs={"baremetal": str(config)})  # fmt: skip
+
+
 @functools.cache
 def _keys() -> Path:
     """A repository's four keys, made once for the session (repo.keygen's own code) and copied into each run."""
@@ -241,7 +257,10 @@ class Hang(BaseException):
 
 
 @contextmanager
-def _deadline(seconds: int) -> Iterator[None]:
+def deadline(seconds: int) -> Iterator[None]:
+    """Raise :class:`Hang` in a block that blocks for ``seconds`` (a FIFO opened without ``O_NONBLOCK`` would wait for
+    a writer forever): the test fails where it blocked instead of hanging."""
+
     def late(signum: int, frame: object) -> None:
         raise Hang(f"blocked for {seconds} s")
 
@@ -281,7 +300,7 @@ def _run(args: list[str], tmp: Path) -> tuple[Outcome, float]:
     tempfile.tempdir = str(tmp / "tmp")
     start = time.process_time()
     try:
-        with _deadline(HANG_SECONDS):
+        with deadline(HANG_SECONDS):
             outcome = cli(*args, env=env, cwd=tmp / "out")
     finally:
         tempfile.tempdir = saved_tempdir

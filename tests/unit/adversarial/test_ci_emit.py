@@ -5,7 +5,6 @@ or jobs)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 from pathlib import Path
 
@@ -14,9 +13,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from imagebuilder.build.ci_emit import CiOptions, emit_ci, pipeline
-from imagebuilder.build.plan import BuildRequest
 from imagebuilder.build.resolve import make_plan
 from imagebuilder.core.untrusted import carries_credentials
+from tests.support.harness import offline_chroot_request
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=60)
 #: values with GitHub's expression opener in them too (issue 43: ${{ secrets.X }} in a flag was evaluated)
@@ -60,11 +59,7 @@ def test_emitted_commands_carry_any_value_inertly(
     flag's), and each command gives every value back as one argument. (A value that carries a credential is never
     written: tests/unit/adversarial/test_untrusted.py.)"""
     assume(not carries_credentials(mirror))
-    config = tmp_path / "bm.json"
-    config.write_text(json.dumps({"source_image_url": "http://images.example/base.qcow2",
-                                  "source_image_checksum": "sha256:" + "a" * 64}))  # fmt: skip
-    request = BuildRequest(os=None, hypervisor=None, release_channel=None, offline=True, engine="chroot",
-                           configs={"baremetal": str(config)})  # fmt: skip
+    request = offline_chroot_request(tmp_path)
     plan = make_plan(dataclasses.replace(request, os="ubuntu", hypervisor="baremetal", release_channel="1-24"))
     options = CiOptions(runs_on=(label,), publish=folder)
     hostile = dataclasses.replace(request, mirror=mirror)

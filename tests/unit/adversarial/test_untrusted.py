@@ -8,10 +8,7 @@ import base64
 import dataclasses
 import json
 import os
-import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from hypothesis import strategies as st
 
 from imagebuilder.core import untrusted
 from imagebuilder.core.errors import InputError
+from tests.support.harness import deadline, offline_chroot_request
 from tests.support.inproc import cli
 
 SECRET = "S3CRET-marker"
@@ -127,22 +125,6 @@ def test_a_message_is_bounded_in_lines_and_runs() -> None:
     assert time.process_time() - start < 2  # every pattern costs a bounded amount per character
 
 
-@contextmanager
-def _within(seconds: int) -> Iterator[None]:
-    """Fail (not hang) when the block blocks: a FIFO opened without O_NONBLOCK would wait for a writer forever."""
-
-    def late(signum: int, frame: object) -> None:
-        raise AssertionError(f"blocked for {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, late)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device", "null"])
 def test_only_a_regular_file_is_read_and_nothing_blocks(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "x"
@@ -152,10 +134,10 @@ def test_only_a_regular_file_is_read_and_nothing_blocks(tmp_path: Path, kind: st
         path.mkdir()
     else:
         path = Path("/dev/zero" if kind == "device" else "/dev/null")
-    with _within(5), pytest.raises(InputError) as caught:
+    with deadline(5), pytest.raises(InputError) as caught:
         untrusted.read_bytes(path, "key reference", field="--keys")
     assert caught.value.exit_code == 2 and "not a regular file" in str(caught.value) and "--keys" in str(caught.value)
-    with _within(5), pytest.raises(InputError):
+    with deadline(5), pytest.raises(InputError):
         untrusted.open_regular(path)
 
 
@@ -230,7 +212,7 @@ def test_a_uri_file_is_read_as_the_layer_reads_it(tmp_path: Path) -> None:
     assert SECRET not in untrusted.message(str(caught.value))
     uri.unlink()
     os.mkfifo(uri)
-    with _within(5), pytest.raises(InputError, match="named pipe"):
+    with deadline(5), pytest.raises(InputError, match="named pipe"):
         key_reference(uri)
 
 
@@ -348,14 +330,9 @@ def test_an_ipv6_address_is_no_host_name_of_a_fixed_lease(tmp_path: Path) -> Non
 
 
 def _request(tmp_path: Path, **changes: object) -> tuple[object, object]:
-    from imagebuilder.build.plan import BuildRequest
     from imagebuilder.build.resolve import make_plan
 
-    config = tmp_path / "bm.json"
-    config.write_text(json.dumps({"source_image_url": "http://images.example/base.qcow2",
-                                  "source_image_checksum": "sha256:" + "a" * 64}))  # fmt: skip
-    request = BuildRequest(os=None, hypervisor=None, release_channel=None, offline=True, engine="chroot",
-                           configs={"baremetal": str(config)})  # fmt: skip
+    request = offline_chroot_request(tmp_path)
     plan = make_plan(dataclasses.replace(request, os="ubuntu", hypervisor="baremetal", release_channel="1-24"))
     return dataclasses.replace(request, **changes), plan  # type: ignore[arg-type]
 
