@@ -397,3 +397,17 @@ def test_a_long_value_is_shortened_and_the_message_after_it_kept() -> None:
     out = untrusted.message(f"error: --name: '{value}' is not a usable image name (expected letters)")
     assert out.endswith("is not a usable image name (expected letters)") and out.count("more characters") == 1
     assert "\x1b" not in out and len(out) < 320
+
+
+def test_a_plugin_source_file_that_is_not_utf8_names_the_flag(tmp_path: Path) -> None:
+    from imagebuilder.build.packer_plugins import _source_address  # what plugin_binaries reads each .source with
+
+    source = tmp_path / "qemu.source"
+    source.write_bytes(b"github.com/hashicorp/\xff\xfeqemu\n")
+    with pytest.raises(InputError) as caught:
+        _source_address(source, "qemu")
+    assert caught.value.field == "--packer-plugins" and "UTF-8" in str(caught.value)
+    source.unlink()
+    os.mkfifo(source)  # and a FIFO is refused, not waited on
+    with deadline(5), pytest.raises(InputError, match="named pipe"):
+        _source_address(source, "qemu")
