@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from imagebuilder.core import grammar
+from imagebuilder.core import grammar, untrusted
 from imagebuilder.core.errors import InputError, InputErrors
 from imagebuilder.core.files import load_json_object, load_yaml_mapping, read_text
 from imagebuilder.core.validation import StrictModel, validated
@@ -420,11 +420,11 @@ def _read_secret(where: str, reg: Registry, name: str, base: Path, env: dict[str
         if not value:
             raise InputError(f"environment variable {var} is empty or unset", field=f"{where}.{name}_env")
         return SecretStr(value)
-    if file is not None:
-        try:
-            return SecretStr((base / file).read_text().rstrip("\n"))
-        except OSError as exc:
-            raise InputError(f"cannot read {file}: {exc.strerror}", field=f"{where}.{name}_file") from None
+    if file is not None:  # a file the document points at: a regular file, bounded, never waited on
+        text = untrusted.read_text(
+            base / file, "secret file", limit=untrusted.LIMITS["small"], field=f"{where}.{name}_file"
+        )
+        return SecretStr(text.rstrip("\n"))
     return inline
 
 

@@ -20,6 +20,7 @@ LAYER = {"core.untrusted", "core.files"}
 #: user's document or another machine's reply (those take :func:`imagebuilder.core.untrusted.parse_json`)
 PARSE_LEDGER = {
     "imagebuilder.attest.packages": 1,  # dpkg-query / rpm output of the image being built
+    # payload_of: a provenance this process just wrote (display, tests)
     "imagebuilder.attest.provenance": 1,  # payload_of: a provenance this process just wrote (display, tests)
     "imagebuilder.build.chroot_mounts": 1,  # the spec file the chroot engine's parent wrote for its child
     "imagebuilder.build.lint": 1,  # config/examples in the checkout
@@ -40,13 +41,13 @@ PARSE_LEDGER = {
 #: caches, its checkout, a build's own outputs, /proc and /sys of this host); a file a user named or a document
 #: pointed at is read by :func:`imagebuilder.core.untrusted.read_text` / ``read_bytes`` / ``open_regular``
 READ_LEDGER = {
-    "imagebuilder.attest.provenance": 1, "imagebuilder.build.chroot_mounts": 2, "imagebuilder.build.inputs": 1,
+    "imagebuilder.build.chroot_mounts": 2, "imagebuilder.build.inputs": 1,
     "imagebuilder.build.lint": 1, "imagebuilder.build.matrix": 1, "imagebuilder.build.packer_plugins": 2,
-    "imagebuilder.cli.dev": 1, "imagebuilder.cli.flags": 1, "imagebuilder.cli.serve": 1, "imagebuilder.core.arch": 2,
+    "imagebuilder.cli.dev": 1, "imagebuilder.cli.serve": 1, "imagebuilder.core.arch": 2,
     "imagebuilder.core.disk.attach": 1, "imagebuilder.core.disk.chroot": 2, "imagebuilder.core.disk.deadruns": 3,
-    "imagebuilder.core.disk.releasing": 3, "imagebuilder.core.disk.scratch": 1, "imagebuilder.core.fetch": 1,
+    "imagebuilder.core.disk.releasing": 3, "imagebuilder.core.disk.scratch": 1,
     "imagebuilder.core.hostinfo": 4, "imagebuilder.core.runs": 1, "imagebuilder.core.ssh": 1,
-    "imagebuilder.customization.model": 1, "imagebuilder.docs": 2, "imagebuilder.flows.demo": 1,
+    "imagebuilder.docs": 2, "imagebuilder.flows.demo": 1,
     "imagebuilder.host.dhcp.servers": 5, "imagebuilder.host.preflight": 2, "imagebuilder.host.prepare": 8,
     "imagebuilder.image.base": 3, "imagebuilder.image.boltdb": 1, "imagebuilder.image.controlplane": 2,
     "imagebuilder.image.diff": 2, "imagebuilder.image.emulation": 1, "imagebuilder.image.fsdelta": 2,
@@ -73,7 +74,7 @@ def calls_around_the_layer(root: Path, package: str) -> tuple[Counter[str], Coun
                 base = ast.unparse(func.value)
                 if (base == "json" and func.attr in ("load", "loads")) or (base == "yaml" and "load" in func.attr):
                     parses[module] += 1
-                elif func.attr in ("read_text", "read_bytes"):
+                elif func.attr in ("read_text", "read_bytes") and base != "untrusted":  # the layer's own are its way in
                     reads[module] += 1
             elif isinstance(func, ast.Name) and func.id == "open":
                 reads[module] += 1
@@ -81,7 +82,10 @@ def calls_around_the_layer(root: Path, package: str) -> tuple[Counter[str], Coun
 
 
 def _over(found: Counter[str], ledger: dict[str, int]) -> list[str]:
-    return [f"{m}: {n} (ledger: {ledger.get(m, 0)})" for m, n in sorted(found.items()) if n > ledger.get(m, 0)]
+    """Where ``found`` differs from ``ledger``: a new call, or a ledger line no call needs any more (the ledger is
+    exact, so a read moved onto the layer cannot leave room for a new one around it)."""
+    return [f"{m}: {found.get(m, 0)} (ledger: {ledger.get(m, 0)})" for m in sorted({*found, *ledger})
+            if found.get(m, 0) != ledger.get(m, 0)]  # fmt: skip
 
 
 def test_documents_are_parsed_only_through_the_layer() -> None:
