@@ -19,6 +19,7 @@ reached; a task without one is attacked alone (its own checks come in its own or
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import hashlib
@@ -227,7 +228,9 @@ def offline_chroot_request(tmp: Path) -> BuildRequest:
 @functools.cache
 def _keys() -> Path:
     """A repository's four keys, made once for the session (repo.keygen's own code) and copied into each run."""
-    folder = Path(tempfile.mkdtemp(prefix="harness-keys-")) / "keys"
+    top = Path(tempfile.mkdtemp(prefix="harness-keys-"))
+    atexit.register(shutil.rmtree, top, True)  # private keys, even test ones, are not left in /tmp
+    folder = top / "keys"
     outcome = cli("repo.keygen", "--dest", str(folder))
     assert outcome.code == 0, outcome.text
     return folder
