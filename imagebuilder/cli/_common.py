@@ -50,19 +50,22 @@ class _Masked(io.TextIOBase):
 
     def __init__(self, raw: Any) -> None:
         self.raw, self.pending = raw, ""
+        self.lock = threading.Lock()  # build.matrix's builds print from their own threads
 
     def write(self, text: str) -> int:
-        self.pending += text
-        if "\n" in self.pending:
-            done, _, self.pending = self.pending.rpartition("\n")
-            self.raw.write(printable_lines(masked(done)) + "\n")
+        with self.lock:
+            self.pending += text
+            if "\n" in self.pending:
+                done, _, self.pending = self.pending.rpartition("\n")
+                self.raw.write(printable_lines(masked(done)) + "\n")
         return len(text)
 
     def flush(self) -> None:
-        if self.pending:
-            self.raw.write(printable_lines(masked(self.pending)))
-            self.pending = ""
-        self.raw.flush()
+        with self.lock:
+            if self.pending:
+                self.raw.write(printable_lines(masked(self.pending)))
+                self.pending = ""
+            self.raw.flush()
 
     def isatty(self) -> bool:
         return bool(self.raw.isatty())

@@ -160,3 +160,26 @@ def test_the_dhcp_server_names_checked_early_are_the_servers() -> None:
     from imagebuilder.host.dhcp import SERVERS
 
     assert set(SERVER_NAMES) == set(SERVERS)
+
+
+def test_output_from_threads_is_neither_lost_nor_torn(capsys: object) -> None:
+    """build.matrix's builds print from their own threads: every line arrives whole, once."""
+    import threading
+
+    from imagebuilder.cli._common import cli_task
+
+    @cli_task
+    def body() -> None:
+        def say(n: int) -> None:
+            for i in range(200):
+                print(f"thread {n} line {i} https://u:S3CRET@h/x")
+
+        threads = [threading.Thread(target=say, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    body()
+    lines = capsys.readouterr().out.splitlines()  # type: ignore[attr-defined]
+    assert sorted(lines) == sorted(f"thread {n} line {i} https://u:********@h/x" for n in range(4) for i in range(200))
