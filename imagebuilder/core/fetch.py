@@ -99,6 +99,13 @@ def _pools() -> tuple[urllib3.PoolManager, dict[str, urllib3.ProxyManager]]:
     return urllib3.PoolManager(retries=False), proxies
 
 
+def reset_connections() -> None:
+    """Forget the connection pools and the proxies they were made with: they are read from the environment once per
+    process, so a program that changes its proxy variables while it runs (the in-process test runner, which gives each
+    run its own environment) calls this to have the next request read them again."""
+    _pools.cache_clear()
+
+
 def _pool(url: str) -> urllib3.PoolManager:
     """The connection pool for ``url``: through the environment's proxy (HTTPS_PROXY...) unless NO_PROXY says not."""
     direct, proxies = _pools()

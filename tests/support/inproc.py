@@ -33,16 +33,20 @@ class Outcome:
 
 @contextlib.contextmanager
 def _environ(env: dict[str, str] | None, cwd: Path | None) -> Iterator[None]:
+    from imagebuilder.core.fetch import reset_connections
+
     saved, old_cwd = dict(os.environ), os.getcwd()
     os.environ.update(env or {})
     if cwd:
         os.chdir(cwd)
+    reset_connections()  # the fetcher reads the proxy variables once: this run's, not an earlier one's
     try:
         yield
     finally:
         os.environ.clear()
         os.environ.update(saved)
         os.chdir(old_cwd)
+        reset_connections()  # and the next test's are its own again
 
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Outcome:
