@@ -164,7 +164,11 @@ def _read_envelope(path: Path) -> Envelope:
     from securesystemslib.dsse import Envelope
 
     text = untrusted.read_text(path, "provenance", limit=MAX_PROVENANCE_BYTES, field="--provenance")
-    data = untrusted.parse_json(text, path, limit=MAX_PROVENANCE_BYTES)
+    try:
+        data = untrusted.parse_json(text, path, limit=MAX_PROVENANCE_BYTES)
+    except InputError as exc:  # what it is not, and why the parser says so
+        raise InputError(f"is not a DSSE envelope ({exc.detail})", source=path, field="--provenance",
+                         expected="the <name>.intoto.json a build wrote") from None  # fmt: skip
     try:
         if not isinstance(data, dict) or not isinstance(data.get("payload"), str):
             raise TypeError
