@@ -174,10 +174,12 @@ def printable_lines(text: str) -> str:
     return _UNPRINTABLE_IN_LINES.sub("?", text)
 
 
-def _shortened(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]} ... ({len(text) - limit:,} more characters)"
+def _clipped(original: str, head: str, limit: int, keep: int) -> str:
+    """``head`` (``original`` made safe) as it is when neither is over ``limit``, else its first ``keep`` characters and
+    how many more there were."""
+    if len(original) <= limit and len(head) <= limit:
+        return head
+    return f"{head[:keep]} ... ({max(len(original), len(head)) - keep:,} more characters)"
 
 
 def shown(value: object, limit: int = 120) -> str:
@@ -185,10 +187,7 @@ def shown(value: object, limit: int = 120) -> str:
     reordering characters replaced by ``?``, and shortened past ``limit`` characters with how many more there were
     (``... (9,860 more characters)``)."""
     text = value if isinstance(value, str) else str(value)
-    head = _UNPRINTABLE.sub("?", _masked_head(text))
-    if len(text) <= limit and len(head) <= limit:
-        return head
-    return f"{head[:limit]} ... ({max(len(text), len(head)) - limit:,} more characters)"
+    return _clipped(text, _UNPRINTABLE.sub("?", _masked_head(text)), limit, limit)
 
 
 def message(text: str) -> str:
@@ -202,12 +201,7 @@ def message(text: str) -> str:
     def run(match: re.Match[str]) -> str:
         # no pattern of masked() crosses white space: a run is masked on its own, its first SCAN characters only
         token = match.group(0)
-        head = _UNPRINTABLE_BUT_LF.sub("?", _masked_head(token))
-        return (
-            head
-            if len(token) <= 240 and len(head) <= 240
-            else f"{head[:200]} ... ({len(token) - 200:,} more characters)"
-        )
+        return _clipped(token, _UNPRINTABLE_BUT_LF.sub("?", _masked_head(token)), 240, 200)
 
     def line(raw: str) -> str:
         return _UNPRINTABLE_BUT_LF.sub("?", re.sub(r"[^ \n]+", run, raw))
