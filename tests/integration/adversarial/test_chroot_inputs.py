@@ -29,15 +29,16 @@ def make_disk(tmp_path: Path, fstab_point: str, link: tuple[str, str] | None = N
     _, (data, root) = disk.partitions(raw)
     with disk.loop_device(raw, data.offset, data.length) as dev:
         subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "data", dev], check=True)
+    # the root is filled from a directory by mke2fs (-d), never mounted here: a mount made in this process, in the
+    # host's namespace, is copied by any namespace another test makes meanwhile (``ip netns exec``), and the copy
+    # keeps the loop device attached after it is detached (seen in CI)
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc" / "fstab").write_text(f"LABEL=root / ext4 defaults 0 1\nLABEL=data {fstab_point} ext4 defaults 0 2\n")
+    if link:
+        os.symlink(link[1], tree / link[0])
     with disk.loop_device(raw, root.offset, root.length) as dev:
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "root", dev], check=True)
-        with disk.mounted(dev, tmp_path / "build") as mnt:
-            (mnt / "etc").mkdir()
-            (mnt / "etc" / "fstab").write_text(
-                f"LABEL=root / ext4 defaults 0 1\nLABEL=data {fstab_point} ext4 defaults 0 2\n"
-            )
-            if link:
-                os.symlink(link[1], mnt / link[0])
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "root", "-d", str(tree), dev], check=True)
     return raw
 
 
