@@ -159,6 +159,10 @@ class Requirement:
         return self.source.rsplit("/", 1)[-1]
 
 
+#: the Packers the test suite builds with: Debian's (the last with the plugins built in) and the modern ones users
+#: run (tests/support/packers.py builds those from their release sources)
+TESTED_PACKERS = ("1.6.6", "1.9.4", "1.16.0")
+
 #: the plugins each Packer builder folder's template declares for Packer >= 1.7 (built into Packer 1.6), with
 #: the lowest versions every pair validates with on Packer 1.9 and 1.16 (tests/integration/test_packer_versions.py)
 PLUGINS: dict[str, tuple[Requirement, ...]] = {

@@ -10,6 +10,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from imagebuilder.cli import _help as helptext
 from imagebuilder.cli import flags
 
 if TYPE_CHECKING:
@@ -21,8 +22,8 @@ CONNECTION_HELP = {
     "insecure": "do not verify the vCenter certificate (default: GOVC_INSECURE)",
     "thumbprint": "trust a self-signed vCenter certificate with this SHA1 thumbprint (see vsphere.thumbprint)",
 }
-OS_HELP = "bottlerocket|ubuntu (or os1|os2): the template's OS family"
-KUBE_HELP = "Kubernetes minor version of the template: 1.21, 1.22, 1.23 or 1.24"
+OS_HELP = "the template's OS family: {=os_names}"
+KUBE_HELP = "Kubernetes minor version of the template: {=minors}"
 TEMPLATE_HELP = {
     "template": "inventory path of the template: /<dc>/vm/<folder>/<name>",
     "os": OS_HELP,
@@ -43,8 +44,8 @@ def os_channel(os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseC
 
     catalog = load_catalog()
     return (
-        catalog.os(flags.required(os_name, "--os", OS_HELP)),
-        catalog.channel_for_kubernetes(flags.required(kubernetes, "--kubernetes", KUBE_HELP)),
+        catalog.os(flags.required(os_name, "--os", helptext.render(OS_HELP))),
+        catalog.channel_for_kubernetes(flags.required(kubernetes, "--kubernetes", helptext.render(KUBE_HELP))),
     )
 
 

@@ -33,7 +33,11 @@ def export(
     wait: bool = False,
     dry_run: bool = False,
 ) -> None:
-    """Export the AMI a build made to a raw disk in S3 (spec 4.4); AWS credentials from boto3's usual chain."""
+    """Export the AMI a build made to a raw disk in S3 (spec 4.4); AWS credentials from boto3's usual chain.
+
+    Examples:
+        image-builder ami.export --manifest output/packer-manifest.json --bucket my-images --dry-run
+    """
     path = flags.existing_file(flags.required(manifest, "--manifest", "the Packer manifest"), "--manifest")
     s3_bucket = flags.grammar_of(grammar.s3_bucket, flags.required(bucket, "--bucket", "an S3 bucket"), "--bucket")
     s3_prefix = flags.grammar_of(grammar.s3_prefix, prefix, "--prefix")

@@ -27,7 +27,11 @@ KEY_HELP += " pkcs11:token=<label>;id=<id> (PIN in $IMAGE_BUILDER_HSM_PIN; defau
 )
 @cli_task
 def sign(c: Context, provenance: str = "", signing_key: str = "", image: str = "", dry_run: bool = False) -> None:
-    """Sign a provenance a build wrote unsigned (refused when it does not describe the image and SBOM beside it)."""
+    """Sign a provenance a build wrote unsigned (refused when it does not describe the image and SBOM beside it).
+
+    Examples:
+        image-builder attest.sign --provenance ubuntu.gz.intoto.json --signing-key signing.pem --dry-run
+    """
     path = flags.existing_file(flags.required(provenance, "--provenance", "<name>.intoto.json"), "--provenance")
     target = flags.existing_file(image, "--image") if image else None
     from imagebuilder.attest.provenance import sign_statement
@@ -54,7 +58,11 @@ def sign(c: Context, provenance: str = "", signing_key: str = "", image: str = "
 )
 @cli_task
 def public_key(c: Context, key: str = "", dest: str = "") -> None:
-    """Write the PEM public key of a key in a KMS or on a token (for image.verify --public-key elsewhere)."""
+    """Write the PEM public key of a key in a KMS or on a token (for image.verify --public-key elsewhere).
+
+    Examples:
+        image-builder attest.public-key --key awskms:alias/image-signing --dest signing.pub
+    """
     from imagebuilder.attest.keys import export_public_key, load_public_key
     from imagebuilder.attest.signers import is_reference
 

@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     from imagebuilder.build.plan import BuildRequest
 
 HELP = {
-    "os": "OS to build: ubuntu (os2) or redhat (os3); bottlerocket (os1) is downloaded, not built",
-    "hypervisor": "provider: vsphere (platform), cloudstack (orchestrator), nutanix (hci), baremetal or ami",
-    "release_channel": "distro release channel: 1-18 .. 1-36 (1.36 works too)",
-    "os_version": "OS version: ubuntu 20.04 (default), 22.04 or 24.04 (bare metal, vSphere); redhat 8 (default) or 9",
+    "os": "OS to build: {=built_os_names}; the OS-1 image is downloaded (download.bottlerocket), not built",
+    "hypervisor": "provider: {=providers}",
+    "release_channel": "distro release channel: {=channels} ({=newest_minor} works too; 1-24-eks-5 names one release"
+    " of a line)",
+    "os_version": "OS version: {=os_versions}",
     "vsphere_config": "vSphere build config file (JSON, spec 2.3)",
     "platform_config": "alias of --vsphere-config",
     "cloudstack_config": "CloudStack build config file (JSON)",
@@ -37,18 +38,18 @@ HELP = {
     "release_manifest": "release manifest (path or URL) to use instead of the channel's; its channel must match",
     "mirror": "local mirror (directory or URL) that keeps upstream URL paths, for air-gapped sites",
     "name": "output image name, without extension (default <os>-v<k8s>-<distro>-<n>-<arch>)",
-    "arch": "the image's architecture: amd64 (default) or arm64 (ubuntu on baremetal; docs/arm64.md)",
+    "arch": "the image's architecture: {=arches} (ubuntu on baremetal; docs/arm64.md)",
     "output_dir": "directory for the output image, checksum and build manifest (default ./output)",
     "dry_run": "validate every input and print the plan; build nothing",
     "output": "plan format: text (default) or json",
     "offline": "do not fetch the release manifest from the network (mirrors are still read)",
     "skip_check": "skip this preflight check (repeatable; see 'image-builder preflight --help')",
-    "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
-    "disk_gb": "size of the image's disk in GiB (default 25, spec 8)",
+    "min_disk_gb": "free disk the build workspace needs, in GiB (default {=min_disk_gb}, spec 8)",
+    "disk_gb": "size of the image's disk in GiB (default {=disk_gb}, spec 8)",
     "keep_on_error": "keep the build workspace when the build fails (it is removed otherwise)",
     "customize": "customize.yaml (spec 4.8): CA certificates, registry credentials, extra packages baked in",
     "ansible_verbosity": "Ansible's verbosity in the build log, 0 (default) to 6 (the reference tool's flag)",
-    "eksa_release": "build what this product release pins, vX.Y.Z (default: $<PRODUCT>_RELEASE_VERSION, else the"
+    "eksa_release": "build what this product release pins, vX.Y.Z (default: {=product_release_env}, else the"
     " channel's manifest)",
     "firmware": "bios or efi (UEFI: ubuntu on baremetal, where it is the default, and vsphere; redhat on baremetal)",
     "engine": "packer (default: a VM), chroot (a build from a source image, provisioned without a VM) or auto"
@@ -57,7 +58,7 @@ HELP = {
     " ships for its line, with its runc; else the line's containerd, runc and crictl from their projects' releases,"
     " config/release-channels.yaml) or os (the OS's containerd package; warned about where it cannot run the line's"
     " Kubernetes)",
-    "packer": "the packer binary to run (default: packer on PATH); 1.6.6, 1.9.4 and 1.16.0 are tested",
+    "packer": "the packer binary to run (default: packer on PATH); {=packers_tested} are tested",
     "packer_plugins": "folder of Packer plugin binaries (packer-plugin-<name>) to install missing plugins from, for"
     " air-gapped sites (default: the mirror's copy, else 'packer init'); Packer 1.7+",
     "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
@@ -202,7 +203,13 @@ def build(
     signing_key: str | None = None,
     arch: str | None = None,
 ) -> None:
-    """Build a node image for an OS, provider and release channel (spec 4.1)."""
+    """Build a node image for an OS, provider and release channel (spec 4.1).
+
+    Examples:
+        image-builder build --os ubuntu --hypervisor baremetal --release-channel {=newest_channel} --offline --dry-run
+        image-builder build --os ubuntu --hypervisor vsphere --release-channel {=newest_channel} \
+            --vsphere-config vsphere.json --offline --dry-run
+    """
     from imagebuilder.core.hostinfo import check_skips
 
     # the required flags first: a command missing them is answered before anything heavy is imported
@@ -293,12 +300,12 @@ MATRIX_HELP = {
     **{k: v for k, v in HELP.items() if k not in ("name", "output", "release_manifest", "eksa_release", "arch")},
     "release_manifest": "release manifest (path or URL) to build instead of the channel's (a release built from"
     " source, a distro's newer one): with one --release-channel, the manifest's",
-    "arch": "architectures, comma-separated: amd64 (default), arm64 or amd64,arm64 (each entry for each; a pair not"
+    "arch": "architectures, comma-separated: {=arches}, or both (each entry for each; a pair not"
     " built for one is refused naming why; give each its source image: --baremetal-config FILE,arm64=ARM64-FILE)",
     "os": "OSes, comma-separated (each with each --hypervisor); or use --pairs",
     "hypervisor": "providers, comma-separated",
     "pairs": "os:provider pairs, comma-separated (ubuntu:baremetal,ubuntu:vsphere), instead of --os/--hypervisor",
-    "release_channel": "release channels, comma-separated (1-35,1-36,...)",
+    "release_channel": "release channels, comma-separated: each of {=channels}",
     "jobs": "builds at once (default: what this host's cores and memory hold)",
     "force": "rebuild outputs whose build manifest records the same inputs (default: skipped)",
     "layer_cache": "where OS layers are kept (default ~/.cache/image-builder/layers; $IMAGE_BUILDER_LAYER_CACHE)",
@@ -362,7 +369,12 @@ def matrix(
     arch: str | None = None,
     release_manifest: str | None = None,
 ) -> None:
-    """Build many images at once: every pair and channel, one OS layer per OS shared by its channels."""
+    """Build many images at once: every pair and channel, one OS layer per OS shared by its channels.
+
+    Examples:
+        image-builder build.matrix --pairs ubuntu:baremetal,ubuntu:vsphere --release-channel {=newest_channel} \
+            --vsphere-config vsphere.json --offline --dry-run
+    """
     from imagebuilder.release.catalog import load_catalog
 
     parse_list = flags.comma_list

@@ -31,7 +31,12 @@ def template_register(
     dry_run: bool = False,
 ) -> None:
     """Register a built image as a CloudStack template and wait until it is Ready; API credentials from
-    CLOUDSTACK_ENDPOINT, CLOUDSTACK_KEY and CLOUDSTACK_SECRET."""
+    CLOUDSTACK_ENDPOINT, CLOUDSTACK_KEY and CLOUDSTACK_SECRET.
+
+    Examples:
+        image-builder cloudstack.template-register --url http://images.internal/ubuntu.qcow2 \
+            --name ubuntu-{=newest_channel} --zone zone1 --os-type 'Ubuntu 22.04 LTS' --dry-run
+    """
     from imagebuilder.providers.cloudstack.template_register import FORMATS, TemplateRequest, name_of, register_template
 
     def named(value: str, flag: str, what: str) -> str:

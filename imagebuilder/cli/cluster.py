@@ -20,7 +20,11 @@ from imagebuilder.cli._common import cli_task
 )
 @cli_task
 def validate(c: Context, file: list[str] | None = None, offline: bool = False) -> None:
-    """Check the vSphere fields of cluster specs (spec 2.5, 7.2): endpoint, thumbprint, pool, folder, template."""
+    """Check the vSphere fields of cluster specs (spec 2.5, 7.2): endpoint, thumbprint, pool, folder, template.
+
+    Examples:
+        image-builder cluster.validate --file cluster.yaml --offline
+    """
     given = flags.required(file or [], "--file", "-f cluster.yaml (repeatable)")
     files = [str(flags.existing_file(f, "--file")) for f in given]
     from imagebuilder.vsphere.clusterspec import check_all_online, load_cluster_specs

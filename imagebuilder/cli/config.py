@@ -32,7 +32,12 @@ def _provider_name(value: str) -> str:
 )
 @cli_task
 def schema(c: Context, provider: str = "", dest: str = "", customize: bool = False) -> None:
-    """Print the JSON Schema of a provider config file (or of customize.yaml), for editors."""
+    """Print the JSON Schema of a provider config file (or of customize.yaml), for editors.
+
+    Examples:
+        image-builder config.schema --provider vsphere
+        image-builder config.schema --customize
+    """
     if customize and provider:
         raise InputError("give --provider or --customize, not both", field="--customize")
     target = flags.dest_file(dest, "--dest") if dest else None

@@ -14,8 +14,9 @@ from imagebuilder.core.errors import ExternalError
 @task(
     help={
         "dest": "working directory for the base image, mirror and output (default ./demo)",
-        "release_channel": "with --standin: the stand-in release's channel (default 1-24)",
-        "kubernetes": "the Kubernetes release built from source (default v1.36.3, with containerd v2.3.1)",
+        "release_channel": "with --standin: the stand-in release's channel (default {=demo_standin_channel})",
+        "kubernetes": "the Kubernetes release built from source (default {=demo_kubernetes}, with the line's"
+        " containerd: {=newest_containerd})",
         "standin": "the quick flow: a stand-in release (its binaries are scripts), verified to a login prompt",
         "disk_gb": "image disk size in GiB (default 4: a demo image)",
         "no_boot": "skip the boot test and the node check of the built image",
@@ -43,7 +44,12 @@ def demo(
     signing_key: str = "",
 ) -> None:
     """Run the offline flow end to end: base image, Kubernetes built from source, mirror, bare-metal build, and a
-    node brought up on the image (--standin: a stand-in release, verified to a login prompt)."""
+    node brought up on the image (--standin: a stand-in release, verified to a login prompt).
+
+    Examples:
+        image-builder demo --dry-run
+        image-builder demo --standin --dry-run
+    """
     from imagebuilder.core.errors import InputError
     from imagebuilder.core.hostinfo import check_skips
 

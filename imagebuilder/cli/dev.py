@@ -35,7 +35,11 @@ STATIC_MODULE = "tests/integration/test_static_checks.py"
 @cli_task
 def lint(c: Context, packer: str | None = None, packer_plugins: str | None = None) -> None:
     """Static checks: ruff, mypy, ansible-lint (in a checkout), and all seven pairs rendered, packer validate'd and
-    fmt-checked (anywhere: an installed package checks the templates it ships)."""
+    fmt-checked (anywhere: an installed package checks the templates it ships).
+
+    Examples:
+        image-builder lint
+    """
     from imagebuilder.cli import flags
 
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
@@ -87,7 +91,11 @@ HARNESS = "tests/integration/adversarial/test_every_flag.py"
 )
 @cli_task
 def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, quick: bool = False) -> None:
-    """Run the whole test suite: pytest against the real components, the static checks among its tests."""
+    """Run the whole test suite: pytest against the real components, the static checks among its tests.
+
+    Examples:
+        image-builder test --quick
+    """
     if fast and quick:
         raise InputError("--fast and --quick choose different sets", field="--quick", expected="one of them")
     select = f" -k '{k}'" if k else ""

@@ -38,7 +38,11 @@ SERVER_HELP = "kea or isc (default: the one installed here, else kea; the output
 )
 @cli_task
 def render_files(c: Context, config: str = "", dest: str = "dhcp", server: str = "", dry_run: bool = False) -> None:
-    """Render the DHCP server's files (dhcpd.conf and its defaults file, or kea-dhcp4.conf) from the DHCP config."""
+    """Render the DHCP server's files (dhcpd.conf and its defaults file, or kea-dhcp4.conf) from the DHCP config.
+
+    Examples:
+        image-builder dhcp.render --config dhcp.yaml --dest dhcp --server kea --dry-run
+    """
     source = _need(config)
     out = flags.dest_dir(dest, "--dest")
     from imagebuilder.core.files import atomic_write
@@ -72,7 +76,11 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", server: str =
 @cli_task
 def install_server(c: Context, config: str = "", prefix: str = "/", server: str = "", dry_run: bool = False) -> None:
     """On the DHCP host: install Kea or ISC dhcpd, check and write its files atomically, restart (rolled back to the
-    previous files if it does not come up); leases are kept."""
+    previous files if it does not come up); leases are kept.
+
+    Examples:
+        image-builder dhcp.install --config dhcp.yaml --dry-run
+    """
     source = _need(config)
     root = flags.dest_dir(prefix, "--prefix")
     from imagebuilder.host.dhcp import DhcpHost, choose, install, load_dhcp_config
@@ -114,7 +122,11 @@ def install_server(c: Context, config: str = "", prefix: str = "/", server: str 
 )
 @cli_task
 def leases(c: Context, server: str = "", prefix: str = "/", all: bool = False, output: str = "text") -> None:
-    """List the DHCP server's leases from its lease file: hostname, MAC, IP, expiry."""
+    """List the DHCP server's leases from its lease file: hostname, MAC, IP, expiry.
+
+    Examples:
+        image-builder dhcp.leases --output json
+    """
     root = flags.existing_dir(prefix, "--prefix")
     flags.choice(output, "--output", ("text", "json"))
     if server:
@@ -144,7 +156,11 @@ def leases(c: Context, server: str = "", prefix: str = "/", all: bool = False, o
 )
 @cli_task
 def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
-    """Capture DHCP on an interface and report a request and its ACK (spec 4.9)."""
+    """Capture DHCP on an interface and report a request and its ACK (spec 4.9).
+
+    Examples:
+        image-builder dhcp.verify --interface eth1 --timeout 120
+    """
     flags.required(interface, "--interface", "a network interface name")
     flags.grammar_of(grammar.interface_name, interface, "--interface")
     if not Path("/sys/class/net", interface).exists():
@@ -171,7 +187,11 @@ def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
 @task(auto_shortflags=False)
 @cli_task
 def schema(c: Context) -> None:
-    """Print the JSON Schema of the DHCP config file."""
+    """Print the JSON Schema of the DHCP config file.
+
+    Examples:
+        image-builder dhcp.schema
+    """
     from imagebuilder.host.dhcp import DhcpConfig
 
     data = DhcpConfig.model_json_schema()

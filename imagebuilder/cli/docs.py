@@ -18,7 +18,11 @@ from imagebuilder.cli._common import cli_task
 @cli_task
 def docs(c: Context, dir: str = "", dry_run: bool = False) -> None:
     """Regenerate the generated sections of docs/: the config reference from the models, the module table from the
-    module docstrings."""
+    module docstrings.
+
+    Examples:
+        image-builder docs --dry-run
+    """
     from imagebuilder.cli import flags
     from imagebuilder.core import paths
 

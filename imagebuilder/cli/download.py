@@ -8,14 +8,17 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import _help as helptext
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, transfer_bars
+
+KUBE_HELP = "Kubernetes minor version {=minors} (default: KUBEVERSION from the environment)"
 
 
 @task(
     help={
         "variant": "vsphere (the OVA) or baremetal (the raw image, written as gzip)",
-        "kubernetes": "Kubernetes minor version 1.21-1.35 (default: KUBEVERSION from the environment)",
+        "kubernetes": KUBE_HELP,
         "dest": "directory to write into (default ./os1; may already exist)",
         "root": "root.json to start from: a file or URL (default: the OS-1 cache host's)",
         "root_sha512": "SHA-512 root.json must have (default: the one pinned in config/profile.yaml)",
@@ -37,11 +40,17 @@ def bottlerocket(
     targets_url: str = "",
     dry_run: bool = False,
 ) -> None:
-    """Download an OS-1 image over TUF: pinned root, verified metadata, one verified pass (spec 4.5)."""
+    """Download an OS-1 image over TUF: pinned root, verified metadata, one verified pass (spec 4.5).
+
+    Examples:
+        image-builder download.bottlerocket --variant baremetal --kubernetes {=newest_minor} --dry-run
+    """
     from imagebuilder.release.os1_variants import VARIANTS
 
     flags.choice(flags.required(variant, "--variant", " or ".join(VARIANTS)), "--variant", VARIANTS)
-    kube = flags.required(kubernetes or os.environ.get("KUBEVERSION"), "--kubernetes", "1.21-1.35, or KUBEVERSION set")
+    kube = flags.required(
+        kubernetes or os.environ.get("KUBEVERSION"), "--kubernetes", helptext.render("{=minors}, or KUBEVERSION set")
+    )
     out = flags.dest_dir(dest, "--dest")
     for flag, value in (("--metadata-url", metadata_url), ("--targets-url", targets_url)):
         if value:
@@ -81,7 +90,11 @@ def bottlerocket(
 )
 @cli_task
 def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = False) -> None:
-    """Download the bare-metal boot kernel and ramdisk of the bundle, verified (spec 1.8)."""
+    """Download the bare-metal boot kernel and ramdisk of the bundle, verified (spec 1.8).
+
+    Examples:
+        image-builder download.hook --dest hook --dry-run
+    """
     out = flags.dest_dir(dest, "--dest")
     location = flags.url_or_file(manifest, "--manifest") if manifest else None
     from imagebuilder.release.hook import destinations, download_hook, load_hook_assets
@@ -119,7 +132,11 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
 @cli_task
 def image(c: Context, repo: str = "", root: str = "", root_sha512: str = "", target: str = "", dest: str = ".",
           dry_run: bool = False) -> None:  # fmt: skip
-    """Download any target of a TUF repository image.publish made: the same verified, resumable path as OS-1."""
+    """Download any target of a TUF repository image.publish made: the same verified, resumable path as OS-1.
+
+    Examples:
+        image-builder download.image --repo http://images.internal/repo --root root.json --target ubuntu.gz --dry-run
+    """
     location = flags.required(repo, "--repo", "the repository's URL or folder")
     name = flags.required(target, "--target", "a target name")
     root_source = flags.url_or_file(flags.required(root, "--root", "the repository's root.json"), "--root")

@@ -14,7 +14,7 @@ from imagebuilder.core import grammar
 @task(
     help={
         "hypervisor": "providers this host builds for (repeatable); baremetal/cloudstack add the QEMU packages",
-        "user": "the dedicated build user to create (default from config/host.yaml: image-builder)",
+        "user": "the dedicated build user to create (default from config/host.yaml: {=build_user})",
         "root": "filesystem to prepare (default /; a chroot directory for testing)",
         "http_proxy": "HTTP_PROXY for the build user's shells (spec 4.3)",
         "https_proxy": "HTTPS_PROXY for the build user's shells",
@@ -35,7 +35,11 @@ def prepare(
     no_proxy: str = "",
     dry_run: bool = False,
 ) -> None:
-    """Prepare this machine as a build host (spec 4.3): user, packages, kvm, SSH config, proxy. Rerunnable."""
+    """Prepare this machine as a build host (spec 4.3): user, packages, kvm, SSH config, proxy. Rerunnable.
+
+    Examples:
+        image-builder host.prepare --hypervisor baremetal --hypervisor vsphere --dry-run
+    """
     from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
@@ -78,7 +82,11 @@ def clean(c: Context, dry_run: bool = False, output_dir: list[str] | None = None
     """Release what runs that were killed (SIGKILL, out of memory, power cut) left behind: the processes they
     started (Packer, QEMU, Ansible), their in-memory scratch directories, the loop devices still attached to them,
     their build workspaces and (with --output-dir, subfolders included) their half-written outputs and downloads.
-    A live run's resources are never touched."""
+    A live run's resources are never touched.
+
+    Examples:
+        image-builder host.clean --output-dir output --dry-run
+    """
     folders = [flags.output_folder(d, "--output-dir") for d in output_dir or []]
     from imagebuilder.core.disk import leftovers, release
     from imagebuilder.core.errors import ExternalError

@@ -41,7 +41,11 @@ def base(
     dry_run: bool = False,
     arch: str = "",
 ) -> None:
-    """Make a Debian-family cloud-style base image (debootstrap): kernel, cloud-init, openssh-server."""
+    """Make a Debian-family cloud-style base image (debootstrap): kernel, cloud-init, openssh-server.
+
+    Examples:
+        image-builder image.base --dest base/debian.qcow2 --dry-run
+    """
     target = flags.dest_file(flags.required(dest, "--dest", "a path for the qcow2"), "--dest")
     size = flags.integer(size_gb, "--size-gb", 2, 64)
     if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", suite):
@@ -113,7 +117,12 @@ def verify(
     arch: str = "",
 ) -> None:
     """Check a built image with testinfra (mounted read-only) and boot it to a login prompt; with --kubernetes,
-    bring a node up on it and check it is Ready; with --provenance, check its signed provenance and SBOM."""
+    bring a node up on it and check it is Ready; with --provenance, check its signed provenance and SBOM.
+
+    Examples:
+        image-builder image.verify --image ubuntu.gz --no-boot
+        image-builder image.verify --image ubuntu.gz --kubernetes --join
+    """
     path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
     from imagebuilder.release.catalog import check_arch
 
@@ -193,7 +202,11 @@ def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:
 def publish(c: Context, image: list[str] | None = None, repo: str = "", keys: str = "", target_name: str = "",
             public_key: str = "", expires: str = "", dry_run: bool = False) -> None:  # fmt: skip
     """Add images, with their SBOMs and provenances, to a TUF repository in one new version (a rerun of the same
-    images changes nothing)."""
+    images changes nothing).
+
+    Examples:
+        image-builder image.publish --image ubuntu.gz --repo repo --keys keys --dry-run
+    """
     from imagebuilder.cli._common import transfer_bars
     from imagebuilder.cli.repo import print_change
 
@@ -241,7 +254,11 @@ def publish(c: Context, image: list[str] | None = None, repo: str = "", keys: st
 def rebuild(c: Context, provenance: str = "", mirror: str = "", source_image: str = "", config: str = "",
             output_dir: str = "rebuild", public_key: str = "", dry_run: bool = False) -> None:  # fmt: skip
     """Build an image again from what its provenance records and compare: exit 0 "reproduced", exit 1 with the first
-    differing file."""
+    differing file.
+
+    Examples:
+        image-builder image.rebuild --provenance ubuntu.gz.intoto.json --dry-run
+    """
     path = flags.existing_file(flags.required(provenance, "--provenance", "<name>.intoto.json"), "--provenance")
     source = flags.existing_file(source_image, "--source-image") if source_image else None
     given_config = flags.existing_file(config, "--config") if config else None
@@ -293,7 +310,11 @@ def rebuild(c: Context, provenance: str = "", mirror: str = "", source_image: st
 @cli_task
 def diff(c: Context, image: str = "", against: str = "", output: str = "text", any_arch: bool = False) -> None:
     """Compare two images: packages, files under /etc, enabled units, Kubernetes binaries (exit 1 on a difference
-    that two builds of the same inputs should not show)."""
+    that two builds of the same inputs should not show).
+
+    Examples:
+        image-builder image.diff --image ubuntu.gz --against rebuild/ubuntu.gz
+    """
     from imagebuilder.cli._common import print_json
 
     first = flags.existing_file(flags.required(image, "--image", "an image"), "--image")
@@ -341,7 +362,11 @@ def customize(
     signing_key: str = "",
 ) -> None:
     """Customize a local image (spec 4.8): boot it under QEMU with a NoCloud seed, apply the customize role over
-    SSH, clean up, seal, and write the result atomically in the input's format."""
+    SSH, clean up, seal, and write the result atomically in the input's format.
+
+    Examples:
+        image-builder image.customize --image ubuntu.gz --file customize.yaml --dest custom/ubuntu.gz --dry-run
+    """
     source = flags.existing_file(flags.required(image, "--image", "an image file"), "--image")
     target = flags.dest_file(flags.required(dest, "--dest", "a path for the customized image"), "--dest")
     customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")

@@ -5,15 +5,16 @@ from __future__ import annotations
 from invoke.context import Context
 from invoke.tasks import task
 
+from imagebuilder.cli import _help as helptext
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, transfer_bars
 
 
 @task(
     help={
-        "release_channel": "channel whose release manifest to mirror: 1-18 .. 1-36 (config/release-channels.yaml)",
+        "release_channel": "channel whose release manifest to mirror: {=channels} (config/release-channels.yaml)",
         "eksa_release": "mirror what this product release pins for the channel, vX.Y.Z: its release index, bundle, the"
-        " distro manifest and the runtime tarballs the bundle ships (default: $<PRODUCT>_RELEASE_VERSION)",
+        " distro manifest and the runtime tarballs the bundle ships (default: {=product_release_env})",
         "dest": "mirror directory (created; upstream URL paths are kept)",
         "release_manifest": "mirror this manifest (URL) instead of the channel's",
         "source": "read from this mirror (directory or URL) instead of upstream",
@@ -40,12 +41,18 @@ def create(
     runtime: str = "",
     arch: str = "",
 ) -> None:
-    """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths."""
+    """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths.
+
+    Examples:
+        image-builder mirror.create --release-channel {=newest_channel} --dest mirror --dry-run
+    """
     from imagebuilder.core.errors import InputError
     from imagebuilder.core.fetch import Mirror
     from imagebuilder.release.catalog import check_arches, load_catalog
 
-    channel = load_catalog().channel(flags.required(release_channel, "--release-channel", "1-18 to 1-36"))
+    channel = load_catalog().channel(
+        flags.required(release_channel, "--release-channel", helptext.render("{=channels}"))
+    )
     from imagebuilder.release.product import flag, pinned_for, requested_release
 
     arches = list(check_arches(flags.comma_list(arch, "--arch") if arch else []))

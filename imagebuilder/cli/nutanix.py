@@ -36,7 +36,11 @@ def image_upload(
     force: bool = False,
     dry_run: bool = False,
 ) -> None:
-    """Create the build's source image in Prism Central from a URL or a file, idempotent by name (spec 4.3)."""
+    """Create the build's source image in Prism Central from a URL or a file, idempotent by name (spec 4.3).
+
+    Examples:
+        image-builder nutanix.image-upload --config nutanix.json --file ubuntu.gz --dry-run
+    """
     path = flags.existing_file(flags.required(config, "--config", "the nutanix build config"), "--config")
     if bool(url) == bool(file):
         raise InputError("give exactly one source", field="--url/--file", expected="--url URL or --file PATH")

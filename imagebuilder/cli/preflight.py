@@ -15,7 +15,7 @@ from imagebuilder.core.hostinfo import CHECKS
         "os": "OS to build: ubuntu (os2) or redhat (os3)",
         "hypervisor": "provider: vsphere, cloudstack, nutanix, baremetal or ami (or the spec's kind names)",
         "skip_check": f"skip this check (repeatable): {', '.join(CHECKS)}",
-        "min_disk_gb": "free disk the build workspace needs, in GiB (default 50, spec 8)",
+        "min_disk_gb": "free disk the build workspace needs, in GiB (default {=min_disk_gb}, spec 8)",
         "packer": "the packer binary builds run (default: packer on PATH): its version and plugins are shown",
         "packer_plugins": "folder of Packer plugin binaries a build would install missing plugins from",
         "arch": "the image's architecture: amd64 (default) or arm64 (its programs must run here: qemu-user)",
@@ -35,7 +35,11 @@ def preflight(
     arch: str = "",
 ) -> None:
     """Check this host before a build: OS, arch (and for an arm64 image, qemu-user), disk, CPUs, memory, tools,
-    Packer and its plugins, /dev/kvm, SSH config, proxy."""
+    Packer and its plugins, /dev/kvm, SSH config, proxy.
+
+    Examples:
+        image-builder preflight --os ubuntu --hypervisor baremetal
+    """
     flags.required(os, "--os", "ubuntu or redhat")
     flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
     from imagebuilder.core.hostinfo import check_skips

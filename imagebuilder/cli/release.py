@@ -11,13 +11,13 @@ from imagebuilder.cli._common import cli_task, status_line
 
 @task(
     help={
-        "kubernetes": "the Kubernetes release to build, e.g. v1.36.3 (v1.28.0 or newer)",
+        "kubernetes": "the Kubernetes release to build, e.g. {=demo_kubernetes} ({=oldest_source_release} or newer)",
         "containerd": "the containerd release the node runtime is built from (default: the one the line's bundle "
-        "names, config/release-channels.yaml: v2.3.1 for 1-36); runc is the one it pins",
+        "names, config/release-channels.yaml: {=newest_containerd}); runc is the one it pins",
         "dest": "directory to lay the release out in, at its URLs' paths (default ./release)",
         "base_url": "where the release will be served from (default: a name that never resolves; read it from "
         "the directory or a mirror)",
-        "arch": "the architectures to build, comma-separated: amd64 (default), arm64 or amd64,arm64 (one manifest "
+        "arch": "the architectures to build, comma-separated: {=arches}, or both (one manifest "
         "lists both, as the distro's do; arm64 is cross-compiled: Debian's gcc-aarch64-linux-gnu for its C parts)",
         "dry_run": "check the flags and the tools (go, gcc and the cross gcc; apt-get until Debian's packages are "
         "cached) and print what would be built; build nothing",
@@ -31,7 +31,11 @@ def build(
 ) -> None:  # fmt: skip
     """Build a Kubernetes release from upstream source: binaries, etcd, CoreDNS, pause, the node's container runtime
     (containerd, runc, crictl), CNI plugins and the control-plane images, in the distro's manifest format (cached by
-    version)."""
+    version).
+
+    Examples:
+        image-builder release.build --kubernetes {=demo_kubernetes} --dest release --dry-run
+    """
     from imagebuilder.release.k8sversion import parse_version
 
     # the flags first: a bad one is answered before the recipe is imported

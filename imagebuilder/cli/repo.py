@@ -49,7 +49,11 @@ def _counts(text: str, flag: str, defaults: dict[str, int], lo: int = 1, hi: int
 )
 @cli_task
 def keygen(c: Context, dest: str = "", roles: str = "", type: str = "ed25519") -> None:
-    """Make the repository's signing keys (private 0600, public .pub beside each)."""
+    """Make the repository's signing keys (private 0600, public .pub beside each).
+
+    Examples:
+        image-builder repo.keygen --dest keys
+    """
     from imagebuilder.attest.keys import KINDS, generate
     from imagebuilder.publish.repository import ROLES
 
@@ -80,7 +84,11 @@ def keygen(c: Context, dest: str = "", roles: str = "", type: str = "ed25519") -
 @cli_task
 def init(c: Context, repo: str = "", keys: str = "", threshold: str = "", expires: str = "",
          dry_run: bool = False) -> None:  # fmt: skip
-    """Create a TUF repository (consistent snapshots) and print its root's SHA-512 for distribution."""
+    """Create a TUF repository (consistent snapshots) and print its root's SHA-512 for distribution.
+
+    Examples:
+        image-builder repo.init --repo repo --keys keys --dry-run
+    """
     from imagebuilder.publish import repository as r
     from imagebuilder.publish.storage import open_store
 
@@ -110,7 +118,11 @@ def init(c: Context, repo: str = "", keys: str = "", threshold: str = "", expire
 @cli_task
 def refresh(c: Context, repo: str = "", keys: str = "", expires: str = "", targets: bool = False,
             dry_run: bool = False) -> None:  # fmt: skip
-    """Re-sign snapshot and timestamp (and targets) with new expiry dates, before clients see them expire."""
+    """Re-sign snapshot and timestamp (and targets) with new expiry dates, before clients see them expire.
+
+    Examples:
+        image-builder repo.refresh --repo repo --keys keys --dry-run
+    """
     from imagebuilder.publish import repository as r
     from imagebuilder.publish.storage import open_store
 
@@ -139,7 +151,11 @@ def refresh(c: Context, repo: str = "", keys: str = "", expires: str = "", targe
 @cli_task
 def rotate(c: Context, repo: str = "", keys: str = "", role: str = "", new_key: list[str] | None = None,
            threshold: str = "1", expires: str = "", dry_run: bool = False) -> None:  # fmt: skip
-    """Replace a role's keys: a new root version, signed by the old root keys (and the new ones for root)."""
+    """Replace a role's keys: a new root version, signed by the old root keys (and the new ones for root).
+
+    Examples:
+        image-builder repo.rotate --repo repo --keys keys --role targets --new-key new-targets.pem --dry-run
+    """
     from imagebuilder.attest.keys import load_signer
     from imagebuilder.publish import repository as r
     from imagebuilder.publish.storage import open_store

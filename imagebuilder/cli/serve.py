@@ -41,7 +41,11 @@ def serve(
     nginx_config: str = "",
     dry_run: bool = False,
 ) -> None:
-    """Serve images and boot assets over HTTP (ranges, HEAD, sendfile); print osImageURL and hookImagesURLPath."""
+    """Serve images and boot assets over HTTP (ranges, HEAD, sendfile); print osImageURL and hookImagesURLPath.
+
+    Examples:
+        image-builder serve --dir output --port 8080 --dry-run
+    """
     from imagebuilder.host.serve import FileServer, cluster_values, nginx_site, repository_values
 
     if dir and repo:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
         "os": _vsphere.OS_HELP,
         "kubernetes": _vsphere.KUBE_HELP,
         "from_file": "import several templates in one session: a YAML list of {ova, os, kubernetes[, name]}",
-        "name": "template name (default: <os>-kubernetes-<maj>-<min>-<distro>-<n>, e.g. ubuntu-kubernetes-1-24-eks-36)",
+        "name": "template name (default: <os>-kubernetes-<maj>-<min>-<distro>-<n>, e.g. {=template_name_example})",
         "library": "content library (default from the profile; created, datastore backed, when missing)",
         "folder": "VM folder /<dc>/vm/<path> for the template (default /<dc>/vm/Templates; created when missing)",
         "datastore": "/<dc>/datastore/<name> (default: the datacenter's only datastore)",
@@ -57,7 +57,11 @@ def import_ova(
     insecure: bool | None = None,
     thumbprint: str = "",
 ) -> None:
-    """Import OVAs as tagged templates: library, deploy (thin, off), OS-1 disk resize, snapshot, template, tags."""
+    """Import OVAs as tagged templates: library, deploy (thin, off), OS-1 disk resize, snapshot, template, tags.
+
+    Examples:
+        image-builder template.import --ova ubuntu.ova --os ubuntu --kubernetes {=newest_minor} --dry-run
+    """
     if not from_file:  # the flags first: a mistyped one is answered before the vSphere modules load
         flags.url_or_file(flags.required(ova, "--ova", "a local OVA path or an http(s) URL"), "--ova")
         _vsphere.os_channel(os, kubernetes)
@@ -111,7 +115,11 @@ def tag(
     insecure: bool | None = None,
     thumbprint: str = "",
 ) -> None:
-    """Attach the OS and distro-release tags (categories created when missing) to a self-built template (spec 2.6)."""
+    """Attach the OS and distro-release tags (categories created when missing) to a self-built template (spec 2.6).
+
+    Examples:
+        image-builder template.tag --template /DC0/vm/ubuntu --os ubuntu --kubernetes {=newest_minor} --dry-run
+    """
     os_, channel = _vsphere.template_args(template, os, kubernetes)
     tgt = None if dry_run else _vsphere.target(server, insecure, thumbprint)
     from imagebuilder.vsphere.session import connect
@@ -139,7 +147,11 @@ def validate(
     insecure: bool | None = None,
     thumbprint: str = "",
 ) -> None:
-    """Check that a template carries exactly the two tags the product expects (spec 7.1); exit 1 naming the fix."""
+    """Check that a template carries exactly the two tags the product expects (spec 7.1); exit 1 naming the fix.
+
+    Examples:
+        image-builder template.validate --template /DC0/vm/ubuntu --os ubuntu --kubernetes {=newest_minor}
+    """
     os_, channel = _vsphere.template_args(template, os, kubernetes)
     tgt = _vsphere.target(server, insecure, thumbprint)
     from imagebuilder.vsphere.session import connect
@@ -194,7 +206,12 @@ def customize(
     thumbprint: str = "",
 ) -> None:
     """Customize a template (spec 4.8): clone, cloud-init via guestinfo, SSH + the customize role, clean up, seal,
-    snapshot, template, tags; the user, its key and the user data do not stay in the template."""
+    snapshot, template, tags; the user, its key and the user data do not stay in the template.
+
+    Examples:
+        image-builder template.customize --template /DC0/vm/ubuntu --file customize.yaml --os ubuntu \
+            --kubernetes {=newest_minor} --dry-run
+    """
     os_, channel = _vsphere.template_args(template, os, kubernetes)
     customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")
     seconds = flags.duration(timeout, "--timeout", 30, 86400)

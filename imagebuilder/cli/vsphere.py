@@ -25,7 +25,11 @@ from imagebuilder.core.errors import InputError
 def setup_user(
     c: Context, file: str = "", password: str = "", force: bool = False, dry_run: bool = False, thumbprint: str = ""
 ) -> None:
-    """Create the SSO user, group, three roles and their permissions from user.yaml (spec 2.4, 4.6, 4.7)."""
+    """Create the SSO user, group, three roles and their permissions from user.yaml (spec 2.4, 4.6, 4.7).
+
+    Examples:
+        image-builder vsphere.setup-user --file user.yaml --dry-run
+    """
     user_file = flags.existing_file(flags.required(file, "--file", "-f user.yaml"), "--file")
     from imagebuilder.vsphere.connection import target_from
     from imagebuilder.vsphere.userconfig import load_user_config
@@ -62,7 +66,11 @@ def setup_user(
 )
 @cli_task
 def thumbprint(c: Context, server: str = "") -> None:
-    """Print the SHA1 thumbprint of the vCenter certificate, as the cluster spec's thumbprint field wants it."""
+    """Print the SHA1 thumbprint of the vCenter certificate, as the cluster spec's thumbprint field wants it.
+
+    Examples:
+        image-builder vsphere.thumbprint --server vcenter.internal
+    """
     from imagebuilder.vsphere.connection import server_thumbprint
 
     print(server_thumbprint(_vsphere.target(server, True, "")))

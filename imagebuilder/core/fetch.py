@@ -76,6 +76,10 @@ class Mirror:
         return f"{self.base}/{check_relative(path, what=f'the path of {url}')}"
 
 
+#: where a failed fetch sends the user (no flag: this fetcher serves tasks with and without --mirror)
+_OFFLINE_HINT = "an air-gapped site reads a local mirror (docs/building.md, Real builds, offline)"
+
+
 def is_url(value: str) -> bool:
     return value.startswith(("http://", "https://"))
 
@@ -156,7 +160,7 @@ def read(location: str, *, timeout: float = 10.0, what: str = "document") -> byt
                 if res.status != 200:
                     raise ExternalError(
                         f"cannot fetch {what} {location}: HTTP {res.status} {res.reason or ''}".rstrip(),
-                        hint="check the URL, or use a mirror (--mirror DIR|URL)",
+                        hint=f"check the URL; {_OFFLINE_HINT}",
                     )
                 data = res.read(MAX_DOCUMENT_BYTES + 1)
             finally:
@@ -164,7 +168,7 @@ def read(location: str, *, timeout: float = 10.0, what: str = "document") -> byt
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ExternalError(
                 f"cannot fetch {what} {location}: {_reason(exc)}",
-                hint="check the network or proxy (HTTPS_PROXY), or use a mirror (--mirror DIR|URL)",
+                hint=f"check the network or proxy (HTTPS_PROXY); {_OFFLINE_HINT}",
             ) from None
     if len(data) > MAX_DOCUMENT_BYTES:
         raise InputError(f"{what} is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB", source=location)

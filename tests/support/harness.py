@@ -26,6 +26,7 @@ import gc
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -344,6 +345,32 @@ def attack(flag: Flag, value_name: str, tmp: Path) -> Attack:
     return Attack(flag, value_name, value, args, outcome, cpu, created)
 
 
+#: a flag as a message names it
+_NAMED_FLAG = re.compile(r"(?<![\w./-])--([a-z][a-z0-9-]*[a-z0-9])")
+
+
+def _flag_names(task: str) -> set[str]:
+    return {"--help", *("--" + a.name.replace("_", "-") for a in copy.deepcopy(namespace[task]).get_arguments())}
+
+
+def foreign_flags(task: str, text: str) -> list[str]:
+    """The flags ``text`` (what ``task`` printed) names that the task they belong to lacks: a flag belongs to the
+    last task named before it on its line (``would run: build --os ...``, ``download.image --root``), else to
+    ``task``. A hint that sends the user to a flag the task lacks is a wrong hint (issue 61)."""
+    names = {n: k for k, v in namespace.task_names.items() for n in (k, *v)}
+    names |= {space: f"{space}.{sub.default}" for space, sub in namespace.collections.items() if sub.default}
+    alternatives = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+    task_word = re.compile(rf"(?<![\w./-])({alternatives})(?![\w/-]|\.\w)")
+    found = set()
+    for line in text.splitlines():
+        for m in _NAMED_FLAG.finditer(line):
+            named = [w.group(1) for w in task_word.finditer(line[: m.start()])]
+            owner = names[named[-1]] if named else task
+            if "--" + m.group(1) not in _flag_names(owner):
+                found.add(f"{owner} --{m.group(1)}")
+    return sorted(found)
+
+
 def problems(run: Attack, tmp: Path) -> list[str]:
     """What ``run`` broke of the guarantees (empty when it held them all)."""
     found: list[str] = []
@@ -356,6 +383,9 @@ def problems(run: Attack, tmp: Path) -> list[str]:
         found.append("the secret is shown: " + text[max(0, text.find(MARKER) - 120) : text.find(MARKER) + 40])
     if "\x1b" in text or "\x07" in text:
         found.append("a terminal escape is printed")
+    foreign = foreign_flags(run.flag.task, text.replace(run.value, "") if run.value else text)
+    if foreign:
+        found.append(f"names flags {run.flag.task} lacks: {foreign}")
     if res.code == 2:
         if run.created:
             found.append(f"a refusal created {run.created[:3]}")

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.build.packer_plugins import PLUGINS, requirements_for
+from imagebuilder.build.packer_plugins import PLUGINS, TESTED_PACKERS, requirements_for
 from tests.support.common import ROOT
 
-MODERN = ("1.9.4", "1.16.0")
+MODERN = TESTED_PACKERS[1:]  # Debian's 1.6.6 is the first
 #: where ./scripts/setup.sh --test builds them (overridable: IMAGE_BUILDER_PACKERS, IMAGE_BUILDER_PLUGIN_FLOORS)
 PACKERS = Path(os.environ.get("IMAGE_BUILDER_PACKERS", Path.home() / ".cache/packer-from-source"))
 FLOORS = Path(os.environ.get("IMAGE_BUILDER_PLUGIN_FLOORS", Path.home() / ".cache/image-builder/packer-plugin-floors"))
