@@ -28,7 +28,7 @@ def setup_user(
     """Create the SSO user, group, three roles and their permissions from user.yaml (spec 2.4, 4.6, 4.7).
 
     Examples:
-        image-builder vsphere.setup-user --file user.yaml --dry-run
+        image-builder vsphere.setup-user --file user.yaml --password env:VSPHERE_NEW_PASSWORD --dry-run
     """
     user_file = flags.existing_file(flags.required(file, "--file", "-f user.yaml"), "--file")
     from imagebuilder.vsphere.connection import target_from

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.cli import namespace
+from imagebuilder.cli.program import short_name
 from imagebuilder.docs import config_reference, layout_table, packages_table, release_lines_table
 from tests.support.common import EXAMPLES, PAIRS, ROOT, build_args, reference, run
 
@@ -21,7 +22,8 @@ def test_both_programs_list_every_task_with_help() -> None:
         res = run("--list", program=program)
         assert res.code == 0, res.err
         for name in namespace.task_names:
-            line = next((ln for ln in res.out.splitlines() if ln.strip().startswith(name + " ")), None)
+            shown = short_name(namespace, name)  # build.build is listed as build, the name users type
+            line = next((ln for ln in res.out.splitlines() if ln.strip().startswith(shown + " ")), None)
             assert line is not None and len(line.split()) > 1, f"{program} --list lacks help for {name}"
 
 
@@ -385,10 +387,37 @@ def test_every_link_in_the_docs_resolves() -> None:
 
 def test_the_readme_is_an_entry_a_newcomer_reads_in_minutes() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) <= 200
-    assert readme.index("./scripts/setup.sh && .venv/bin/invoke demo") < readme.index("## Tasks")
+    lines = readme.splitlines()
+    assert len(lines) <= 200
+    assert not [n for n, line in enumerate(lines, 1) if len(line) > 120], "no README line over 120 characters"
+    # the first screen: what it is, the two set-up commands, then the first image
+    assert readme.index("`image-builder` builds Kubernetes node images") < readme.index("## Set up")
+    assert readme.index("./scripts/setup.sh && .venv/bin/invoke demo") < readme.index("## Your first image")
+    assert readme.index("## Your first image") < readme.index("## Tasks") and lines.index("## Your first image") < 40
     for page in (ROOT / "docs").glob("*.md"):
         assert f"(docs/{page.name})" in readme, f"docs/{page.name} is not listed in the README"
+
+
+def test_the_readmes_first_image_is_what_the_tool_plans(tmp_path: Path) -> None:
+    """The README's first build names the newest line, and each line of the plan it shows is a line of the plan that
+    command prints (offline here; the output path is the user's folder)."""
+    from imagebuilder.release.catalog import load_catalog
+
+    readme = (ROOT / "README.md").read_text()
+    part = readme.split("## Your first image", 1)[1]
+    command = part.split("```sh", 1)[1].split("```", 1)[0].strip()
+    shown = part.split("```text", 1)[1].split("```", 1)[0].splitlines()
+    assert f"--release-channel {load_catalog().newest_channel().name} " in command + " "
+    words = command.split()[1:]
+    assert words[0] == "build" and "--dry-run" in words
+    res = subprocess.run([str(ROOT / ".venv/bin/image-builder"), *words, "--offline"], cwd=tmp_path,
+                         capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    printed = res.stdout.replace(str(tmp_path), ".")
+    for line in shown:
+        text = " ".join(line.split("...")[0].split()).rstrip(" ,(")  # what the README elides with "..." is left out
+        if text:
+            assert text in " ".join(printed.split()), line
 
 
 def test_ci_runs_exactly_the_readmes_test_command() -> None:

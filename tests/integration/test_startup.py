@@ -35,11 +35,19 @@ def loaded(*args: str) -> tuple[int, set[str]]:
     return report["code"], set(report["modules"])
 
 
+def test_help_loads_the_validation_layer_only() -> None:
+    """``build --help`` states the profile's and the host config's facts (the product's release variable, the free
+    disk a build needs), read through the one validation layer (pydantic); nothing else heavy (issue 61)."""
+    code, modules = loaded("build", "--help")
+    assert code == 0
+    heavy = sorted(m for m in HEAVY if m in modules and m != "pydantic")
+    assert not heavy, f"build --help imported {heavy}"
+
+
 @pytest.mark.parametrize(
     "args",
     [
         ("--list",),
-        ("build", "--help"),
         ("build", "--os", "nope", "--hypervisor", "baremetal", "--release-channel", "1-34"),
         ("build", "--os", "ubuntu", "--hypervisor", "baremetal", "--release-channel", "1-34", "--disk-gb", "x"),
         ("build.matrix", "--os", "ubuntu", "--hypervisor", "nope", "--release-channel", "1-34"),

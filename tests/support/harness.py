@@ -383,7 +383,10 @@ def problems(run: Attack, tmp: Path) -> list[str]:
         found.append("the secret is shown: " + text[max(0, text.find(MARKER) - 120) : text.find(MARKER) + 40])
     if "\x1b" in text or "\x07" in text:
         found.append("a terminal escape is printed")
-    foreign = foreign_flags(run.flag.task, text.replace(run.value, "") if run.value else text)
+    # (a value with a line break splits the command a message quotes: the flags after it are the value's doing)
+    foreign = (
+        [] if "\n" in run.value else foreign_flags(run.flag.task, text.replace(run.value, "") if run.value else text)
+    )
     if foreign:
         found.append(f"names flags {run.flag.task} lacks: {foreign}")
     if res.code == 2:
