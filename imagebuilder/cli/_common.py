@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from invoke.exceptions import Exit
 from invoke.tasks import Task
@@ -221,12 +221,49 @@ class StepClock:
         self.out(f"[{self._span(now - self.began)}] done")
 
 
-class FileFlag(Task[Any]):
-    """A task whose ``file`` flag also answers to ``-f`` (the reference tool's spelling) and no other flag gets a
-    short form (Invoke's automatic ones are a letter of each name, first come first served: ``-c`` for --force)."""
+#: the short flags, by the flag they stand for: ``-f`` is the file a task reads (the reference tool's spelling), the
+#: only letter a task flag has (Invoke would give every flag one, first come first served: ``-o`` was --force in
+#: vsphere.setup-user and --offline in cluster.validate)
+SHORT_FLAGS = {"file": "f"}
+#: switches that also take the value they once required (``--insecure``, ``--insecure=false``): a switch is a switch,
+#: and the old spelling still works (:func:`~imagebuilder.cli.flags.switch` reads the value)
+VALUED_SWITCHES = {"insecure"}
+
+
+class Flags(Task[Any]):
+    """Every task's class: its flags get the one short flag of :data:`SHORT_FLAGS` and the old spellings a task
+    keeps as aliases (``flag_aliases``: canonical name -> older names, each still accepted), no automatic letters."""
+
+    def __init__(self, *args: Any, flag_aliases: dict[str, tuple[str, ...]] | None = None, **kwargs: Any) -> None:
+        kwargs["auto_shortflags"] = False
+        super().__init__(*args, **kwargs)
+        self.flag_aliases = flag_aliases or {}
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        """Invoke's, which uses up the task's help texts as it makes the arguments (a second call, by ``--help``
+        after ``--list`` in one process or by a test, would find none): here they stay."""
+        kept = dict(self.help)
+        try:
+            return list(super().get_arguments(ignore_unknown_help))
+        finally:
+            self.help = kept
 
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
         opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
-        if name == "file" and "f" not in taken_names:
-            opts["names"] = [*opts["names"], "f"]
+        if name in VALUED_SWITCHES:
+            opts["optional"] = True
+        extra = [alias.replace("_", "-") for alias in self.flag_aliases.get(name, ())]
+        short = SHORT_FLAGS.get(name)
+        if short and short not in taken_names:
+            extra.append(short)
+        opts["names"] = [*opts["names"], *(n for n in extra if n not in taken_names)]
         return opts
+
+
+def task(**kwargs: Any) -> Callable[[Callable[..., Any]], Flags]:
+    """Invoke's ``@task(...)`` with :class:`Flags` as the task class (every task module imports it from here)."""
+    from invoke.tasks import task as invoke_task
+
+    kwargs.setdefault("klass", Flags)
+    kwargs.pop("auto_shortflags", None)
+    return cast("Callable[[Callable[..., Any]], Flags]", invoke_task(**kwargs))

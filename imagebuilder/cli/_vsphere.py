@@ -23,36 +23,38 @@ CONNECTION_HELP = {
     "thumbprint": "trust a self-signed vCenter certificate with this SHA1 thumbprint (see vsphere.thumbprint)",
 }
 OS_HELP = "the template's OS family: {=os_names}"
-KUBE_HELP = "Kubernetes minor version of the template: {=minors}"
+KUBE_HELP = "the template's release line: {=channels} (or {=minors})"
 TEMPLATE_HELP = {
     "template": "inventory path of the template: /<dc>/vm/<folder>/<name>",
     "os": OS_HELP,
-    "kubernetes": KUBE_HELP,
+    "release_channel": KUBE_HELP,
     **CONNECTION_HELP,
 }
 
 
-def target(server: str, insecure: bool | None, thumbprint: str) -> Target:
+def target(server: str, insecure: str | bool | None, thumbprint: str) -> Target:
     """The vCenter of the connection flags, falling back to ``GOVC_URL``, ``GOVC_INSECURE``, ``GOVC_THUMBPRINT``."""
     from imagebuilder.vsphere.connection import target_from
 
-    return target_from(server or None, insecure, thumbprint or None, os.environ)
+    return target_from(server or None, flags.switch(insecure, "--insecure"), thumbprint or None, os.environ)
 
 
-def os_channel(os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseChannel]:
+def os_channel(os_name: str, release_channel: str) -> tuple[OperatingSystem, ReleaseChannel]:
     from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
     return (
         catalog.os(flags.required(os_name, "--os", helptext.render(OS_HELP))),
-        catalog.channel_for_kubernetes(flags.required(kubernetes, "--kubernetes", helptext.render(KUBE_HELP))),
+        catalog.channel_for_kubernetes(
+            flags.required(release_channel, "--release-channel", helptext.render(KUBE_HELP)), "--release-channel"
+        ),
     )
 
 
-def template_args(template: str, os_name: str, kubernetes: str) -> tuple[OperatingSystem, ReleaseChannel]:
+def template_args(template: str, os_name: str, release_channel: str) -> tuple[OperatingSystem, ReleaseChannel]:
     """The template flags every template task takes: its path, then its OS and Kubernetes version."""
     flags.required(template, "--template", TEMPLATE_HELP["template"])
-    return os_channel(os_name, kubernetes)
+    return os_channel(os_name, release_channel)
 
 
 def report(path: str, done: list[str], kept: list[str], warnings: list[str]) -> None:

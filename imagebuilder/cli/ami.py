@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, status_line, transfer_bars
+from imagebuilder.cli._common import cli_task, status_line, task, transfer_bars
 from imagebuilder.core import grammar
 
 
@@ -20,7 +19,6 @@ from imagebuilder.core import grammar
         "wait": "follow the export task to its end, with progress; exit 1 if it fails",
         "dry_run": "check the manifest, the AMI, the bucket (and its region) and the role; export nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def export(

@@ -5,10 +5,9 @@ key of a KMS or token key, for those who verify without access to the KMS (``ima
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, task
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.untrusted import printable
 
@@ -23,7 +22,6 @@ KEY_HELP += " pkcs11:token=<label>;id=<id> (PIN in $IMAGE_BUILDER_HSM_PIN; defau
         "image": "the image it is about (default: the file its subject names, beside it)",
         "dry_run": "check the statement against the image and SBOM, and the key by one signature; write nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def sign(c: Context, provenance: str = "", signing_key: str = "", image: str = "", dry_run: bool = False) -> None:
@@ -54,7 +52,6 @@ def sign(c: Context, provenance: str = "", signing_key: str = "", image: str = "
         "key": "the key: awskms:..., hsm:... or pkcs11:... (its public half is read from the KMS or token)",
         "dest": "where to write the PEM public key (refused if it exists and holds another key)",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def public_key(c: Context, key: str = "", dest: str = "") -> None:

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, print_json, raw, status_line
+from imagebuilder.cli._common import cli_task, print_json, raw, status_line, task
 from imagebuilder.core.errors import InputError, require_flags
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ HELP = {
     "dry_run": "validate every input and print the plan; build nothing",
     "output": "plan format: text (default) or json",
     "offline": "do not fetch the release manifest from the network (mirrors are still read)",
-    "skip_check": "skip this preflight check (repeatable; see 'image-builder preflight --help')",
+    "skip_check": "skip this preflight check (comma-separated or repeated; see 'image-builder preflight --help')",
     "min_disk_gb": "free disk the build workspace needs, in GiB (default {=min_disk_gb}, spec 8)",
     "disk_gb": "size of the image's disk in GiB (default {=disk_gb}, spec 8)",
     "keep_on_error": "keep the build workspace when the build fails (it is removed otherwise)",
@@ -164,7 +163,7 @@ def _arch_configs(value: str, flag: str) -> dict[str | None, str]:
     return out
 
 
-@task(help=HELP, iterable=["skip_check"], auto_shortflags=False, default=True)
+@task(help=HELP, iterable=["skip_check"], default=True)
 @cli_task
 def build(
     c: Context,
@@ -215,7 +214,8 @@ def build(
     # the required flags first: a command missing them is answered before anything heavy is imported
     require_flags(("--os", os), ("--hypervisor", hypervisor), ("--release-channel", release_channel))
     flags.choice(output, "--output", ("text", "json"))
-    check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
+    skips = flags.comma_list(skip_check, "--skip-check") if skip_check else []
+    check_skips(skips)  # here, so a dry run refuses what the real run would
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     flags.dest_dir(output_dir, "--output-dir")
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
@@ -269,7 +269,7 @@ def build(
     if dry_run:
         return
     with status_line(f"building {plan.output_name}") as status:
-        result = flows.run_build(prepared, skip_checks=skip_check or [], min_disk_gb=min_disk,
+        result = flows.run_build(prepared, skip_checks=skips, min_disk_gb=min_disk,
                                  keep_on_error=keep_on_error, signer=signer, say=print, status=status)  # fmt: skip
     if result.artifact:
         print(f"image:    {result.artifact}\nsha256:   {result.sha256}")
@@ -300,19 +300,20 @@ MATRIX_HELP = {
     **{k: v for k, v in HELP.items() if k not in ("name", "output", "release_manifest", "eksa_release", "arch")},
     "release_manifest": "release manifest (path or URL) to build instead of the channel's (a release built from"
     " source, a distro's newer one): with one --release-channel, the manifest's",
-    "arch": "architectures, comma-separated: {=arches}, or both (each entry for each; a pair not"
+    "arch": "architectures, comma-separated or repeated: {=arches}, or both (each entry for each; a pair not"
     " built for one is refused naming why; give each its source image: --baremetal-config FILE,arm64=ARM64-FILE)",
-    "os": "OSes, comma-separated (each with each --hypervisor); or use --pairs",
-    "hypervisor": "providers, comma-separated",
-    "pairs": "os:provider pairs, comma-separated (ubuntu:baremetal,ubuntu:vsphere), instead of --os/--hypervisor",
-    "release_channel": "release channels, comma-separated: each of {=channels}",
+    "os": "OSes, comma-separated or repeated (each with each --hypervisor); or use --pairs",
+    "hypervisor": "providers, comma-separated or repeated",
+    "pairs": "os:provider pairs, comma-separated or repeated (ubuntu:baremetal,ubuntu:vsphere), instead of"
+    " --os/--hypervisor",
+    "release_channel": "release channels, comma-separated or repeated: each of {=channels}",
     "jobs": "builds at once (default: what this host's cores and memory hold)",
     "force": "rebuild outputs whose build manifest records the same inputs (default: skipped)",
     "layer_cache": "where OS layers are kept (default ~/.cache/image-builder/layers; $IMAGE_BUILDER_LAYER_CACHE)",
     "layer_only": "build (or find) the OS layers only: a CI job that the per-image jobs share",
     "emit": "github-actions or gitlab-ci: write the CI definition that runs this matrix, one build per job",
     "emit_file": "where --emit writes (default: stdout)",
-    "runs_on": "runner labels of the emitted jobs, comma-separated (default self-hosted,linux,x64)",
+    "runs_on": "runner labels of the emitted jobs, comma-separated or repeated (default self-hosted,linux,x64)",
     "ci_publish": "with --emit and --ci-sign: a last job publishes every image in one repository version"
     " (image.publish) to this folder or s3://bucket/prefix (credentials from the CI's secrets, never in the URL)",
     "ci_concurrency": "with --emit: image jobs at once (GitHub's max-parallel; GitLab: the runners' limit)",
@@ -322,14 +323,14 @@ MATRIX_HELP = {
 }
 
 
-@task(help=MATRIX_HELP, iterable=["skip_check"], auto_shortflags=False)
+@task(help=MATRIX_HELP, iterable=["skip_check", "os", "hypervisor", "pairs", "release_channel", "arch", "runs_on"])
 @cli_task
 def matrix(
     c: Context,
-    os: str | None = None,
-    hypervisor: str | None = None,
-    pairs: str | None = None,
-    release_channel: str | None = None,
+    os: list[str] | None = None,
+    hypervisor: list[str] | None = None,
+    pairs: list[str] | None = None,
+    release_channel: list[str] | None = None,
     os_version: str | None = None,
     vsphere_config: str | None = None,
     platform_config: str | None = None,
@@ -356,7 +357,7 @@ def matrix(
     layer_only: bool = False,
     emit: str | None = None,
     emit_file: str | None = None,
-    runs_on: str | None = None,
+    runs_on: list[str] | None = None,
     ci_publish: str | None = None,
     ci_concurrency: str | None = None,
     ci_sign: bool = False,
@@ -366,7 +367,7 @@ def matrix(
     packer: str | None = None,
     packer_plugins: str | None = None,
     signing_key: str | None = None,
-    arch: str | None = None,
+    arch: list[str] | None = None,
     release_manifest: str | None = None,
 ) -> None:
     """Build many images at once: every pair and channel, one OS layer per OS shared by its channels.
@@ -409,7 +410,8 @@ def matrix(
     n_jobs = flags.integer(jobs, "--jobs", 1, 64) if jobs else None
     from imagebuilder.core.hostinfo import check_skips
 
-    check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
+    skips = flags.comma_list(skip_check, "--skip-check") if skip_check else []
+    check_skips(skips)  # here, so a dry run refuses what the real run would
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     if emit:
         flags.choice(emit, "--emit", ("github-actions", "gitlab-ci"))
@@ -485,7 +487,7 @@ def matrix(
         return
     cache = Path(layer_cache).resolve() if layer_cache else None
     with status_line("matrix") as status:
-        rows = flows.run_matrix(prepared, skip_checks=skip_check or [], min_disk_gb=min_disk, jobs=n_jobs, force=force,
+        rows = flows.run_matrix(prepared, skip_checks=skips, min_disk_gb=min_disk, jobs=n_jobs, force=force,
                                 layer_cache=cache, layer_only=layer_only, keep_on_error=keep_on_error, signer=signer,
                                 say=print, status=status)  # fmt: skip
     print_matrix(rows)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, status_line
+from imagebuilder.cli._common import cli_task, status_line, task
 
 
 @task(
@@ -18,7 +17,6 @@ from imagebuilder.cli._common import cli_task, status_line
         "format": "QCOW2 (default, the CloudStack build's output) or RAW",
         "dry_run": "look up the zone, the OS type and an existing template; register nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def template_register(

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, task
 
 
 @task(
@@ -16,7 +15,6 @@ from imagebuilder.cli._common import cli_task
         "offline": "static checks only; do not connect to vCenter",
     },
     iterable=["file"],
-    auto_shortflags=True,
 )
 @cli_task
 def validate(c: Context, file: list[str] | None = None, offline: bool = False) -> None:

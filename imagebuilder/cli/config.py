@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, print_json
+from imagebuilder.cli._common import cli_task, print_json, task
 from imagebuilder.core.errors import InputError, did_you_mean
 
 
@@ -28,7 +27,6 @@ def _provider_name(value: str) -> str:
         "dest": "write the schema to this file instead of printing it",
         "customize": "the schema of customize.yaml (spec 4.8) instead of a provider config",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def schema(c: Context, provider: str = "", dest: str = "", customize: bool = False) -> None:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import StepClock, cli_task, status_line
+from imagebuilder.cli._common import StepClock, cli_task, status_line, task
 from imagebuilder.cli.image import print_findings
 from imagebuilder.core.errors import ExternalError
 
@@ -20,14 +19,13 @@ from imagebuilder.core.errors import ExternalError
         "standin": "the quick flow: a stand-in release (its binaries are scripts), verified to a login prompt",
         "disk_gb": "image disk size in GiB (default 4: a demo image)",
         "no_boot": "skip the boot test and the node check of the built image",
-        "skip_check": "preflight check to skip (repeatable)",
+        "skip_check": "preflight checks to skip (comma-separated or repeated)",
         "dry_run": "print the steps; do nothing",
         "engine": "auto (default: the fastest this host supports), chroot or packer",
         "signing_key": "key that signs the image's provenance, as build takes it (a PEM file, awskms:..., hsm:... or"
         " pkcs11:...; default: $IMAGE_BUILDER_SIGNING_KEY; none: unsigned)",
     },
     iterable=["skip_check"],
-    auto_shortflags=False,
 )
 @cli_task
 def demo(
@@ -56,7 +54,8 @@ def demo(
     out = flags.dest_dir(dest, "--dest")
     size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
     flags.choice(engine, "--engine", ("auto", "chroot", "packer"))
-    check_skips(skip_check or [])  # here, so a dry run refuses what the real run would
+    skips = flags.comma_list(skip_check, "--skip-check") if skip_check else []
+    check_skips(skips)  # here, so a dry run refuses what the real run would
     from imagebuilder.cli.build import signer_for
 
     signer = signer_for(signing_key or None)  # read now: a bad key exits 2 before the base image is made
@@ -92,7 +91,7 @@ def demo(
             standin=standin,
             disk_gb=size,
             boot=not no_boot,
-            skip_checks=tuple(skip_check or ()),
+            skip_checks=tuple(skips),
             engine=engine,
             signer=signer,
             say=clock,

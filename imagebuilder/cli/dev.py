@@ -8,9 +8,8 @@ import tempfile
 from pathlib import Path
 
 from invoke.context import Context
-from invoke.tasks import task
 
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, task
 from imagebuilder.core import paths
 from imagebuilder.core.errors import ExternalError, InputError
 
@@ -30,7 +29,6 @@ STATIC_MODULE = "tests/integration/test_static_checks.py"
         "packer_plugins": "folder of Packer plugin binaries to install missing plugins from (Packer 1.7+; default:"
         " 'packer init')",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def lint(c: Context, packer: str | None = None, packer_plugins: str | None = None) -> None:
@@ -87,7 +85,6 @@ HARNESS = "tests/integration/adversarial/test_every_flag.py"
         "quick": "the edit-test loop: tests/unit (in-process: no program, socket, root or guest) and a tenth of the"
         " flag harness (tests/integration/adversarial/test_every_flag.py); about a minute",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, quick: bool = False) -> None:

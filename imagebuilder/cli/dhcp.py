@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, print_json
+from imagebuilder.cli._common import cli_task, print_json, task
 from imagebuilder.core import grammar
 from imagebuilder.core.errors import ExternalError, InputError
 
@@ -20,35 +19,37 @@ def _need(config: str) -> str:
     return str(flags.existing_file(flags.required(config, "--config", CONFIG_HELP), "--config"))
 
 
-#: the servers' names, checked before the DHCP modules load (a bad --server is answered at once); the same as
+#: the servers' names, checked before the DHCP modules load (a bad --dhcp-server is answered at once); the same as
 #: imagebuilder.host.dhcp.SERVERS' keys (tests/unit/test_untrusted_layer.py holds them equal)
 SERVER_NAMES = ("kea", "isc")
 SERVER_HELP = "kea or isc (default: the one installed here, else kea; the output says which and why)"
 
 
 @task(
+    flag_aliases={"dhcp_server": ("server",)},
     name="render",
     help={
         "config": CONFIG_HELP,
         "dest": "directory to write the server's files under, at their paths on the host (default ./dhcp)",
-        "server": SERVER_HELP,
+        "dhcp_server": SERVER_HELP,
         "dry_run": "print the files; write nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
-def render_files(c: Context, config: str = "", dest: str = "dhcp", server: str = "", dry_run: bool = False) -> None:
+def render_files(
+    c: Context, config: str = "", dest: str = "dhcp", dhcp_server: str = "", dry_run: bool = False
+) -> None:
     """Render the DHCP server's files (dhcpd.conf and its defaults file, or kea-dhcp4.conf) from the DHCP config.
 
     Examples:
-        image-builder dhcp.render --config dhcp.yaml --dest dhcp --server kea --dry-run
+        image-builder dhcp.render --config dhcp.yaml --dest dhcp --dhcp-server kea --dry-run
     """
     source = _need(config)
     out = flags.dest_dir(dest, "--dest")
     from imagebuilder.core.files import atomic_write
     from imagebuilder.host.dhcp import DhcpHost, choose, load_dhcp_config
 
-    chosen, why = choose(server or None)
+    chosen, why = choose(dhcp_server or None)
     pool = load_dhcp_config(source)
     print(f"server: {chosen.name} ({why})")
     for note in pool.notes:
@@ -64,17 +65,19 @@ def render_files(c: Context, config: str = "", dest: str = "dhcp", server: str =
 
 
 @task(
+    flag_aliases={"dhcp_server": ("server",)},
     name="install",
     help={
         "config": CONFIG_HELP,
         "prefix": "root of the DHCP host's files (default /; tests use a directory)",
-        "server": SERVER_HELP,
+        "dhcp_server": SERVER_HELP,
         "dry_run": "print what would change; change nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
-def install_server(c: Context, config: str = "", prefix: str = "/", server: str = "", dry_run: bool = False) -> None:
+def install_server(
+    c: Context, config: str = "", prefix: str = "/", dhcp_server: str = "", dry_run: bool = False
+) -> None:
     """On the DHCP host: install Kea or ISC dhcpd, check and write its files atomically, restart (rolled back to the
     previous files if it does not come up); leases are kept.
 
@@ -85,7 +88,7 @@ def install_server(c: Context, config: str = "", prefix: str = "/", server: str 
     root = flags.dest_dir(prefix, "--prefix")
     from imagebuilder.host.dhcp import DhcpHost, choose, install, load_dhcp_config
 
-    chosen, why = choose(server or None)
+    chosen, why = choose(dhcp_server or None)
     pool = load_dhcp_config(source)
     host = DhcpHost(root)
     print(f"server: {chosen.name} ({why})")
@@ -112,16 +115,16 @@ def install_server(c: Context, config: str = "", prefix: str = "/", server: str 
 
 
 @task(
+    flag_aliases={"dhcp_server": ("server",)},
     help={
-        "server": "kea or isc (default: as dhcp.install chooses)",
+        "dhcp_server": "kea or isc (default: as dhcp.install chooses)",
         "prefix": "root of the DHCP host's files (default /)",
         "all": "also list expired and released leases",
         "output": "text (default) or json",
     },
-    auto_shortflags=False,
 )
 @cli_task
-def leases(c: Context, server: str = "", prefix: str = "/", all: bool = False, output: str = "text") -> None:
+def leases(c: Context, dhcp_server: str = "", prefix: str = "/", all: bool = False, output: str = "text") -> None:
     """List the DHCP server's leases from its lease file: hostname, MAC, IP, expiry.
 
     Examples:
@@ -129,11 +132,11 @@ def leases(c: Context, server: str = "", prefix: str = "/", all: bool = False, o
     """
     root = flags.existing_dir(prefix, "--prefix")
     flags.choice(output, "--output", ("text", "json"))
-    if server:
-        flags.choice(server, "--server", SERVER_NAMES)
+    if dhcp_server:
+        flags.choice(dhcp_server, "--dhcp-server", SERVER_NAMES)
     from imagebuilder.host.dhcp import DhcpHost, choose, current
 
-    chosen, _ = choose(server or None)
+    chosen, _ = choose(dhcp_server or None)
     found = chosen.leases(DhcpHost(root))
     shown = sorted(found, key=lambda x: tuple(int(p) for p in x.ip.split("."))) if all else current(found)
     if output == "json":
@@ -152,7 +155,6 @@ def leases(c: Context, server: str = "", prefix: str = "/", all: bool = False, o
         "interface": "interface to capture on (UDP 67/68)",
         "timeout": "seconds to wait for a request and its ACK (default 60)",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
@@ -184,7 +186,7 @@ def verify(c: Context, interface: str = "", timeout: str = "60") -> None:
     print(f"DHCP works on {interface}: request from {ack.client_mac} acknowledged with {ack.your_ip}")
 
 
-@task(auto_shortflags=False)
+@task()
 @cli_task
 def schema(c: Context) -> None:
     """Print the JSON Schema of the DHCP config file.

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, task
 
 
 @task(
@@ -13,12 +12,11 @@ from imagebuilder.cli._common import cli_task
         "dir": "the documentation folder to update (default: the checkout's docs/)",
         "dry_run": "say which pages would change; write nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def docs(c: Context, dir: str = "", dry_run: bool = False) -> None:
     """Regenerate the generated sections of docs/: the config reference from the models, the module table from the
-    module docstrings.
+    module docstrings, the names and flag names from the catalog and the tasks.
 
     Examples:
         image-builder docs --dry-run
@@ -27,9 +25,10 @@ def docs(c: Context, dir: str = "", dry_run: bool = False) -> None:
     from imagebuilder.core import paths
 
     folder = flags.existing_dir(dir, "--dir") if dir else paths.require_checkout("docs") / "docs"
+    from imagebuilder.cli._help import CLI_SECTIONS
     from imagebuilder.docs import update_docs
 
-    changed = update_docs(folder, write=not dry_run)
+    changed = update_docs(folder, write=not dry_run, extra=tuple(CLI_SECTIONS))
     if not changed:
         print(f"up to date: {folder}")
     for page in changed:

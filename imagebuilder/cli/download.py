@@ -6,19 +6,19 @@ import os
 from pathlib import Path
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import _help as helptext
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, transfer_bars
+from imagebuilder.cli._common import cli_task, task, transfer_bars
 
-KUBE_HELP = "Kubernetes minor version {=minors} (default: KUBEVERSION from the environment)"
+KUBE_HELP = "the release line: {=channels} (or {=minors}; default: KUBEVERSION from the environment)"
 
 
 @task(
+    flag_aliases={"release_channel": ("kubernetes",)},
     help={
         "variant": "vsphere (the OVA) or baremetal (the raw image, written as gzip)",
-        "kubernetes": KUBE_HELP,
+        "release_channel": KUBE_HELP,
         "dest": "directory to write into (default ./os1; may already exist)",
         "root": "root.json to start from: a file or URL (default: the OS-1 cache host's)",
         "root_sha512": "SHA-512 root.json must have (default: the one pinned in config/profile.yaml)",
@@ -26,13 +26,12 @@ KUBE_HELP = "Kubernetes minor version {=minors} (default: KUBEVERSION from the e
         "targets_url": "TUF targets URL (default per spec 4.5)",
         "dry_run": "check the root and the signed metadata, print the target; download nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def bottlerocket(
     c: Context,
     variant: str = "",
-    kubernetes: str = "",
+    release_channel: str = "",
     dest: str = "os1",
     root: str = "",
     root_sha512: str = "",
@@ -43,13 +42,15 @@ def bottlerocket(
     """Download an OS-1 image over TUF: pinned root, verified metadata, one verified pass (spec 4.5).
 
     Examples:
-        image-builder download.bottlerocket --variant baremetal --kubernetes {=newest_minor} --dry-run
+        image-builder download.bottlerocket --variant baremetal --release-channel {=newest_channel} --dry-run
     """
     from imagebuilder.release.os1_variants import VARIANTS
 
     flags.choice(flags.required(variant, "--variant", " or ".join(VARIANTS)), "--variant", VARIANTS)
     kube = flags.required(
-        kubernetes or os.environ.get("KUBEVERSION"), "--kubernetes", helptext.render("{=minors}, or KUBEVERSION set")
+        release_channel or os.environ.get("KUBEVERSION"),
+        "--release-channel",
+        helptext.render("{=channels}, or KUBEVERSION set"),
     )
     out = flags.dest_dir(dest, "--dest")
     for flag, value in (("--metadata-url", metadata_url), ("--targets-url", targets_url)):
@@ -86,7 +87,6 @@ def bottlerocket(
         "manifest": "bundle manifest file or URL (default: the profile's bundle on the assets host)",
         "dry_run": "read the manifest and print what would be downloaded; download nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = False) -> None:
@@ -127,7 +127,6 @@ def hook(c: Context, dest: str = "hook", manifest: str = "", dry_run: bool = Fal
         "dest": "directory to write into (default .; may already exist)",
         "dry_run": "check the root and the signed metadata, print the target; download nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def image(c: Context, repo: str = "", root: str = "", root_sha512: str = "", target: str = "", dest: str = ".",

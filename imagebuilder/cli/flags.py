@@ -208,14 +208,41 @@ def grammar_of(parse: Callable[[str], str], value: str, flag: str) -> str:
     return _typed(flag, value, parse)
 
 
-def comma_list(value: str | None, flag: str) -> list[str]:
-    """A comma-separated list of distinct values (``--os ubuntu,redhat``)."""
-    items = [v.strip() for v in (value or "").split(",") if v.strip()]
+def comma_list(value: str | list[str] | None, flag: str) -> list[str]:
+    """A list of distinct values, comma-separated, repeated, or both (``--os ubuntu,redhat``, ``--os ubuntu --os
+    redhat``): every list flag takes both (issue 61; a task declares it ``iterable`` for the repetition)."""
+    joined = ",".join(value) if isinstance(value, list) else (value or "")
+    items = [v.strip() for v in joined.split(",") if v.strip()]
     if not items:
         raise InputError("is empty", field=flag, expected="a comma-separated list")
     if len(set(items)) != len(items):
-        raise InputError(f"lists a value twice: {value}", field=flag, expected="each value once")
+        raise InputError(f"lists a value twice: {joined}", field=flag, expected="each value once")
     return items
+
+
+#: what a switch's value may be, when one is given (``--insecure=false``)
+_SWITCH_VALUES = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+
+def switch(value: str | bool | None, flag: str) -> bool | None:
+    """A switch that may carry a value: given alone, on; ``=true``/``=false`` (and yes/no, on/off, 1/0) as said;
+    not given, None (the caller's default). Anything else is bad input, never "true" because it is not empty."""
+    if value is None or isinstance(value, bool):
+        return value
+    key = value.strip().lower()
+    if key not in _SWITCH_VALUES:
+        raise InputError(f"{untrusted.shown(value, 40)!r} is not on or off", field=flag,
+                         expected=f"{flag} alone, or {flag}=true|false")  # fmt: skip
+    return _SWITCH_VALUES[key]
 
 
 def choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
@@ -286,7 +313,7 @@ FLAG_KINDS: dict[str, str] = {
     "customize": "document", "files_config": "document", "provenance": "document", "release_manifest": "document",
     "signing_key": "key", "key": "key", "new_key": "key",
     "url": "url", "base_url": "url", "metadata_url": "url", "targets_url": "url", "http_proxy": "url",
-    "https_proxy": "url", "server": "choice", "ci_publish": "url",
+    "https_proxy": "url", "server": "text", "dhcp_server": "choice", "ci_publish": "url",
     "disk_gb": "number", "min_disk_gb": "number", "size_gb": "number", "port": "number", "jobs": "number",
     "threshold": "number", "ci_concurrency": "number", "ansible_verbosity": "number",
     "timeout": "duration", "boot_timeout": "duration", "node_timeout": "duration", "expires": "text",

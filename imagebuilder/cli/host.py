@@ -4,16 +4,16 @@ killed runs left behind."""
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, task
 from imagebuilder.core import grammar
 
 
 @task(
     help={
-        "hypervisor": "providers this host builds for (repeatable); baremetal/cloudstack add the QEMU packages",
+        "hypervisor": "providers this host builds for (comma-separated or repeated); baremetal/cloudstack add the QEMU"
+        " packages",
         "user": "the dedicated build user to create (default from config/host.yaml: {=build_user})",
         "root": "filesystem to prepare (default /; a chroot directory for testing)",
         "http_proxy": "HTTP_PROXY for the build user's shells (spec 4.3)",
@@ -22,7 +22,6 @@ from imagebuilder.core import grammar
         "dry_run": "print what would change; change nothing",
     },
     iterable=["hypervisor"],
-    auto_shortflags=False,
 )
 @cli_task
 def prepare(
@@ -43,7 +42,9 @@ def prepare(
     from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
-    providers = tuple(catalog.provider(h).name for h in hypervisor or [])
+    providers = tuple(
+        catalog.provider(h).name for h in (flags.comma_list(hypervisor, "--hypervisor") if hypervisor else [])
+    )
     if user:
         flags.grammar_of(grammar.linux_user, user, "--user")
     for flag, value in (("--http-proxy", http_proxy), ("--https-proxy", https_proxy)):
@@ -76,7 +77,7 @@ def prepare(
 
 @task(help={"dry_run": "list what would be released, with the run that left each; release nothing",
             "output_dir": "also look for half-written outputs of killed runs in this folder (repeatable)"},
-      iterable=["output_dir"], auto_shortflags=False)  # fmt: skip
+      iterable=["output_dir"])  # fmt: skip
 @cli_task
 def clean(c: Context, dry_run: bool = False, output_dir: list[str] | None = None) -> None:
     """Release what runs that were killed (SIGKILL, out of memory, power cut) left behind: the processes they

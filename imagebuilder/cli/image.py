@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import FileFlag, cli_task, status_line
+from imagebuilder.cli._common import cli_task, status_line, task
 from imagebuilder.core.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
         "arch": "amd64 (default) or arm64: Debian's packages of that architecture (arm64 on another host runs them"
         " through qemu-user-static), GRUB's EFI loader for it",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def base(
@@ -82,16 +80,17 @@ def print_findings(findings: list[Finding]) -> None:
 
 
 @task(
+    flag_aliases={"node_check": ("kubernetes",)},
     help={
         "image": "the built image: .gz (bare metal), .ova, .qcow2 or raw",
         "manifest": "its build manifest (default: <name>.build-manifest.json beside the image)",
         "no_boot": "skip the boot test (offline checks only)",
         "boot_timeout": "seconds to wait for the login prompt (default 600)",
-        "kubernetes": "the node check: run the image's own control plane on this host, boot the image to kubeadm join "
+        "node_check": "the node check: run the image's own control plane on this host, boot the image to kubeadm join "
         "it offline, and check the node Ready, kube-proxy, CoreDNS and a test pod Running (needs a real release's "
         "image)",
         "node_timeout": "seconds the node check may take in all (default 2400; TCG is slow)",
-        "join": "with --kubernetes: a second copy of the image joins too, as a second node, and the test pod runs "
+        "join": "with --node-check: a second copy of the image joins too, as a second node, and the test pod runs "
         "there",
         "provenance": "check this provenance (<name>.intoto.json) instead of the image's contents: its signature by"
         " --public-key, its subject against the image, the SBOM it names against the file beside it",
@@ -100,7 +99,6 @@ def print_findings(findings: list[Finding]) -> None:
         "arch": "amd64 or arm64: the architecture the image must be built for (default: the one its build manifest"
         " records); another one recorded is refused before anything is checked",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def verify(
@@ -109,19 +107,19 @@ def verify(
     manifest: str = "",
     no_boot: bool = False,
     boot_timeout: str = "600",
-    kubernetes: bool = False,
+    node_check: bool = False,
     node_timeout: str = "2400",
     join: bool = False,
     provenance: str = "",
     public_key: str = "",
     arch: str = "",
 ) -> None:
-    """Check a built image with testinfra (mounted read-only) and boot it to a login prompt; with --kubernetes,
+    """Check a built image with testinfra (mounted read-only) and boot it to a login prompt; with --node-check,
     bring a node up on it and check it is Ready; with --provenance, check its signed provenance and SBOM.
 
     Examples:
         image-builder image.verify --image ubuntu.gz --no-boot
-        image-builder image.verify --image ubuntu.gz --kubernetes --join
+        image-builder image.verify --image ubuntu.gz --node-check --join
     """
     path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
     from imagebuilder.release.catalog import check_arch
@@ -133,11 +131,11 @@ def verify(
                              expected="--arch without --provenance")  # fmt: skip
         _verify_provenance(path, provenance, public_key)
         return
-    if kubernetes and no_boot:
-        raise InputError("--kubernetes boots the image, --no-boot says not to", field="--no-boot",
+    if node_check and no_boot:
+        raise InputError("--node-check boots the image, --no-boot says not to", field="--no-boot",
                          expected="one of them")  # fmt: skip
-    if join and not kubernetes:
-        raise InputError("--join is a part of the node check", field="--join", expected="--kubernetes --join")
+    if join and not node_check:
+        raise InputError("--join is a part of the node check", field="--join", expected="--node-check --join")
     node_seconds = flags.duration(node_timeout, "--node-timeout", 60, 14400)
     boot_seconds = flags.duration(boot_timeout, "--boot-timeout", 10, 7200)
     expected = flags.existing_file(manifest, "--manifest") if manifest else None
@@ -149,7 +147,7 @@ def verify(
             manifest=expected,
             boot=not no_boot,
             boot_timeout=boot_seconds,
-            kubernetes=kubernetes,
+            kubernetes=node_check,
             node_timeout=node_seconds,
             join=join,
             expected_arch=wanted,
@@ -196,7 +194,6 @@ def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:
         "dry_run": "check everything (image, SBOM, provenance, keys, repository); upload and sign nothing",
     },
     iterable=["image"],
-    auto_shortflags=False,
 )
 @cli_task
 def publish(c: Context, image: list[str] | None = None, repo: str = "", keys: str = "", target_name: str = "",
@@ -248,7 +245,6 @@ def publish(c: Context, image: list[str] | None = None, repo: str = "", keys: st
         "public_key": "check the provenance's signature with this PEM public key (or KMS/token reference) first",
         "dry_run": "check the provenance and that every input is here with its recorded digest; build nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def rebuild(c: Context, provenance: str = "", mirror: str = "", source_image: str = "", config: str = "",
@@ -305,7 +301,6 @@ def rebuild(c: Context, provenance: str = "", mirror: str = "", source_image: st
         "output": "text (default) or json",
         "any_arch": "compare images of different architectures too (refused by default: everything differs)",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def diff(c: Context, image: str = "", against: str = "", output: str = "text", any_arch: bool = False) -> None:
@@ -334,9 +329,10 @@ def diff(c: Context, image: str = "", against: str = "", output: str = "text", a
 
 
 @task(
+    flag_aliases={"customize": ("file", "f")},
     help={
         "image": "the image to customize: a bare-metal .gz or raw disk, a qcow2, or a local OVA (never modified)",
-        "file": "customize.yaml (spec 4.8): user, CA certificates, registry credentials, extra packages",
+        "customize": "customize.yaml (spec 4.8): user, CA certificates, registry credentials, extra packages",
         "dest": "the customized image, in the input's format (a .gz stays .gz, an OVA is repacked)",
         "keep_user": "keep the customization user and its key in the image (a way into every clone: warned)",
         "force": "replace an existing --dest (default: an existing one is left alone)",
@@ -346,14 +342,12 @@ def diff(c: Context, image: str = "", against: str = "", output: str = "text", a
         " provenance (default:"
         " $IMAGE_BUILDER_SIGNING_KEY; none: no provenance, the SBOM is still written)",
     },
-    auto_shortflags=False,
-    klass=FileFlag,
 )
 @cli_task
 def customize(
     c: Context,
     image: str = "",
-    file: str = "",
+    customize: str = "",
     dest: str = "",
     keep_user: bool = False,
     force: bool = False,
@@ -365,11 +359,13 @@ def customize(
     SSH, clean up, seal, and write the result atomically in the input's format.
 
     Examples:
-        image-builder image.customize --image ubuntu.gz --file customize.yaml --dest custom/ubuntu.gz --dry-run
+        image-builder image.customize --image ubuntu.gz --customize customize.yaml --dest custom/ubuntu.gz --dry-run
     """
     source = flags.existing_file(flags.required(image, "--image", "an image file"), "--image")
     target = flags.dest_file(flags.required(dest, "--dest", "a path for the customized image"), "--dest")
-    customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")
+    customize_file = flags.existing_file(
+        flags.required(customize, "-f/--customize", "customize.yaml"), "-f/--customize"
+    )
     seconds = flags.duration(timeout, "--timeout", 30, 86400)
     from imagebuilder import flows
     from imagebuilder.cli.build import signer_for

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import _help as helptext
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, transfer_bars
+from imagebuilder.cli._common import cli_task, task, transfer_bars
 
 
 @task(
+    iterable=["arch"],
     help={
         "release_channel": "channel whose release manifest to mirror: {=channels} (config/release-channels.yaml)",
         "eksa_release": "mirror what this product release pins for the channel, vX.Y.Z: its release index, bundle, the"
@@ -24,9 +24,8 @@ from imagebuilder.cli._common import cli_task, transfer_bars
         "runtime": "the runtime the builds from this mirror take, as build --runtime: release (default: for a release"
         " that ships none, the line's containerd, runc and crictl from their projects' releases, with their checksum"
         " files) or os (the OS's package: none is carried)",
-        "arch": "the architectures whose artifacts it carries, comma-separated: amd64 (default), arm64 or amd64,arm64",
+        "arch": "the architectures whose artifacts it carries, comma-separated or repeated: {=arches}, or both",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def create(
@@ -39,7 +38,7 @@ def create(
     packer_plugins: str = "",
     eksa_release: str = "",
     runtime: str = "",
-    arch: str = "",
+    arch: list[str] | None = None,
 ) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths.
 

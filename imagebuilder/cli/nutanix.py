@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, status_line, transfer_bars
+from imagebuilder.cli._common import cli_task, status_line, task, transfer_bars
 from imagebuilder.core import grammar
 from imagebuilder.core.errors import InputError
 
@@ -23,7 +22,6 @@ from imagebuilder.core.errors import InputError
         "force": "replace an image of that name whose content differs (without it that is an error)",
         "dry_run": "check the config, the source and what Prism holds under that name; create nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def image_upload(

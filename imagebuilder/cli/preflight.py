@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, task
 from imagebuilder.core.hostinfo import CHECKS
 
 
@@ -21,7 +20,6 @@ from imagebuilder.core.hostinfo import CHECKS
         "arch": "the image's architecture: amd64 (default) or arm64 (its programs must run here: qemu-user)",
     },
     iterable=["skip_check"],
-    auto_shortflags=False,
 )
 @cli_task
 def preflight(
@@ -49,9 +47,10 @@ def preflight(
     catalog.os(os)
     catalog.provider(hypervisor)
     target = check_arch(arch) if arch else ARCHES[0]
-    check_skips(skip_check or [])
+    skips = flags.comma_list(skip_check, "--skip-check") if skip_check else []
+    check_skips(skips)
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
     from imagebuilder.host.preflight import require
 
-    require(os, hypervisor, skip_check or [], min_disk, say=print, packer=packer, plugins=plugin_dir, arch=target)
+    require(os, hypervisor, skips, min_disk, say=print, packer=packer, plugins=plugin_dir, arch=target)

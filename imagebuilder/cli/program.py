@@ -79,7 +79,8 @@ def flag_spec(arg: Argument) -> str:
     """``--disk-gb=GIB``, ``-f FILE, --file=FILE``, ``--dry-run``: the names of one flag and what its value is."""
     value = "" if arg.kind is bool else helptext.placeholder(arg.name or "")
     specs = []
-    for name in sorted(arg.names, key=lambda n: (len(n) > 1, n)):
+    canonical = (arg.name or "").replace("_", "-")
+    for name in sorted(arg.names, key=lambda n: (len(n) > 1, n.replace("_", "-") != canonical)):
         if len(name) == 1:
             shown = f" [{value}]" if arg.optional else f" {value}"
             specs.append(f"-{name}" + (shown if value else ""))
@@ -92,7 +93,7 @@ def flag_spec(arg: Argument) -> str:
 def _flag_help(arg: Argument) -> str:
     text = helptext.render(arg.help or "")
     if arg.kind is list and "repeat" not in text:
-        text += " (repeatable)"
+        text += " (repeatable)"  # a list of paths: a path may hold a comma, so these are repeated only
     return text
 
 
@@ -271,6 +272,10 @@ def exit_2_on_bad_flags() -> None:
 
 
 exit_2_on_bad_flags()
+if not helptext.CLI_SECTIONS:
+    helptext.CLI_SECTIONS.append(
+        ("building.md", helptext.FLAGS_START, helptext.FLAGS_END, lambda: helptext.flag_names_table(namespace))
+    )
 
 program = ImageBuilderProgram(namespace=namespace, name="image-builder", binary="image-builder", version=__version__)
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, status_line
+from imagebuilder.cli._common import cli_task, status_line, task
 
 
 @task(
+    iterable=["arch"],
     help={
         "kubernetes": "the Kubernetes release to build, e.g. {=demo_kubernetes} ({=oldest_source_release} or newer)",
         "containerd": "the containerd release the node runtime is built from (default: the one the line's bundle "
@@ -17,17 +17,16 @@ from imagebuilder.cli._common import cli_task, status_line
         "dest": "directory to lay the release out in, at its URLs' paths (default ./release)",
         "base_url": "where the release will be served from (default: a name that never resolves; read it from "
         "the directory or a mirror)",
-        "arch": "the architectures to build, comma-separated: {=arches}, or both (one manifest "
+        "arch": "the architectures to build, comma-separated or repeated: {=arches}, or both (one manifest "
         "lists both, as the distro's do; arm64 is cross-compiled: Debian's gcc-aarch64-linux-gnu for its C parts)",
         "dry_run": "check the flags and the tools (go, gcc and the cross gcc; apt-get until Debian's packages are "
         "cached) and print what would be built; build nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def build(
     c: Context, kubernetes: str = "", dest: str = "release", base_url: str = "", containerd: str = "",
-    arch: str = "", dry_run: bool = False,
+    arch: list[str] | None = None, dry_run: bool = False,
 ) -> None:  # fmt: skip
     """Build a Kubernetes release from upstream source: binaries, etcd, CoreDNS, pause, the node's container runtime
     (containerd, runc, crictl), CNI plugins and the control-plane images, in the distro's manifest format (cached by

@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, task
 from imagebuilder.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -45,7 +44,6 @@ def _counts(text: str, flag: str, defaults: dict[str, int], lo: int = 1, hi: int
         "timestamp=1; e.g. root=3 for a threshold of root keys)",
         "type": "ed25519 (default), ecdsa or rsa",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def keygen(c: Context, dest: str = "", roles: str = "", type: str = "ed25519") -> None:
@@ -79,7 +77,6 @@ def keygen(c: Context, dest: str = "", roles: str = "", type: str = "ed25519") -
         "expires": EXPIRES_HELP,
         "dry_run": "check the keys and the repository; write nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def init(c: Context, repo: str = "", keys: str = "", threshold: str = "", expires: str = "",
@@ -113,7 +110,6 @@ def init(c: Context, repo: str = "", keys: str = "", threshold: str = "", expire
         "targets": "re-sign the targets metadata too (its own expiry is due)",
         "dry_run": "check the keys and the repository; write nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def refresh(c: Context, repo: str = "", keys: str = "", expires: str = "", targets: bool = False,
@@ -146,7 +142,6 @@ def refresh(c: Context, repo: str = "", keys: str = "", expires: str = "", targe
         "dry_run": "check the keys and the repository; write nothing",
     },
     iterable=["new_key"],
-    auto_shortflags=False,
 )
 @cli_task
 def rotate(c: Context, repo: str = "", keys: str = "", role: str = "", new_key: list[str] | None = None,

@@ -6,10 +6,9 @@ import errno
 import sys
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, task
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.host.serve import ALL_INTERFACES, DEFAULT_PORT
 
@@ -27,7 +26,6 @@ from imagebuilder.host.serve import ALL_INTERFACES, DEFAULT_PORT
         "dry_run": "check everything (the folder, the access log, that the address can be listened on) and print what"
         " would be served, or with --nginx-config the site; serve or write nothing",
     },
-    auto_shortflags=False,
 )
 @cli_task
 def serve(

@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import _vsphere, flags
-from imagebuilder.cli._common import FileFlag, cli_task, status_line, transfer_bars
+from imagebuilder.cli._common import cli_task, status_line, task, transfer_bars
 from imagebuilder.core.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
@@ -18,11 +17,12 @@ if TYPE_CHECKING:
 
 
 @task(
+    flag_aliases={"release_channel": ("kubernetes",)},
     name="import",
     help={
         "ova": "the OVA: a local path (uploaded with progress) or an http(s) URL (vCenter pulls it)",
         "os": _vsphere.OS_HELP,
-        "kubernetes": _vsphere.KUBE_HELP,
+        "release_channel": _vsphere.KUBE_HELP,
         "from_file": "import several templates in one session: a YAML list of {ova, os, kubernetes[, name]}",
         "name": "template name (default: <os>-kubernetes-<maj>-<min>-<distro>-<n>, e.g. {=template_name_example})",
         "library": "content library (default from the profile; created, datastore backed, when missing)",
@@ -35,14 +35,13 @@ if TYPE_CHECKING:
         "dry_run": "print the steps; change nothing",
         **_vsphere.CONNECTION_HELP,
     },
-    auto_shortflags=False,
 )
 @cli_task
 def import_ova(
     c: Context,
     ova: str = "",
     os: str = "",
-    kubernetes: str = "",
+    release_channel: str = "",
     from_file: str = "",
     name: str = "",
     library: str = "",
@@ -54,32 +53,32 @@ def import_ova(
     jobs: int = 4,
     dry_run: bool = False,
     server: str = "",
-    insecure: bool | None = None,
+    insecure: str | bool | None = None,
     thumbprint: str = "",
 ) -> None:
     """Import OVAs as tagged templates: library, deploy (thin, off), OS-1 disk resize, snapshot, template, tags.
 
     Examples:
-        image-builder template.import --ova ubuntu.ova --os ubuntu --kubernetes {=newest_minor} --dry-run
+        image-builder template.import --ova ubuntu.ova --os ubuntu --release-channel {=newest_channel} --dry-run
     """
     if not from_file:  # the flags first: a mistyped one is answered before the vSphere modules load
         flags.url_or_file(flags.required(ova, "--ova", "a local OVA path or an http(s) URL"), "--ova")
-        _vsphere.os_channel(os, kubernetes)
+        _vsphere.os_channel(os, release_channel)
     tgt = _vsphere.target(server, insecure, thumbprint)
     from imagebuilder import flows
     from imagebuilder.vsphere.templates import ImportEntry, Placement, check_name, load_import_list
 
     if from_file:
-        if ova or os or kubernetes or name:
+        if ova or os or release_channel or name:
             raise InputError(
                 "--from-file names the templates itself",
                 field="--from-file",
-                expected="either --from-file, or --ova/--os/--kubernetes[/--name]",
+                expected="either --from-file, or --ova/--os/--release-channel[/--name]",
             )
         entries = load_import_list(from_file)
     else:
         flags.url_or_file(flags.required(ova, "--ova", "a local OVA path or an http(s) URL"), "--ova")
-        os_, channel = _vsphere.os_channel(os, kubernetes)
+        os_, channel = _vsphere.os_channel(os, release_channel)
         entries = [ImportEntry(ova, os_, channel, check_name(name) if name else None)]
     with transfer_bars() as transfers:
         where = Placement(library or None, folder or None, datastore or None, resource_pool or None,
@@ -103,24 +102,27 @@ def print_plan(run: TemplateRun) -> None:
             print(f"  {step}")
 
 
-@task(help={**_vsphere.TEMPLATE_HELP, "dry_run": "print the tags; change nothing"}, auto_shortflags=False)
+@task(
+    flag_aliases={"release_channel": ("kubernetes",)},
+    help={**_vsphere.TEMPLATE_HELP, "dry_run": "print the tags; change nothing"},
+)
 @cli_task
 def tag(
     c: Context,
     template: str = "",
     os: str = "",
-    kubernetes: str = "",
+    release_channel: str = "",
     dry_run: bool = False,
     server: str = "",
-    insecure: bool | None = None,
+    insecure: str | bool | None = None,
     thumbprint: str = "",
 ) -> None:
     """Attach the OS and distro-release tags (categories created when missing) to a self-built template (spec 2.6).
 
     Examples:
-        image-builder template.tag --template /DC0/vm/ubuntu --os ubuntu --kubernetes {=newest_minor} --dry-run
+        image-builder template.tag --template /DC0/vm/ubuntu --os ubuntu --release-channel {=newest_channel} --dry-run
     """
-    os_, channel = _vsphere.template_args(template, os, kubernetes)
+    os_, channel = _vsphere.template_args(template, os, release_channel)
     tgt = None if dry_run else _vsphere.target(server, insecure, thumbprint)
     from imagebuilder.vsphere.session import connect
     from imagebuilder.vsphere.tags import expected_tags
@@ -136,23 +138,23 @@ def tag(
     _vsphere.report(out.path, out.done, out.kept, out.warnings)
 
 
-@task(help=_vsphere.TEMPLATE_HELP, auto_shortflags=False)
+@task(flag_aliases={"release_channel": ("kubernetes",)}, help=_vsphere.TEMPLATE_HELP)
 @cli_task
 def validate(
     c: Context,
     template: str = "",
     os: str = "",
-    kubernetes: str = "",
+    release_channel: str = "",
     server: str = "",
-    insecure: bool | None = None,
+    insecure: str | bool | None = None,
     thumbprint: str = "",
 ) -> None:
     """Check that a template carries exactly the two tags the product expects (spec 7.1); exit 1 naming the fix.
 
     Examples:
-        image-builder template.validate --template /DC0/vm/ubuntu --os ubuntu --kubernetes {=newest_minor}
+        image-builder template.validate --template /DC0/vm/ubuntu --os ubuntu --release-channel {=newest_channel}
     """
-    os_, channel = _vsphere.template_args(template, os, kubernetes)
+    os_, channel = _vsphere.template_args(template, os, release_channel)
     tgt = _vsphere.target(server, insecure, thumbprint)
     from imagebuilder.vsphere.session import connect
     from imagebuilder.vsphere.templates import fix_command, validate_template
@@ -168,12 +170,13 @@ def validate(
 
 
 @task(
+    flag_aliases={"release_channel": ("kubernetes",), "customize": ("file", "f")},
     help={
         "template": "the imported OS-2/OS-3 template to start from: /<dc>/vm/<folder>/<name>",
-        "file": "customize.yaml (spec 4.8): user, CA certificates, registry credentials, extra packages",
+        "customize": "customize.yaml (spec 4.8): user, CA certificates, registry credentials, extra packages",
         "name": "name of the customized template, beside the source (default: <source name>-custom)",
-        "os": "ubuntu|redhat (or os2|os3): the template's OS family",
-        "kubernetes": _vsphere.KUBE_HELP,
+        "os": "the template's OS family: {=built_os_names}",
+        "release_channel": _vsphere.KUBE_HELP,
         "resource_pool": "/<dc>/host/<cluster>[/Resources/<pool>] for the clone (default: the only cluster)",
         "snapshot": "take snapshot 'root' (default; --no-snapshot keeps disk sizes customisable)",
         "keep_user": "keep the customization user and its key in the template (a way into every clone: warned)",
@@ -183,17 +186,15 @@ def validate(
         "dry_run": "check the file, the template and the target; print the steps; change nothing",
         **_vsphere.CONNECTION_HELP,
     },
-    auto_shortflags=False,
-    klass=FileFlag,
 )
 @cli_task
 def customize(
     c: Context,
     template: str = "",
-    file: str = "",
+    customize: str = "",
     name: str = "",
     os: str = "",
-    kubernetes: str = "",
+    release_channel: str = "",
     resource_pool: str = "",
     snapshot: bool = True,
     keep_user: bool = False,
@@ -202,18 +203,20 @@ def customize(
     timeout: str = "1800",
     dry_run: bool = False,
     server: str = "",
-    insecure: bool | None = None,
+    insecure: str | bool | None = None,
     thumbprint: str = "",
 ) -> None:
     """Customize a template (spec 4.8): clone, cloud-init via guestinfo, SSH + the customize role, clean up, seal,
     snapshot, template, tags; the user, its key and the user data do not stay in the template.
 
     Examples:
-        image-builder template.customize --template /DC0/vm/ubuntu --file customize.yaml --os ubuntu \
-            --kubernetes {=newest_minor} --dry-run
+        image-builder template.customize --template /DC0/vm/ubuntu --customize customize.yaml --os ubuntu \
+            --release-channel {=newest_channel} --dry-run
     """
-    os_, channel = _vsphere.template_args(template, os, kubernetes)
-    customize_file = flags.existing_file(flags.required(file, "-f/--file", "customize.yaml"), "-f")
+    os_, channel = _vsphere.template_args(template, os, release_channel)
+    customize_file = flags.existing_file(
+        flags.required(customize, "-f/--customize", "customize.yaml"), "-f/--customize"
+    )
     seconds = flags.duration(timeout, "--timeout", 30, 86400)
     tgt = _vsphere.target(server, insecure, thumbprint)
     from imagebuilder import flows

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from imagebuilder.cli import _vsphere, flags
-from imagebuilder.cli._common import cli_task
+from imagebuilder.cli._common import cli_task, task
 from imagebuilder.core.errors import InputError
 
 
@@ -19,7 +18,6 @@ from imagebuilder.core.errors import InputError
         "dry_run": "print the diff between vCenter and user.yaml; change nothing",
         "thumbprint": _vsphere.CONNECTION_HELP["thumbprint"],
     },
-    auto_shortflags=True,
 )
 @cli_task
 def setup_user(
@@ -62,7 +60,6 @@ def setup_user(
 
 @task(
     help={"server": "vCenter host, IP or URL (host:port for another port)"},
-    auto_shortflags=False,
 )
 @cli_task
 def thumbprint(c: Context, server: str = "") -> None:

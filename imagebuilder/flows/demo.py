@@ -2,7 +2,7 @@
 flow of flows (the build is :mod:`imagebuilder.flows.build`'s, with the same checks and gate as ``build``).
 
 By default the release is Kubernetes built from upstream source (``release.build``, cached: about 15 minutes the
-first time on 2 cores, seconds after) and the image is proven by nodes: ``image.verify --kubernetes --join`` runs the
+first time on 2 cores, seconds after) and the image is proven by nodes: ``image.verify --node-check --join`` runs the
 image's own control plane on the host and joins two copies of the image to it as nodes. ``--standin`` keeps the
 quick flow on a stand-in release whose binaries are scripts (labelled so), verified to a login prompt. Each step is
 the same library call a user's command makes. Steps converge: a rerun reuses a base image, release and mirror whose
@@ -79,7 +79,7 @@ def demo_steps(
         release = f"release.build --kubernetes {kubernetes} --dest {root}/upstream-source (from source, cached)"
         manifest = f" --release-manifest {manifest_url(DEFAULT_BASE_URL, channel)}"
     upstream = f"{root}/upstream" if standin else f"{root}/upstream-source"
-    verify = "image.verify" + ("" if boot else " --no-boot") + ("" if standin or not boot else " --kubernetes --join")
+    verify = "image.verify" + ("" if boot else " --no-boot") + ("" if standin or not boot else " --node-check --join")
     return [
         f"image.base --dest {root}/base/debian-base.qcow2 (reused when its sha256 still matches)",
         release,

@@ -1,4 +1,4 @@
-"""The node check (``image.verify --kubernetes``): an image is proven by a node that becomes Ready on it.
+"""The node check (``image.verify --node-check``): an image is proven by a node that becomes Ready on it.
 
 The control plane runs on the build host from the image's own programs (:mod:`imagebuilder.image.controlplane`:
 under TCG a control plane inside the guest was most of the guest's work, and collapsed on a busy host). A

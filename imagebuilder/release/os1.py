@@ -54,7 +54,7 @@ def os1_target(
     if variant not in VARIANTS:
         raise InputError(f"'{variant}' is not a variant", field="--variant", expected=" or ".join(VARIANTS))
     catalog = load_catalog()
-    channel = catalog.channel_for_kubernetes(kubernetes)
+    channel = catalog.channel_for_kubernetes(kubernetes, "--release-channel")
     p = load_profile()
     os1 = p.os1
     name_variant = os1.vsphere_variant if variant == "vsphere" else os1.baremetal_variant

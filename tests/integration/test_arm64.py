@@ -206,7 +206,7 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
     assert sha256_file(tmp_path / "down" / image.name) == sha256_file(image)
     # image.verify: the files (every node program aarch64, the release's versions, the images imported) and a boot
     # by the architecture the build manifest records, to its login prompt: CI's one arm64 boot (issue 46). Its node
-    # check (image.verify --kubernetes: the image joins its own control plane, turns Ready, runs a pod) is
+    # check (image.verify --node-check: the image joins its own control plane, turns Ready, runs a pod) is
     # bench/run.py --only nodes's, against amd64's: in CI it cost 9 more minutes of CPU at the machine's slow speed,
     # past the budget the issue runs it in CI within (docs/testing.md). A shared turn: the throwaway copy's systemd
     # waits 900 s for devices (emulating arm64 under TCG beside the light modules once slowed its udev past systemd's

@@ -348,11 +348,15 @@ def test_config_schema_to_file_and_bad_provider(tmp_path: Path) -> None:
 
 
 def test_generated_doc_sections_are_current() -> None:
-    from imagebuilder.docs import SECTIONS
+    import imagebuilder.cli.program  # noqa: F401  (it registers the command line's sections)
+    from imagebuilder.cli._help import CLI_SECTIONS
+    from imagebuilder.docs import SECTIONS, names_table
 
-    for page, _, _, make in SECTIONS:
+    for page, _, _, make in (*SECTIONS, *CLI_SECTIONS):
         assert make() in (ROOT / "docs" / page).read_text(), f"docs/{page}: run 'invoke docs'"
-    assert {make for *_, make in SECTIONS} == {config_reference, layout_table, packages_table, release_lines_table}
+    assert {make for *_, make in SECTIONS} == {config_reference, layout_table, packages_table, release_lines_table,
+                                               names_table}  # fmt: skip
+    assert [page for page, *_ in CLI_SECTIONS] == ["building.md"]
 
 
 def _anchors(markdown: str) -> set[str]:

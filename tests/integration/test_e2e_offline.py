@@ -381,7 +381,7 @@ def test_offline_bare_metal_build_is_verified(
     assert origin["checksums"][0]["checksumValue"] == real_manifest["artifact"]["sha256"]
     assert "harbor.site:443" in custom_doc["packages"][0]["annotations"][0]["comment"]
     assert not custom.with_name(f"{name}-site.intoto.json").exists() and custom_manifest["provenance"] is None
-    # the node check on the customized image (image.verify --kubernetes: every check of image.verify, the boot
+    # the node check on the customized image (image.verify --node-check: every check of image.verify, the boot
     # included): the image's own etcd, API server, controller manager and scheduler on this host, the image booted
     # under OVMF joins them with kubeadm join, offline from the preloaded images, node Ready, kube-proxy and CoreDNS
     # Running on it, a pod Running; the site's CA and registry in containerd's config beside the build's break none of

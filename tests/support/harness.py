@@ -103,16 +103,16 @@ BASELINES: dict[str, list[str]] = {
     "dhcp.install": ["--config", "{tmp}/cfg/dhcp.yaml", "--prefix", "{out}"],
     "dhcp.leases": ["--prefix", "{out}"],
     "dhcp.render": ["--config", "{tmp}/cfg/dhcp.yaml", "--dest", "{out}"],
-    "download.bottlerocket": ["--variant", "baremetal", "--kubernetes", "1.24", "--dest", "{out}", "--metadata-url",
-                              "http://127.0.0.1:1/m", "--targets-url", "http://127.0.0.1:1/t", "--root",
-                              "http://127.0.0.1:1/r"],
+    "download.bottlerocket": ["--variant", "baremetal", "--release-channel", "1-24", "--dest", "{out}",
+                              "--metadata-url", "http://127.0.0.1:1/m", "--targets-url", "http://127.0.0.1:1/t",
+                              "--root", "http://127.0.0.1:1/r"],
     "download.hook": ["--dest", "{out}", "--manifest", "http://127.0.0.1:1/manifest.yaml"],
     "download.image": ["--repo", "http://127.0.0.1:1/r", "--root", "{tmp}/cfg/root.json", "--target", "x",
                        "--dest", "{out}"],
     "host.prepare": ["--hypervisor", "baremetal", "--root", "{out}"],
     "preflight": ["--os", "ubuntu", "--hypervisor", "baremetal"],
     "image.base": ["--dest", "{out}/base.img"],
-    "image.customize": ["--image", "{tmp}/cfg/i.gz", "--file", "{tmp}/cfg/customize.yaml", "--dest", "{out}/c.gz"],
+    "image.customize": ["--image", "{tmp}/cfg/i.gz", "--customize", "{tmp}/cfg/customize.yaml", "--dest", "{out}/c.gz"],
     "image.publish": ["--image", "{tmp}/cfg/i.gz", "--repo", "{out}/repo", "--keys", "{tmp}/cfg/keys"],
     "image.rebuild": ["--provenance", "{tmp}/cfg/p.intoto.json"],
     "mirror.create": ["--release-channel", "1-24", "--dest", "{out}"],
@@ -124,11 +124,11 @@ BASELINES: dict[str, list[str]] = {
     "repo.rotate": ["--repo", "{out}/repo", "--keys", "{tmp}/cfg/keys", "--role", "targets", "--new-key",
                     "{tmp}/cfg/new-key.pem"],
     "serve": ["--dir", "{tmp}/cfg", "--port", "18999"],
-    "template.customize": ["--template", "/DC0/vm/t", "--file", "{tmp}/cfg/customize.yaml", "--os", "ubuntu",
-                           "--kubernetes", "1.24"],
-    "template.import": ["--ova", "{tmp}/cfg/x.ova", "--os", "ubuntu", "--kubernetes", "1.24"],
-    "template.tag": ["--template", "/DC0/vm/t", "--os", "ubuntu", "--kubernetes", "1.24"],
-    "template.validate": ["--template", "/DC0/vm/t", "--os", "ubuntu", "--kubernetes", "1.24"],
+    "template.customize": ["--template", "/DC0/vm/t", "--customize", "{tmp}/cfg/customize.yaml", "--os", "ubuntu",
+                           "--release-channel", "1-24"],
+    "template.import": ["--ova", "{tmp}/cfg/x.ova", "--os", "ubuntu", "--release-channel", "1-24"],
+    "template.tag": ["--template", "/DC0/vm/t", "--os", "ubuntu", "--release-channel", "1-24"],
+    "template.validate": ["--template", "/DC0/vm/t", "--os", "ubuntu", "--release-channel", "1-24"],
     "vsphere.setup-user": ["--file", "{tmp}/cfg/user.yaml", "--force"],
     "vsphere.thumbprint": ["--server", "127.0.0.1:1"],
 }  # fmt: skip
@@ -350,7 +350,8 @@ _NAMED_FLAG = re.compile(r"(?<![\w./-])--([a-z][a-z0-9-]*[a-z0-9])")
 
 
 def _flag_names(task: str) -> set[str]:
-    return {"--help", *("--" + a.name.replace("_", "-") for a in copy.deepcopy(namespace[task]).get_arguments())}
+    names = {n for a in copy.deepcopy(namespace[task]).get_arguments() for n in a.names}
+    return {"--help", *(("-" if len(n) == 1 else "--") + n.replace("_", "-") for n in names)}
 
 
 def foreign_flags(task: str, text: str) -> list[str]:

@@ -312,13 +312,13 @@ def choose(given: str | None) -> tuple[Server, str]:
     life in 2022; Debian 12 and current Ubuntu ship Kea)."""
     if given:
         if given not in SERVERS:
-            raise InputError(f"'{given}' is not a DHCP server", field="--server", expected="kea or isc")
-        return SERVERS[given], "--server"
+            raise InputError(f"'{given}' is not a DHCP server", field="--dhcp-server", expected="kea or isc")
+        return SERVERS[given], "--dhcp-server"
     have = [s for s in SERVERS.values() if s.installed()]
     if len(have) == 1:
         return have[0], f"{have[0].package} is installed here"
     if len(have) == 2:
-        return SERVERS["kea"], "both servers are installed: Kea, the maintained one (--server isc chooses dhcpd)"
+        return SERVERS["kea"], "both servers are installed: Kea, the maintained one (--dhcp-server isc chooses dhcpd)"
     return SERVERS["kea"], "no DHCP server is installed here: Kea, the maintained one, is installed"
 
 
