@@ -224,3 +224,35 @@ def test_command_examples_in_the_readme_and_docs_build_lines_that_are_not_end_of
                 for value in flag.group(1).split(","):
                     m = re.fullmatch(r"v?1[-.]([0-9]+)(?:\.[0-9]+)?", value.strip(".,"))
                     assert m is None or int(m.group(1)) not in dead, f"{doc.name}:{number}: {value} is end of life"
+
+
+def test_an_old_spelling_does_what_the_new_name_does() -> None:
+    """``--kubernetes 1.36`` (the old spelling in template.*) and ``--release-channel 1-36`` plan the same tags."""
+    base = ("template.tag", "--template", "/DC0/vm/t", "--os", "ubuntu", "--dry-run")
+    old, new = run(*base, "--kubernetes", "1.36"), run(*base, "--release-channel", "1-36")
+    assert old == new and old[0] == 0, (old, new)
+
+
+def test_every_list_flag_takes_commas_repetition_and_both() -> None:
+    from imagebuilder.cli import flags
+
+    assert flags.comma_list(["ubuntu", "redhat"], "--os") == flags.comma_list("ubuntu,redhat", "--os")
+    assert flags.comma_list(["ubuntu,redhat", "x"], "--os") == ["ubuntu", "redhat", "x"]
+    code, text = run("build.matrix", "--os", "ubuntu", "--os", "ubuntu", "--hypervisor", "baremetal",
+                     "--release-channel", "1-36", "--dry-run")  # fmt: skip
+    assert code == 2 and "--os: lists a value twice: ubuntu,ubuntu" in text, text
+
+
+@pytest.mark.parametrize(("given", "expected"), [(True, True), ("false", False), ("TRUE", True), ("0", False),
+                                                 (None, None)])  # fmt: skip
+def test_a_switch_that_takes_a_value_reads_it(given: str | bool | None, expected: bool | None) -> None:
+    """``--insecure=false`` was once read as on (a non-empty text); it is off."""
+    from imagebuilder.cli import flags
+
+    assert flags.switch(given, "--insecure") is expected
+
+
+def test_a_switch_refuses_what_is_neither_on_nor_off() -> None:
+    code, text = run("template.validate", "--template", "/DC0/vm/t", "--os", "ubuntu", "--release-channel", "1-36",
+                     "--insecure=maybe")  # fmt: skip
+    assert code == 2 and "--insecure" in text and "not on or off" in text, text
