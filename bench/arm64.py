@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuilder.build.plan import BuildRequest  # noqa: E402
-from imagebuilder.build.resolve import make_plan  # noqa: E402
-from imagebuilder.build.runner import run_build  # noqa: E402
-from imagebuilder.build.verify import verify_image  # noqa: E402
+from imagebuilder.builder.resolve import make_plan  # noqa: E402
+from imagebuilder.builder.runner import run_build  # noqa: E402
+from imagebuilder.builder.verify import verify_image  # noqa: E402
 from imagebuilder.core.files import sha256_file  # noqa: E402
+from imagebuilder.plan.model import BuildRequest  # noqa: E402
 from imagebuilder.release.catalog import load_catalog  # noqa: E402
 from imagebuilder.release.standin import make_standin_release  # noqa: E402
 from tests.support.sources import arm64_base  # noqa: E402

@@ -27,13 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuilder.build.matrix import run_matrix  # noqa: E402
-from imagebuilder.build.plan import BuildPlan, BuildRequest  # noqa: E402
-from imagebuilder.build.resolve import make_plan  # noqa: E402
-from imagebuilder.build.runner import run_build  # noqa: E402
+from imagebuilder.builder.matrix import run_matrix  # noqa: E402
+from imagebuilder.builder.resolve import make_plan  # noqa: E402
+from imagebuilder.builder.runner import run_build  # noqa: E402
 from imagebuilder.core.fetch import Mirror  # noqa: E402
 from imagebuilder.core.hostinfo import kvm_status  # noqa: E402
 from imagebuilder.flows.demo import ensure_base_image  # noqa: E402
+from imagebuilder.plan.model import BuildPlan, BuildRequest  # noqa: E402
 from imagebuilder.release.catalog import load_catalog  # noqa: E402
 from imagebuilder.release.mirror import create_mirror  # noqa: E402
 from imagebuilder.release.standin import make_standin_release  # noqa: E402

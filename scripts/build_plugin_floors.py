@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuilder.build.packer_plugins import PLUGINS, describe, requirements_for  # noqa: E402
+from imagebuilder.builder.packer_plugins import PLUGINS, describe, requirements_for  # noqa: E402
 
 
 def go_binary() -> str:

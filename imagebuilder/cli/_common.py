@@ -45,26 +45,32 @@ class _Masked(io.TextIOBase):
     and tab replaced, line by line (:func:`~imagebuilder.core.untrusted.masked`, :func:`~imagebuilder.core.
     untrusted.printable_lines`): a dry run's plan, a warning or a report that quotes a URL, a key reference or a
     path the user gave shows no token or PIN and plays no escape sequence on the terminal, whichever code printed it.
-    A partial line waits for its end (or a flush). The CLI's own displays (progress bars, the spinner) draw on the
-    stream beneath (:func:`raw`)."""
+    A partial line waits for its end (or a flush), each thread's apart. The CLI's own displays (progress bars, the
+    spinner) draw on the stream beneath (:func:`raw`)."""
 
     def __init__(self, raw: Any) -> None:
-        self.raw, self.pending = raw, ""
-        self.lock = threading.Lock()  # build.matrix's builds print from their own threads
+        self.raw = raw
+        # each thread's partial line apart: print() writes a line's text and its end in two calls, and another
+        # thread's text between them would tear both lines (build.matrix's builds print from their own threads)
+        self.pending: dict[int, str] = {}
+        self.lock = threading.Lock()
 
     def write(self, text: str) -> int:
+        me = threading.get_ident()
         with self.lock:
-            self.pending += text
-            if "\n" in self.pending:
-                done, _, self.pending = self.pending.rpartition("\n")
+            pending = self.pending.get(me, "") + text
+            if "\n" in pending:
+                done, _, pending = pending.rpartition("\n")
                 self.raw.write(printable_lines(masked(done)) + "\n")
+            self.pending[me] = pending
         return len(text)
 
     def flush(self) -> None:
         with self.lock:
-            if self.pending:
-                self.raw.write(printable_lines(masked(self.pending)))
-                self.pending = ""
+            for me, pending in list(self.pending.items()):
+                if pending:
+                    self.raw.write(printable_lines(masked(pending)))
+                del self.pending[me]
             self.raw.flush()
 
     def isatty(self) -> bool:

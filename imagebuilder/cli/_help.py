@@ -89,9 +89,9 @@ def _names(kind: str) -> Callable[[], str]:
 
 
 def _arches() -> str:
-    from imagebuilder.release.catalog import ARCHES
+    from imagebuilder.core.arch import ARCH_NAMES
 
-    return _or([f"{ARCHES[0]} (default)", *ARCHES[1:]])
+    return _or([f"{ARCH_NAMES[0]} (default)", *ARCH_NAMES[1:]])
 
 
 def _product_release_env() -> str:
@@ -101,7 +101,7 @@ def _product_release_env() -> str:
 
 
 def _packers_tested() -> str:
-    from imagebuilder.build.packer_plugins import TESTED_PACKERS
+    from imagebuilder.builder.packer_plugins import TESTED_PACKERS
 
     return _or(list(TESTED_PACKERS), "and")
 

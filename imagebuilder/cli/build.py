@@ -17,7 +17,7 @@ from imagebuilder.core.errors import InputError, require_flags
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
 
-    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.plan.model import BuildRequest
 
 HELP = {
     "os": "OS to build: {=built_os_names}; the OS-1 image is downloaded (download.bottlerocket), not built",
@@ -87,7 +87,8 @@ def _request(
 ) -> BuildRequest:
     """The build request of ``build``'s and ``build.matrix``'s shared flags (config files by provider or alias)."""
 
-    from imagebuilder.release.catalog import ARCHES, check_arch, load_catalog
+    from imagebuilder.core.arch import ARCH_NAMES, check_arch
+    from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
     # the names first: a mistyped --os is answered before anything heavy is imported (the start-up benchmark)
@@ -112,7 +113,7 @@ def _request(
     disk = flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None
     files = str(flags.existing_file(files_config, "--files-config")) if files_config else None
     verbosity = flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0
-    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.plan.model import BuildRequest
     from imagebuilder.release.product import requested_release
 
     request = BuildRequest(
@@ -127,7 +128,7 @@ def _request(
     if "arch" not in fields:  # build.matrix: each entry's, when the matrix is expanded
         return request
     # a single build: its architecture's config, the others' left out (the plan records the one it used)
-    single = request.for_arch(fields["arch"] or ARCHES[0])
+    single = request.for_arch(fields["arch"] or ARCH_NAMES[0])
     return dataclasses.replace(single, arch=fields["arch"])
 
 
@@ -140,11 +141,11 @@ def _arch_configs(value: str, flag: str) -> dict[str | None, str]:
     path for the others (``bm.json,arm64=bm-arm64.json``): a matrix of both architectures needs a source image of
     each. A value with no entry naming an architecture (or a synonym: refused with the name to use) is one path,
     commas and all, as before."""
-    from imagebuilder.release.catalog import ARCH_SYNONYMS, ARCHES, check_arch
+    from imagebuilder.core.arch import ARCH_NAMES, ARCH_SYNONYMS, check_arch
 
     def named(part: str) -> bool:
         m = _ARCH_ENTRY.fullmatch(part)
-        return m is not None and (m.group(1).lower() in ARCHES or m.group(1).lower() in ARCH_SYNONYMS)
+        return m is not None and (m.group(1).lower() in ARCH_NAMES or m.group(1).lower() in ARCH_SYNONYMS)
 
     parts = value.split(",")
     if not any(named(p.strip()) for p in parts):
@@ -398,7 +399,7 @@ def matrix(
             field="--release-manifest",
             expected="one --release-channel: the manifest's",
         )
-    from imagebuilder.release.catalog import check_arches
+    from imagebuilder.core.arch import check_arches
 
     arches = check_arches(parse_list(arch, "--arch") if arch else [])
     catalog = load_catalog()  # the names first: a mistyped one is answered before the build modules load
@@ -457,7 +458,7 @@ def matrix(
 
     customization = load_customization(customize_file) if customize_file else None
     if emit:
-        from imagebuilder.build.ci_emit import CiOptions
+        from imagebuilder.builder.ci_emit import CiOptions
 
         options = CiOptions(runs_on=tuple(labels), publish=publish_to, concurrency=concurrency, sign=ci_sign,
                             min_disk_gb=min_disk)  # fmt: skip

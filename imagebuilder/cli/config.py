@@ -45,7 +45,7 @@ def schema(c: Context, provider: str = "", dest: str = "", customize: bool = Fal
         load_catalog().provider(provider, flag="--provider")
     from imagebuilder.core.files import atomic_write
     from imagebuilder.customization.model import CustomizeFile
-    from imagebuilder.providers.config import json_schema
+    from imagebuilder.plan.config import json_schema
     from imagebuilder.providers.registry import config_models
 
     if customize:

@@ -41,10 +41,10 @@ def lint(c: Context, packer: str | None = None, packer_plugins: str | None = Non
     from imagebuilder.cli import flags
 
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    from imagebuilder.build.packer_plugins import PackerInfo
+    from imagebuilder.builder.packer_plugins import PackerInfo
 
     info = PackerInfo.detect(packer)  # before the renderers are imported: a bad --packer is answered at once
-    from imagebuilder.build.lint import lint_templates
+    from imagebuilder.builder.lint import lint_templates
 
     root = paths.checkout_root()
     if root is None:

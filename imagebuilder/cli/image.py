@@ -13,7 +13,7 @@ from imagebuilder.cli._common import cli_task, status_line, task
 from imagebuilder.core.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
-    from imagebuilder.build.verify import Finding
+    from imagebuilder.builder.verify import Finding
     from imagebuilder.core.progress import Say
     from imagebuilder.flows.images import ImageCustomization
 
@@ -52,10 +52,10 @@ def base(
         flags.existing_dir(mirror.removeprefix("file://"), "--mirror")
     else:
         flags.url(mirror, "--mirror", ("http", "https"))
+    from imagebuilder.core.arch import ARCH_NAMES, check_arch
     from imagebuilder.core.arch import arch as arch_of
-    from imagebuilder.release.catalog import ARCHES, check_arch
 
-    machine = arch_of(check_arch(arch) if arch else ARCHES[0])
+    machine = arch_of(check_arch(arch) if arch else ARCH_NAMES[0])
     from imagebuilder.image.base import BOOTSTRAP, check_prerequisites, make_base_image, packages
 
     if dry_run:
@@ -122,7 +122,7 @@ def verify(
         image-builder image.verify --image ubuntu.gz --node-check --join
     """
     path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
-    from imagebuilder.release.catalog import check_arch
+    from imagebuilder.core.arch import check_arch
 
     wanted = check_arch(arch) if arch else None
     if provenance or public_key:
@@ -139,7 +139,7 @@ def verify(
     node_seconds = flags.duration(node_timeout, "--node-timeout", 60, 14400)
     boot_seconds = flags.duration(boot_timeout, "--boot-timeout", 10, 7200)
     expected = flags.existing_file(manifest, "--manifest") if manifest else None
-    from imagebuilder.build.verify import verify_image
+    from imagebuilder.builder.verify import verify_image
 
     with status_line("image.verify") as status:
         findings = verify_image(

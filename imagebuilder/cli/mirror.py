@@ -45,9 +45,10 @@ def create(
     Examples:
         image-builder mirror.create --release-channel {=newest_channel} --dest mirror --dry-run
     """
+    from imagebuilder.core.arch import check_arches
     from imagebuilder.core.errors import InputError
     from imagebuilder.core.fetch import Mirror
-    from imagebuilder.release.catalog import check_arches, load_catalog
+    from imagebuilder.release.catalog import load_catalog
 
     channel = load_catalog().channel(
         flags.required(release_channel, "--release-channel", helptext.render("{=channels}"))
@@ -68,7 +69,7 @@ def create(
     if pinned is not None:
         url = pinned.manifest_url
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    from imagebuilder.build.packer_plugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
+    from imagebuilder.builder.packer_plugins import MIRROR_FOLDER, copy_plugins, plugin_binaries
     from imagebuilder.release.manifest import load_manifest
     from imagebuilder.release.mirror import create_mirror, file_sha256, mirror_plan
 

@@ -40,13 +40,14 @@ def preflight(
     """
     flags.required(os, "--os", "ubuntu or redhat")
     flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
+    from imagebuilder.core.arch import ARCH_NAMES, check_arch
     from imagebuilder.core.hostinfo import check_skips
-    from imagebuilder.release.catalog import ARCHES, check_arch, load_catalog
+    from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
     catalog.os(os)
     catalog.provider(hypervisor)
-    target = check_arch(arch) if arch else ARCHES[0]
+    target = check_arch(arch) if arch else ARCH_NAMES[0]
     skips = flags.comma_list(skip_check, "--skip-check") if skip_check else []
     check_skips(skips)
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None

@@ -40,7 +40,7 @@ def build(
     # the flags first: a bad one is answered before the recipe is imported
     version, minor, _ = parse_version(flags.required(kubernetes, "--kubernetes", "v1.<minor>.<patch>"))
     out = flags.dest_dir(dest, "--dest")
-    from imagebuilder.release.catalog import check_arches
+    from imagebuilder.core.arch import check_arches
     from imagebuilder.release.source import DEFAULT_BASE_URL, check_host, manifest_url, release_runtime, source_cache
 
     arches = check_arches(flags.comma_list(arch, "--arch") if arch else [])

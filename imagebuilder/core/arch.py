@@ -113,8 +113,36 @@ ARCHES: dict[str, Arch] = {
 }  # fmt: skip
 
 
+#: the architectures a node image is built for, as Kubernetes and Debian name them (issue 46); the first is the
+#: default. The one home of the names, their synonyms and their checks (issue 61).
+ARCH_NAMES = tuple(ARCHES)
+#: what people also call them (uname -m, RPM, Docker's platform variants): refused, with the name to use
+ARCH_SYNONYMS = {"x86_64": "amd64", "x86-64": "amd64", "x64": "amd64", "aarch64": "arm64", "arm64v8": "arm64",
+                 "armv8": "arm64"}  # fmt: skip
+#: every architecture Kubernetes publishes binaries for, built here or not: a release manifest's artifacts are sorted
+#: by these (an artifact that names another architecture is not this one's)
+PUBLISHED_ARCHES = ("amd64", "arm64", "arm", "386", "ppc64le", "s390x")
+
+
+def check_arch(value: str, flag: str = "--arch") -> str:
+    """``value`` if it is one of :data:`ARCH_NAMES`, else an error naming the one meant."""
+    from imagebuilder.core.errors import did_you_mean
+
+    if value in ARCH_NAMES:
+        return value
+    meant = ARCH_SYNONYMS.get(value.lower())
+    hint = f"; did you mean '{meant}'?" if meant else did_you_mean(value.lower(), ARCH_NAMES)
+    raise InputError(f"{value[:40]!r} is not an architecture this tool builds{hint}", field=flag,
+                     expected=" or ".join(ARCH_NAMES))  # fmt: skip
+
+
+def check_arches(values: list[str], flag: str = "--arch") -> tuple[str, ...]:
+    """Each of ``values`` checked by :func:`check_arch`; none given means the default (amd64)."""
+    return tuple(check_arch(v, flag) for v in values) or (ARCH_NAMES[0],)
+
+
 def arch(name: str) -> Arch:
-    """The facts of ``name`` (a value the caller has checked: :func:`catalog.check_arch`)."""
+    """The facts of ``name`` (a value the caller has checked: :func:`check_arch`)."""
     return ARCHES[name]
 
 

@@ -5,11 +5,12 @@ needs, and on a dry run the source image and the chroot engine), then gated and 
 the build); a matrix is the same for many plans (``prepare_matrix``, ``run_matrix``); the demo is a flow of flows
 (``run_demo``); vSphere templates are imported and customized (``import_templates``, ``customize_template``) with
 every input checked before the session opens, and a local image is customized (``customize_image``) with every input
-checked before its guest boots. The command line parses flags, calls a flow and prints what it
-returns; each name below is loaded with its own flow only, so a task imports nothing of the others.
+checked before its guest boots. A task whose work is more than one library step parses flags,
+calls its flow and prints what it returns; a task that is one library call makes it directly (no flow of one step).
+Each name below is loaded with its own flow only, so a task imports nothing of the others.
 
-May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``vsphere``, ``providers``,
-``build``, ``host``.
+May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``vsphere``, ``plan``,
+``providers``, ``builder``, ``host``.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuilder.build import runner
-from imagebuilder.build.disk_need import DiskNeed, disk_need
-from imagebuilder.build.packer import check_emulator, packer_check
-from imagebuilder.build.resolve import make_plan
+from imagebuilder.builder import runner
+from imagebuilder.builder.disk_need import DiskNeed, disk_need
+from imagebuilder.builder.packer import check_emulator, packer_check
+from imagebuilder.builder.resolve import make_plan
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.host.preflight import require
 from imagebuilder.image.reproducible import source_date_epoch
@@ -19,12 +19,12 @@ from imagebuilder.image.reproducible import source_date_epoch
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
 
-    from imagebuilder.build.chroot import Reproducible
-    from imagebuilder.build.packer_plugins import PluginCheck
-    from imagebuilder.build.plan import BuildPlan, BuildRequest
-    from imagebuilder.build.runner import BuildResult
+    from imagebuilder.builder.chroot import Reproducible
+    from imagebuilder.builder.packer_plugins import PluginCheck
+    from imagebuilder.builder.runner import BuildResult
     from imagebuilder.core.fetch import Mirror
     from imagebuilder.customization.model import Customization
+    from imagebuilder.plan.model import BuildPlan, BuildRequest
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def dry_run_checks(plans: Sequence[BuildPlan]) -> list[str]:
             checked.append(found)
     machines = dict.fromkeys(p.arch for p in plans if p.engine == "chroot")
     if machines:
-        from imagebuilder.build.chroot import check_engine
+        from imagebuilder.builder.chroot import check_engine
 
         for machine in machines:
             check_engine(machine)

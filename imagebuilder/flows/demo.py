@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuilder.build.plan import BuildRequest
-from imagebuilder.build.runner import BuildResult
-from imagebuilder.build.verify import Finding, verify_image
+from imagebuilder.builder.runner import BuildResult
+from imagebuilder.builder.verify import Finding, verify_image
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.flows.build import prepare_build, run_build
 from imagebuilder.image.base import make_base_image
+from imagebuilder.plan.model import BuildRequest
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.mirror import create_mirror, file_sha256
 from imagebuilder.release.source import DEFAULT_BASE_URL, build_release, manifest_url, parse_version

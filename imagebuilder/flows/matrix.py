@@ -1,5 +1,5 @@
 """Many images at once: every plan checked as one build's is, then gated by one preflight per OS and provider pair,
-then built with the OS layers shared (:mod:`imagebuilder.build.matrix`); or the CI definition that runs them."""
+then built with the OS layers shared (:mod:`imagebuilder.builder.matrix`); or the CI definition that runs them."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuilder.build import matrix
-from imagebuilder.build.disk_need import DiskNeed, disk_need
-from imagebuilder.build.packer import prepare_packer
+from imagebuilder.builder import matrix
+from imagebuilder.builder.disk_need import DiskNeed, disk_need
+from imagebuilder.builder.packer import prepare_packer
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.flows.build import dry_run_checks, preflight_skips
@@ -21,10 +21,10 @@ from imagebuilder.host.preflight import require
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
 
-    from imagebuilder.build.ci_emit import CiOptions
-    from imagebuilder.build.packer_plugins import PluginCheck
-    from imagebuilder.build.plan import BuildPlan, BuildRequest
+    from imagebuilder.builder.ci_emit import CiOptions
+    from imagebuilder.builder.packer_plugins import PluginCheck
     from imagebuilder.customization.model import Customization
+    from imagebuilder.plan.model import BuildPlan, BuildRequest
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def emit_matrix(
     options: CiOptions, arches: tuple[str, ...] = ("amd64",)
 ) -> str:  # fmt: skip
     """The CI definition (``github-actions`` or ``gitlab-ci``) that runs this matrix, its plans validated first."""
-    from imagebuilder.build.ci_emit import emit_ci, manifest_secret
+    from imagebuilder.builder.ci_emit import emit_ci, manifest_secret
 
     planned = request
     secret = manifest_secret(request)

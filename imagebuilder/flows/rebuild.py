@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuilder.attest import provenance
-from imagebuilder.build.chroot import Reproducible
-from imagebuilder.build.plan import BuildRequest
+from imagebuilder.builder.chroot import Reproducible
+from imagebuilder.core.arch import ARCH_NAMES
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.files import atomic_write, sha256_file
 from imagebuilder.core.grammar import is_hex_digest
@@ -29,13 +29,13 @@ from imagebuilder.core.progress import Say, silent
 from imagebuilder.core.untrusted import printable
 from imagebuilder.flows.build import prepare_build, run_build
 from imagebuilder.image.diff import FileDifference, first_difference
-from imagebuilder.release.catalog import ARCHES
+from imagebuilder.plan.model import BuildRequest
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Key
 
-    from imagebuilder.build.plan import BuildPlan
-    from imagebuilder.build.runner import BuildResult
+    from imagebuilder.builder.runner import BuildResult
+    from imagebuilder.plan.model import BuildPlan
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def read_recorded(path: Path, public_key: Key | None = None) -> Recorded:
         _need(params.get(key) is None or isinstance(params.get(key), str), path, f"records {key} oddly",
               f"{key} as a text")  # fmt: skip
     machine = params.get("arch", "amd64")  # provenance before issue 46 records none: its images are amd64
-    _need(machine in ARCHES, path, f"records arch as {printable(repr(machine), 40)}", " or ".join(ARCHES))
+    _need(machine in ARCH_NAMES, path, f"records arch as {printable(repr(machine), 40)}", " or ".join(ARCH_NAMES))
     _need(isinstance(params.get("config", {}), dict), path, "records config oddly", "the config's fields")
     layered = params.get("layered", False)
     _need(isinstance(layered, bool), path, f"records layered as {printable(repr(layered), 40)}",

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from imagebuilder.build.disk_need import GIB, DiskNeed
-from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, check_plugins, requirements_for
+from imagebuilder.builder.disk_need import GIB, DiskNeed
+from imagebuilder.builder.packer_plugins import PackerInfo, PluginCheck, check_plugins, requirements_for
+from imagebuilder.core.arch import ARCH_NAMES
 from imagebuilder.core.arch import ARCHES as MACHINES
 from imagebuilder.core.errors import ExternalError, ImageBuilderError
 from imagebuilder.core.hostinfo import KvmStatus, check_skips, kvm_status, machine, os_release, tool_version
@@ -24,7 +25,7 @@ from imagebuilder.core.progress import Say, silent
 from imagebuilder.core.untrusted import redact_url
 from imagebuilder.host.config import load_host_config
 from imagebuilder.providers import registry
-from imagebuilder.release.catalog import ARCHES, BuildPair, load_catalog
+from imagebuilder.release.catalog import BuildPair, load_catalog
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
@@ -62,7 +63,7 @@ class HostFacts:
         plugins: Path | None = None,
         checked: PluginCheck | None = None,
         need: DiskNeed | None = None,
-        target: str = ARCHES[0],
+        target: str = ARCH_NAMES[0],
     ) -> HostFacts:
         cfg = load_host_config()
         qemu = pair.provider.name in cfg.qemu_providers
@@ -153,14 +154,14 @@ def run_checks(
     *,
     skip: tuple[str, ...] = (),
     min_disk_gb: int | None = None,
-    target: str = ARCHES[0],
+    target: str = ARCH_NAMES[0],
 ) -> list[Check]:
     """Every check, in a fixed order; skipped ones are reported as skipped. ``target``: the image's architecture."""
     check_skips(skip)
     cfg = load_host_config()
     req = cfg.requirements
     checks: list[Check] = [check_host_os(pair, facts)]
-    checks.append(check_arch(facts, target))
+    checks.append(host_arch_check(facts, target))
 
     checks.append(check_disk(facts, min_disk_gb, req.min_disk_gb))
 
@@ -235,7 +236,7 @@ def run_checks(
     return [Check(c.name, "skipped", c.detail) if c.name in skip else c for c in checks]
 
 
-def check_arch(facts: HostFacts, target: str) -> Check:
+def host_arch_check(facts: HostFacts, target: str) -> Check:
     """An AMD64 host, and for an image of another architecture its programs run here: the chroot engine runs the
     image's package scripts, Ansible's modules and containerd through qemu-user (binfmt_misc, the F flag)."""
     if facts.machine not in ("x86_64", "amd64"):
@@ -252,8 +253,9 @@ def check_arch(facts: HostFacts, target: str) -> Check:
 
 
 def check_disk(facts: HostFacts, min_disk_gb: int | None, host_gb: int) -> Check:
-    """Room for the build's work: what it writes (:func:`imagebuilder.build.disk_need.disk_need`), or ``--min-disk-gb``
-    when given. Spec 8's size of a build host (``host_gb``) is advice: below it, with no build planned, a warning."""
+    """Room for the build's work: what it writes (:func:`imagebuilder.builder.disk_need.disk_need`), or
+    ``--min-disk-gb`` when given. Spec 8's size of a build host (``host_gb``) is advice: below it, with no build
+    planned, a warning."""
     where = facts.disk_path
     free = facts.disk_free_bytes
     fix = (f"free space under {where}, point IMAGE_BUILDER_WORKSPACE at a larger disk, or a smaller --disk-gb"
@@ -328,14 +330,14 @@ def require(
     plugins: Path | None = None,
     checked: PluginCheck | None = None,
     need: DiskNeed | None = None,
-    arch: str = ARCHES[0],
+    arch: str = ARCH_NAMES[0],
 ) -> list[Check]:
     """The gate before a build: gather, check, report; :class:`ExternalError` when a check fails. ``checked`` is
-    the build's own Packer check (:func:`imagebuilder.build.packer.prepare_packer`), for the plugins its template
+    the build's own Packer check (:func:`imagebuilder.builder.packer.prepare_packer`), for the plugins its template
     needs; ``arch``: the image's architecture (a pair not built for it: exit 2, naming why)."""
     catalog = load_catalog()
     pair = catalog.build_pair(catalog.os(os_name), catalog.provider(hypervisor))
-    pair.check_arch(arch)
+    pair.check_built_for(arch)
     facts = HostFacts.gather(pair, packer=packer, plugins=plugins, checked=checked, need=need, target=arch)
     checks = run_checks(pair, facts, skip=tuple(skip), min_disk_gb=min_disk_gb, target=arch)
     say(format_checks(checks))

@@ -265,7 +265,7 @@ def apply(actions: list[Action]) -> Iterator[tuple[Action, bool]]:
 def disk_advice(workspace: Path | None = None) -> str | None:
     """Spec 8's size of a build host's disk, as advice and never a refusal: a line when the filesystem that holds the
     build workspace is smaller (each build checks what its own work needs, in its plan and preflight)."""
-    from imagebuilder.build.disk_need import GIB
+    from imagebuilder.builder.disk_need import GIB
     from imagebuilder.core.paths import existing_parent, workspace_root
 
     want = load_host_config().requirements.min_disk_gb

@@ -1,7 +1,7 @@
 """A filesystem made from another by the changes between two trees, with debugfs (libext2fs, one thread).
 
 Why: ``mke2fs -d`` lays a whole tree out afresh, so one file more early in the walk moves every block after it. The
-images of a release share their OS layer (:mod:`imagebuilder.build.matrix`) and, through it, most of their
+images of a release share their OS layer (:mod:`imagebuilder.builder.matrix`) and, through it, most of their
 compressed bytes (:mod:`imagebuilder.image.gzipdisk`); laid out afresh they share almost none. So an image's root
 filesystem is its OS layer's filesystem (itself laid out by ``mke2fs -d``) with the build's own changes applied:
 what it removed is removed, what it added or rewrote is written into free blocks, what it only touched gets its

@@ -10,14 +10,12 @@ overrides only where it differs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from imagebuilder.core.progress import Say
 from imagebuilder.image.outputs import Packaged
-from imagebuilder.providers.config import ProviderConfig
-
-if TYPE_CHECKING:
-    from imagebuilder.build.plan import BuildPlan  # annotations only: the build sits above the providers
+from imagebuilder.plan.config import ProviderConfig
+from imagebuilder.plan.model import BuildPlan
 
 #: the user Packer logs in as, made by the install seed and removed by sysprep
 BUILD_USER = "builder"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from imagebuilder.plan.config import ProviderConfig
 from imagebuilder.providers.ami.provider import Ami
 from imagebuilder.providers.baremetal.provider import Baremetal
 from imagebuilder.providers.base import Provider
 from imagebuilder.providers.cloudstack.provider import Cloudstack
-from imagebuilder.providers.config import ProviderConfig
 from imagebuilder.providers.nutanix.provider import Nutanix
 from imagebuilder.providers.vsphere.provider import Vsphere
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from imagebuilder.core.arch import ARCHES as ARCH_FACTS
+from imagebuilder.core.arch import ARCH_NAMES
 from imagebuilder.core.errors import InputError, did_you_mean
 from imagebuilder.core.files import load_yaml_mapping
 from imagebuilder.core.paths import config_dir
@@ -337,40 +337,17 @@ class ReleaseChannel:
         return load_profile().release_name(self.name, number)
 
 
-#: the architectures a node image is built for, as Kubernetes and Debian name them (issue 46; their facts:
-#: imagebuilder.core.arch); the first is the default
-ARCHES = tuple(ARCH_FACTS)
-#: what people also call them (uname -m, RPM, Docker's platform variants): refused, with the name to use
-ARCH_SYNONYMS = {"x86_64": "amd64", "x86-64": "amd64", "x64": "amd64", "aarch64": "arm64", "arm64v8": "arm64",
-                 "armv8": "arm64"}  # fmt: skip
-
-
-def check_arch(value: str, flag: str = "--arch") -> str:
-    """``value`` if it is one of :data:`ARCHES`, else an error naming the one meant."""
-    if value in ARCHES:
-        return value
-    meant = ARCH_SYNONYMS.get(value.lower())
-    hint = f"; did you mean '{meant}'?" if meant else did_you_mean(value.lower(), ARCHES)
-    raise InputError(f"{value[:40]!r} is not an architecture this tool builds{hint}", field=flag,
-                     expected=" or ".join(ARCHES))  # fmt: skip
-
-
-def check_arches(values: list[str], flag: str = "--arch") -> tuple[str, ...]:
-    """Each of ``values`` checked by :func:`check_arch`; none given means amd64."""
-    return tuple(check_arch(v, flag) for v in values) or (ARCHES[0],)
-
-
 @dataclass(frozen=True)
 class BuildPair:
     os: OperatingSystem
     provider: Provider
     config: ConfigNeed
     #: the architectures it is built for
-    arches: tuple[str, ...] = (ARCHES[0],)
+    arches: tuple[str, ...] = (ARCH_NAMES[0],)
     #: why it is not built for the others (config/matrix.yaml ``not_arm64``)
     why_not: str = ""
 
-    def check_arch(self, arch: str) -> None:
+    def check_built_for(self, arch: str) -> None:
         """Exit 2 at plan time for an architecture this pair is not built for, saying why."""
         if arch not in self.arches:
             raise InputError(
@@ -565,15 +542,15 @@ def load_catalog() -> Catalog:
                 oses[b["os"]],
                 providers[b["provider"]],
                 b["config"],
-                tuple(b.get("arches") or (ARCHES[0],)),
+                tuple(b.get("arches") or (ARCH_NAMES[0],)),
                 str(b.get("not_arm64") or ""),
             )
             for b in raw["builds"]
         )
         for pair in builds:
-            if not set(pair.arches) <= set(ARCHES) or ("arm64" not in pair.arches) != bool(pair.why_not):
+            if not set(pair.arches) <= set(ARCH_NAMES) or ("arm64" not in pair.arches) != bool(pair.why_not):
                 raise InputError(f"{pair.os.name}/{pair.provider.name}: arches {list(pair.arches)}", source=path,
-                                 field="builds[].arches", expected=f"of {ARCHES}; not_arm64: why not")  # fmt: skip
+                                 field="builds[].arches", expected=f"of {ARCH_NAMES}; not_arm64: why not")  # fmt: skip
         downloads = tuple((d["os"], d["provider"]) for d in raw.get("downloads", ()))
         defaults = dict(chan_doc["runtime_defaults"])
         newest = tuple(int(x) for x in str(chan_doc["upstream_newest"]).split("."))

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, StrictStr
 
 from imagebuilder.core import fetch, grammar
+from imagebuilder.core.arch import PUBLISHED_ARCHES
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.fetch import Mirror, is_url
 from imagebuilder.core.files import parse_yaml_documents
@@ -49,7 +50,6 @@ IMAGE_REF = re.compile(
 IMAGES = ("pause", "coredns", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
 ARCH = "amd64"
 #: the architectures release manifests label assets with (Kubernetes' names); a node image is built for the first two
-KNOWN_ARCHES = ("amd64", "arm64", "arm", "386", "ppc64le", "s390x")
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class _Asset(ForeignModel):
             return False
         # Trust the file name over the label when they disagree (see the module docstring).
         name = self.name + " " + (self.archive.uri or "" if self.archive else "")
-        return not any(re.search(rf"[-/_]{a}([-/_.]|$)", name) for a in KNOWN_ARCHES if a != arch)
+        return not any(re.search(rf"[-/_]{a}([-/_.]|$)", name) for a in PUBLISHED_ARCHES if a != arch)
 
     @property
     def file_name(self) -> str:
@@ -214,7 +214,7 @@ def _uri(asset: _Asset) -> str:
 def parse_manifest(text: str, source: str, arch: str = ARCH) -> ReleaseManifest:
     """Parse a release manifest (through its model: the fields a build reads) and pick out the node artifacts of
     ``arch`` by meaning; errors name the missing artifact."""
-    if arch not in KNOWN_ARCHES:
+    if arch not in PUBLISHED_ARCHES:
         raise ValueError(f"unknown architecture {arch!r}")  # the caller checked the user's value
     docs = [d for d in parse_yaml_documents(text, source) if isinstance(d, dict) and d.get("kind") == "Release"]
     if len(docs) != 1:

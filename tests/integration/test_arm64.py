@@ -144,7 +144,7 @@ def test_the_matrix_builds_both_arches_and_the_arm64_image_boots_under_aavmf(
     under its own name, and a client downloads the arm64 one by name; it boots under qemu-system-aarch64 with AAVMF
     to its login prompt (the node check of both architectures' images: bench/nodes.py; CI's amd64 one is the
     offline test's)."""
-    from imagebuilder.build.verify import verify_image
+    from imagebuilder.builder.verify import verify_image
     from imagebuilder.core.files import sha256_file
     from tests.support.common import vm_turn
     from tests.support.sources import SOURCE_RELEASE
@@ -249,7 +249,7 @@ def test_an_amd64_source_for_an_arm64_build_is_refused_naming_it(
     assert "image.base --arch arm64" in res.err
     assert not list((tmp_path / "out").glob("*.gz")), "no image (the refused run's log is kept, as every run's)"
     # an image without an EFI loader to tell is refused once mounted, by its programs' ELF machine
-    from imagebuilder.build.chroot_mounts import _check_arch
+    from imagebuilder.builder.chroot_mounts import _check_arch
     from imagebuilder.core.errors import InputError
 
     with raw_view(image) as raw, mounted_root(raw) as root:

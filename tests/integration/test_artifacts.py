@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.build.plan import BuildRequest
-from imagebuilder.build.resolve import make_plan
+from imagebuilder.builder.resolve import make_plan
 from imagebuilder.core import fetch
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.fetch import Expected, Mirror
 from imagebuilder.core.untrusted import Redactor
 from imagebuilder.image.apply_customization import input_firmware
 from imagebuilder.image.ova import make_ova, ova_firmware
+from imagebuilder.plan.model import BuildRequest
 from imagebuilder.providers import registry
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.manifest import load_manifest

@@ -64,8 +64,8 @@ def test_engine_flag_is_checked_and_explained(tmp_path: Path) -> None:
 def test_auto_picks_chroot_for_an_image_based_build_only_without_kvm(
     tmp_path: Path, accel: str, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
 
     monkeypatch.setenv("IMAGE_BUILDER_ACCEL", accel)  # what kvm_status reports, as a host without/with KVM
     config = write_config(tmp_path)
@@ -240,9 +240,9 @@ def test_the_matrix_meets_builds_gate_before_anything_is_built(tmp_path: Path) -
 def test_inputs_digest_follows_the_inputs(tmp_path: Path) -> None:
     import dataclasses
 
-    from imagebuilder.build.inputs import inputs_digest, layer_inputs
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.inputs import inputs_digest, layer_inputs
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
 
     config = write_config(tmp_path)
     request = BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
@@ -267,9 +267,9 @@ def test_only_a_whole_output_is_trusted_as_built(tmp_path: Path) -> None:
     its manifest, or a missing or mismatched piece, means the output is built again."""
     import hashlib
 
-    from imagebuilder.build.matrix import recorded_inputs
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.matrix import recorded_inputs
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
 
     out = tmp_path / "out"
     plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
@@ -314,10 +314,10 @@ def test_a_layer_is_saved_where_the_filesystem_has_no_direct_io(
 ) -> None:
     """The layer's qcow2 is written with O_DIRECT (qemu-img -t none); a cache on a filesystem without it (tmpfs
     before Linux 6.6: EINVAL) gets it written through the page cache instead of failing the matrix."""
-    from imagebuilder.build import matrix
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder import matrix
+    from imagebuilder.builder.resolve import make_plan
     from imagebuilder.core.errors import ExternalError
+    from imagebuilder.plan.model import BuildRequest
 
     plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-24", offline=True,
                                   configs={"baremetal": str(write_config(tmp_path))}, engine="chroot"))  # fmt: skip
@@ -424,7 +424,7 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
     from imagebuilder.attest.keys import generate, public_path
     from imagebuilder.attest.packages import collect
     from imagebuilder.attest.sbom import package_names
-    from imagebuilder.build.verify import boot_raw, verify_image
+    from imagebuilder.builder.verify import boot_raw, verify_image
     from imagebuilder.core.disk import mounted_root, raw_view
     from imagebuilder.core.fetch import Mirror
     from imagebuilder.release.catalog import load_catalog

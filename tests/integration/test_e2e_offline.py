@@ -25,7 +25,7 @@ import pytest
 
 from imagebuilder.attest.keys import generate
 from imagebuilder.attest.sbom import package_names
-from imagebuilder.build.verify import verify_image
+from imagebuilder.builder.verify import verify_image
 from imagebuilder.core.disk import mounted_root, raw_view
 from imagebuilder.core.files import sha256_file
 from imagebuilder.image.diff import diff_images
@@ -428,8 +428,8 @@ def test_offline_bare_metal_build_is_verified(
 
 
 def test_verify_fails_an_image_that_was_not_provisioned(base_image: tuple[Path, str], tmp_path: Path) -> None:
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
 
     mirror_root = tmp_path / "m"
     make_standin_release(mirror_root, load_catalog().channel("1-24"))

@@ -65,7 +65,7 @@ def test_a_chroot_build_killed_at_each_step_is_rebuilt_and_leaves_nothing(
 ) -> None:
     """The issue's own case, at every chosen point in turn: each run is killed at the next point, so each starts on
     what the runs killed before it left (and must get past it to reach its point); the last run goes to the end."""
-    from imagebuilder.build.verify import verify_image
+    from imagebuilder.builder.verify import verify_image
 
     image, digest = base_image
     config = tmp_path / "bm.json"
@@ -237,8 +237,8 @@ def test_verify_killed_by_the_oom_killer_leaves_its_guest_and_mount_to_host_clea
     mounted in the host's namespace and once with its QEMU guest booting, leaves a mount with its loop device and a
     QEMU running on. host.clean finds them by the run's tag and folder names (the dry run lists them with the run
     that left them), releases them, and touches nothing of a live run's."""
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.standin import make_standin_release
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.build.lint import lint_templates, render_pair
-from imagebuilder.build.packer import PackerInfo, fmt_check, render_build, validate
+from imagebuilder.builder.lint import lint_templates, render_pair
+from imagebuilder.builder.packer import PackerInfo, fmt_check, render_build, validate
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.hostinfo import KvmStatus
 from imagebuilder.core.render import hcl
@@ -78,7 +78,7 @@ def test_an_arm64_build_vm_is_emulated_even_where_kvm_runs_amd64_guests(tmp_path
 def test_an_arm64_build_vm_needs_its_emulator_before_anything_is_rendered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from imagebuilder.build import packer as packer_module
+    from imagebuilder.builder import packer as packer_module
     from imagebuilder.core.errors import ExternalError
     from imagebuilder.flows.build import dry_run_checks
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.build.lint import lint_templates
-from imagebuilder.build.packer_plugins import (
+from imagebuilder.builder.lint import lint_templates
+from imagebuilder.builder.packer_plugins import (
     PLUGINS,
     PackerInfo,
     Requirement,

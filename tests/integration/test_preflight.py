@@ -112,10 +112,10 @@ def test_the_disk_check_follows_the_work(tmp_path: Path) -> None:
     import os
     import subprocess
 
-    from imagebuilder.build.disk_need import disk_need
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.disk_need import disk_need
+    from imagebuilder.builder.resolve import make_plan
     from imagebuilder.host.preflight import check_disk
+    from imagebuilder.plan.model import BuildRequest
 
     mounts = {}
     for name, size in (("small", "600M"), ("roomy", "16G")):

@@ -216,10 +216,10 @@ VSPHERE_TEXT_FIELDS = ["datacenter", "cluster", "resource_pool", "datastore", "n
 @given(st.dictionaries(st.sampled_from(VSPHERE_TEXT_FIELDS), hostile_text, min_size=1, max_size=3))
 @example(changes={"cluster": ""})  # empty is unset: no cluster line (found by CI)
 def test_any_accepted_vsphere_config_renders_a_template_packer_accepts(changes: dict[str, str]) -> None:
-    from imagebuilder.build.lint import LINT_KVM
-    from imagebuilder.build.packer import PackerInfo, fmt_check, render_build
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.lint import LINT_KVM
+    from imagebuilder.builder.packer import PackerInfo, fmt_check, render_build
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
 
     base = json.loads((EXAMPLES / "vsphere-ubuntu.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.build.packer import ACTIVATION_KEY_ENV, BUILD_PROXY_ENV, PackerInfo, render_build, validate
-from imagebuilder.build.plan import BuildPlan, BuildRequest
-from imagebuilder.build.resolve import make_plan
+from imagebuilder.builder.packer import ACTIVATION_KEY_ENV, BUILD_PROXY_ENV, PackerInfo, render_build, validate
+from imagebuilder.builder.resolve import make_plan
 from imagebuilder.core.errors import InputError, InputErrors
 from imagebuilder.core.hostinfo import KvmStatus
 from imagebuilder.customization.model import load_additional_files
+from imagebuilder.plan.model import BuildPlan, BuildRequest
 from tests.support.common import ROOT, build_args, plan_for, run
 from tests.support.reference import ISO_SHA, RHEL, SATELLITE, pinned_mirror
 

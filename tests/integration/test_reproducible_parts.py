@@ -64,7 +64,7 @@ def _disk(path: Path) -> Path:
 
 @pytest.mark.parametrize("umask", [0o022, 0o077])
 def test_the_ova_and_the_qcow2_are_functions_of_the_disk(tmp_path: Path, umask: int) -> None:
-    from imagebuilder.build.chroot import finish_disk
+    from imagebuilder.builder.chroot import finish_disk
     from imagebuilder.image.ova import make_ova
     from imagebuilder.image.reproducible import dated
 

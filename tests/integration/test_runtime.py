@@ -299,7 +299,7 @@ def test_an_arm64_build_refuses_the_bundles_amd64_runtime(tmp_path: Path) -> Non
 
 
 def test_verify_compares_the_runtime_binaries_with_the_release_tarball(tmp_path: Path) -> None:
-    from imagebuilder.build.verify import runtime_digests
+    from imagebuilder.builder.verify import runtime_digests
     from imagebuilder.core.fetch import Mirror
 
     mirror = tmp_path / "mirror"

@@ -270,8 +270,8 @@ def mounts_under(path: Path) -> list[str]:
 def plan_for(os_name: str, provider: str, tmp_path: Path, config: dict[str, Any] | None = None, **kw: Any) -> Any:
     """The plan of a 1-24 build of ``os_name`` on ``provider``, offline: from ``config`` when given, else from the
     pair's example config."""
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
 
     configs = {}
     if config is not None:

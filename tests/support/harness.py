@@ -43,7 +43,7 @@ from tests.support.common import ROOT
 from tests.support.inproc import Outcome, cli
 
 if TYPE_CHECKING:
-    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.plan.model import BuildRequest
 
 #: in every credential position of every hostile value; in no output and no file
 MARKER = "S3CRET-harness-7f3a"
@@ -218,7 +218,7 @@ def prepare(tmp: Path) -> None:
 def offline_chroot_request(tmp: Path) -> BuildRequest:
     """A build request that plans without the network: offline, the chroot engine, a bare-metal config whose source
     image is named by digest (the CI-emit tests plan their pipelines from it)."""
-    from imagebuilder.build.plan import BuildRequest
+    from imagebuilder.plan.model import BuildRequest
 
     config = tmp / "bm.json"
     config.write_text(json.dumps({"source_image_url": "http://images.example/base.qcow2",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.build.packer_plugins import PLUGINS, TESTED_PACKERS, requirements_for
+from imagebuilder.builder.packer_plugins import PLUGINS, TESTED_PACKERS, requirements_for
 from tests.support.common import ROOT
 
 MODERN = TESTED_PACKERS[1:]  # Debian's 1.6.6 is the first

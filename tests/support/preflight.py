@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, PluginState, Version, requirements_for
+from imagebuilder.builder.packer_plugins import PackerInfo, PluginCheck, PluginState, Version, requirements_for
 from imagebuilder.core.hostinfo import KvmStatus
 from imagebuilder.host.preflight import GIB, HostFacts
 from imagebuilder.release.catalog import load_catalog

@@ -36,7 +36,7 @@ Version: 1.0
 
 def companions(image: Path, key: Path | None) -> None:
     """``image``'s .sha256, SBOM and provenance (signed by ``key``, else unsigned), as
-    :func:`imagebuilder.build.attestations.write_attestations` writes them after a build."""
+    :func:`imagebuilder.builder.attestations.write_attestations` writes them after a build."""
     sha = sha256_file(image)
     image.with_name(image.name + ".sha256").write_text(f"{sha}  {image.name}\n")
     stem = image.name.removesuffix(".gz")

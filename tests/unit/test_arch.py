@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagebuilder.build.resolve import _artifact_name
+from imagebuilder.builder.resolve import _artifact_name
 from imagebuilder.core import arch as arch_mod
-from imagebuilder.core.arch import ARCHES, arch, elf_machine
+from imagebuilder.core.arch import ARCHES, arch, check_arch, elf_machine
 from imagebuilder.core.errors import InputError
-from imagebuilder.release.catalog import check_arch, load_catalog
+from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.manifest import load_manifest, parse_manifest
 from tests.support.common import make_manifest, reference
 from tests.support.inproc import cli
@@ -44,13 +44,13 @@ def test_any_other_value_is_refused_by_name_and_bounded(value: str) -> None:
 
 def test_ubuntu_on_bare_metal_is_built_for_arm64_and_every_other_pair_says_why_not() -> None:
     ubuntu, metal = CATALOG.os("ubuntu"), CATALOG.provider("baremetal")
-    CATALOG.build_pair(ubuntu, metal).check_arch("arm64")
+    CATALOG.build_pair(ubuntu, metal).check_built_for("arm64")
     for pair in CATALOG.builds:
-        pair.check_arch("amd64")
+        pair.check_built_for("amd64")
         if (pair.os, pair.provider) == (ubuntu, metal):
             continue
         with pytest.raises(InputError) as exc:
-            pair.check_arch("arm64")
+            pair.check_built_for("arm64")
         assert f"{pair.os.name} on {pair.provider.name} is not built for arm64: " in str(exc.value)
         assert len(pair.why_not) > 20 and exc.value.field == "--arch"
 
@@ -237,7 +237,7 @@ def test_a_config_flag_with_a_bad_architecture_entry_is_refused(value: str, mess
 def test_a_config_value_naming_no_architecture_is_one_path_whatever_it_holds(value: str) -> None:
     """Any value without an ``<arch>=`` entry is the path it was before architectures (commas and '=' included)."""
     from imagebuilder.cli.build import _arch_configs
-    from imagebuilder.release.catalog import ARCH_SYNONYMS
+    from imagebuilder.core.arch import ARCH_SYNONYMS
 
     names = (*ARCHES, *ARCH_SYNONYMS)
     if any(p.strip().split("=", 1)[0].lower() in names and "=" in p for p in value.split(",")):
@@ -336,7 +336,7 @@ def test_the_matrix_builds_both_architectures_of_a_release_manifest_given_to_it(
     assert len(builds) == 2, jobs
     for job in builds:
         assert f"--release-manifest {manifest} " in jobs[job]["script"][-1], jobs[job]["script"][-1]
-    from imagebuilder.build.matrix import expand
+    from imagebuilder.builder.matrix import expand
     from imagebuilder.cli.build import _request
 
     request = _request({"baremetal": f"{amd},arm64={arm}"}, os=None, hypervisor=None, release_channel=None,

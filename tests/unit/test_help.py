@@ -147,7 +147,7 @@ def test_every_line_version_and_os_version_a_help_states_is_the_catalogs() -> No
     channels = set(catalog.channels)
     minors = {c.minor for c in catalog.channels.values()}
     kubernetes = {c.kubernetes_version for c in catalog.channels.values()}
-    from imagebuilder.build.packer_plugins import TESTED_PACKERS
+    from imagebuilder.builder.packer_plugins import TESTED_PACKERS
     from imagebuilder.flows.demo import DEMO_KUBERNETES
     from imagebuilder.release.k8sversion import OLDEST_MINOR
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagebuilder.build.packer_plugins import (
+from imagebuilder.builder.packer_plugins import (
     PLUGINS,
     Constraint,
     PackerInfo,

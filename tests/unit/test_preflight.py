@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.build.packer_plugins import PluginState, Version, requirements_for
+from imagebuilder.builder.packer_plugins import PluginState, Version, requirements_for
 from imagebuilder.core import arch as arch_module
 from imagebuilder.core.errors import InputError
 from imagebuilder.core.hostinfo import CHECKS, KvmStatus, kvm_status

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from imagebuilder.core.errors import InputErrors
-from imagebuilder.providers.config import (
+from imagebuilder.plan.config import (
     BuildExtras,
     ConfigContext,
     ProviderConfig,

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.build.plan import BuildRequest
-from imagebuilder.build.resolve import make_plan
+from imagebuilder.builder.resolve import make_plan
 from imagebuilder.core.errors import InputError, InputErrors
+from imagebuilder.plan.model import BuildRequest
 from tests.support.common import plan_for
 from tests.support.reference import RHEL, SATELLITE, pinned_mirror
 

@@ -116,9 +116,9 @@ def test_the_hash_seed_is_a_uuid_of_the_digest() -> None:
 
 
 def test_the_content_digest_ignores_where_things_are_and_follows_what_they_are(tmp_path: Path) -> None:
-    from imagebuilder.build.inputs import content_digest
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.inputs import content_digest
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
     from tests.support.common import make_manifest
 
     def plan(folder: Path, checksum: str) -> object:

@@ -71,8 +71,8 @@ def test_the_node_check_reads_the_guests_runtime_line(event: str, detail: str, o
 def test_a_stand_in_release_carrying_a_runtime_is_planned_with_it(tmp_path: Path) -> None:
     """The manifest a stand-in release writes with a runtime reads back as release.build's do: components
     containerd, runc and cri-tools with their versions, the two tarballs as archives, and a plan that installs them."""
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.manifest import load_manifest
     from imagebuilder.release.standin import ReleaseRuntime, make_standin_release

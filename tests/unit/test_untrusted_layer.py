@@ -22,9 +22,9 @@ PARSE_LEDGER = {
     "imagebuilder.attest.packages": 1,  # dpkg-query / rpm output of the image being built
     # payload_of: a provenance this process just wrote (display, tests)
     "imagebuilder.attest.provenance": 1,  # payload_of: a provenance this process just wrote (display, tests)
-    "imagebuilder.build.chroot_mounts": 1,  # the spec file the chroot engine's parent wrote for its child
-    "imagebuilder.build.lint": 1,  # config/examples in the checkout
-    "imagebuilder.build.packer_plugins": 1,  # a plugin binary's own `describe` output
+    "imagebuilder.builder.chroot_mounts": 1,  # the spec file the chroot engine's parent wrote for its child
+    "imagebuilder.builder.lint": 1,  # config/examples in the checkout
+    "imagebuilder.builder.packer_plugins": 1,  # a plugin binary's own `describe` output
     "imagebuilder.cli.dhcp": 1,  # a round trip of data this process holds
     "imagebuilder.core.disk.attach": 1,  # sfdisk --json
     "imagebuilder.core.disk.deadruns": 2,  # this tool's own run markers; losetup --json
@@ -41,8 +41,8 @@ PARSE_LEDGER = {
 #: caches, its checkout, a build's own outputs, /proc and /sys of this host); a file a user named or a document
 #: pointed at is read by :func:`imagebuilder.core.untrusted.read_text` / ``read_bytes`` / ``open_regular``
 READ_LEDGER = {
-    "imagebuilder.build.chroot_mounts": 2, "imagebuilder.build.inputs": 1,
-    "imagebuilder.build.lint": 1, "imagebuilder.build.matrix": 1, "imagebuilder.build.packer_plugins": 2,
+    "imagebuilder.builder.chroot_mounts": 2, "imagebuilder.builder.inputs": 1,
+    "imagebuilder.builder.lint": 1, "imagebuilder.builder.matrix": 1, "imagebuilder.builder.packer_plugins": 2,
     "imagebuilder.cli.dev": 1, "imagebuilder.cli.serve": 1, "imagebuilder.core.arch": 2,
     "imagebuilder.core.disk.attach": 1, "imagebuilder.core.disk.chroot": 2, "imagebuilder.core.disk.deadruns": 3,
     "imagebuilder.core.disk.releasing": 3, "imagebuilder.core.disk.scratch": 1,
@@ -52,7 +52,7 @@ READ_LEDGER = {
     "imagebuilder.image.base": 3, "imagebuilder.image.boltdb": 1, "imagebuilder.image.controlplane": 2,
     "imagebuilder.image.diff": 2, "imagebuilder.image.emulation": 1, "imagebuilder.image.fsdelta": 2,
     "imagebuilder.image.gzipdisk": 4, "imagebuilder.image.outputs": 1, "imagebuilder.image.qemu": 1,
-    "imagebuilder.image.reproducible": 1, "imagebuilder.providers.config": 1, "imagebuilder.publish.storage": 2,
+    "imagebuilder.image.reproducible": 1, "imagebuilder.plan.config": 1, "imagebuilder.publish.storage": 2,
     "imagebuilder.release.imagearchive": 1, "imagebuilder.release.source": 15, "imagebuilder.vsphere.access": 1,
 }  # fmt: skip
 
@@ -160,6 +160,34 @@ def test_the_dhcp_server_names_checked_early_are_the_servers() -> None:
     from imagebuilder.host.dhcp import SERVERS
 
     assert set(SERVER_NAMES) == set(SERVERS)
+
+
+def test_a_line_another_thread_writes_into_is_not_torn() -> None:
+    """print() writes a line's text and its end in two calls: a thread that writes between them (seen under load in
+    the suite) must not tear either line."""
+    import io
+    import threading
+
+    from imagebuilder.cli._common import _Masked
+
+    out = io.StringIO()
+    stream = _Masked(out)
+    written, resume = threading.Event(), threading.Event()
+
+    def other() -> None:
+        stream.write("second")
+        written.set()
+        resume.wait(5)
+        stream.write("\n")
+
+    stream.write("first")
+    thread = threading.Thread(target=other)
+    thread.start()
+    written.wait(5)
+    stream.write("\n")
+    resume.set()
+    thread.join()
+    assert out.getvalue().splitlines() == ["first", "second"]
 
 
 def test_output_from_threads_is_neither_lost_nor_torn(capsys: object) -> None:

@@ -118,15 +118,15 @@ def test_a_broken_upstream_runtime_section_is_named_with_its_field(change: dict[
 
 
 def _plan(mirror: Path, channel: str = "1-34", **kw: object) -> object:
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
 
     return make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel=channel, offline=True,
                                   mirror=str(mirror), **kw))  # type: ignore[arg-type]  # fmt: skip
 
 
 def test_a_release_without_a_runtime_gets_the_lines_own_from_upstream(tmp_path: Path) -> None:
-    from imagebuilder.build.packer import ansible_vars
+    from imagebuilder.builder.packer import ansible_vars
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.standin import make_standin_release
 
@@ -171,7 +171,7 @@ def test_a_checksum_file_that_vouches_for_nothing_stops_the_build_without_quotin
 ) -> None:
     """As an unreachable manifest: the dry run shows the runtime unresolved and why, the real build stops (exit 1)
     before anything is written, and neither quotes the file."""
-    from imagebuilder.build.packer import check_buildable
+    from imagebuilder.builder.packer import check_buildable
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.standin import make_standin_release
 
@@ -191,8 +191,8 @@ def test_a_checksum_file_that_vouches_for_nothing_stops_the_build_without_quotin
 
 
 def test_a_minor_only_upstream_has_is_a_line_built_from_source_only(tmp_path: Path) -> None:
-    from imagebuilder.build.plan import BuildRequest
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.plan.model import BuildRequest
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.standin import ReleaseRuntime, make_standin_release
     from tests.support.runtime_cases import REFERENCE, runtime_tarball

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -13,12 +13,10 @@ from imagebuilder.core.paths import workspace_root
 from imagebuilder.core.progress import Say
 from imagebuilder.core.validation import Problem
 from imagebuilder.image.outputs import Packaged, packer_manifest
+from imagebuilder.plan.config import BoolStr, BuildExtras, ConfigContext, Size, Text, alias
+from imagebuilder.plan.model import BuildPlan
 from imagebuilder.providers.base import SYSPREP, Provider, node_step
-from imagebuilder.providers.config import BoolStr, BuildExtras, ConfigContext, Size, Text, alias
 from imagebuilder.release.catalog import load_catalog
-
-if TYPE_CHECKING:
-    from imagebuilder.build.plan import BuildPlan  # annotations only: the build sits above the providers
 
 _OWNER_ALIASES = ("amazon", "aws-marketplace", "self", "aws-backup-vault")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]+")

@@ -4,15 +4,12 @@ gzip in members of one MiB (spec 1.6, 2.3)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from imagebuilder.core.progress import Say
 from imagebuilder.image.outputs import Packaged, compress, qemu_disk
+from imagebuilder.plan.config import BuildExtras, Os3Fields, SourceImageFields
+from imagebuilder.plan.model import BuildPlan
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
-from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
-
-if TYPE_CHECKING:
-    from imagebuilder.build.plan import BuildPlan  # annotations only: the build sits above the providers
 
 
 class BaremetalConfig(Os3Fields, SourceImageFields, BuildExtras):

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
 from imagebuilder.core.progress import Say
 from imagebuilder.core.validation import Problem
 from imagebuilder.image.outputs import Packaged, place, qemu_disk
+from imagebuilder.plan.config import BoolStr, BuildExtras, ConfigContext, Os3Fields, Secret, Text
+from imagebuilder.plan.model import BuildPlan
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
-from imagebuilder.providers.config import BoolStr, BuildExtras, ConfigContext, Os3Fields, Secret, Text
-
-if TYPE_CHECKING:
-    from imagebuilder.build.plan import BuildPlan  # annotations only: the build sits above the providers
 
 
 class CloudstackConfig(Os3Fields, BuildExtras):

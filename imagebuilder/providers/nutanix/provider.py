@@ -4,7 +4,7 @@ the image service (spec 2.3). The image lives in Prism; the build keeps Packer's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field
 
@@ -12,8 +12,7 @@ from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.progress import Say
 from imagebuilder.core.validation import Problem
 from imagebuilder.image.outputs import Packaged, packer_manifest, place
-from imagebuilder.providers.base import SYSPREP, Provider, node_step
-from imagebuilder.providers.config import (
+from imagebuilder.plan.config import (
     BoolStr,
     BuildExtras,
     ConfigContext,
@@ -24,10 +23,9 @@ from imagebuilder.providers.config import (
     Text,
     alias,
 )
+from imagebuilder.plan.model import BuildPlan
+from imagebuilder.providers.base import SYSPREP, Provider, node_step
 from imagebuilder.release.catalog import load_catalog
-
-if TYPE_CHECKING:
-    from imagebuilder.build.plan import BuildPlan  # annotations only: the build sits above the providers
 
 
 class NutanixConfig(BuildExtras):
@@ -130,7 +128,7 @@ class Nutanix(Provider):
 def load_nutanix_config(path: Path) -> NutanixConfig:
     """The build's nutanix config read outside a build (``nutanix.image-upload``): validated as a build of the
     default OS would read it, every problem reported the usual way."""
-    from imagebuilder.providers.config import load_provider_config
+    from imagebuilder.plan.config import load_provider_config
 
     os_ = load_catalog().os("ubuntu")
     config = load_provider_config(

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -13,8 +13,7 @@ from imagebuilder.core.progress import Say
 from imagebuilder.core.validation import Problem
 from imagebuilder.image.outputs import Packaged, exported_disk, qemu_disk, require_bootable
 from imagebuilder.image.ova import make_ova
-from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
-from imagebuilder.providers.config import (
+from imagebuilder.plan.config import (
     BoolStr,
     BuildExtras,
     ConfigContext,
@@ -26,9 +25,8 @@ from imagebuilder.providers.config import (
     Text,
     alias,
 )
-
-if TYPE_CHECKING:
-    from imagebuilder.build.plan import BuildPlan  # annotations only: the build sits above the providers
+from imagebuilder.plan.model import BuildPlan
+from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
 
 
 class VsphereConfig(Os3Fields, SourceImageFields, BuildExtras):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.build.chroot_mounts import attached
+from imagebuilder.builder.chroot_mounts import attached
 from imagebuilder.core import disk
 from tests.support.common import ROOT
 
@@ -49,7 +49,7 @@ def make_disk(tmp_path: Path, fstab_point: str, link: tuple[str, str] | None = N
 _REFUSED = """
 import sys
 from pathlib import Path
-from imagebuilder.build.chroot_mounts import attached
+from imagebuilder.builder.chroot_mounts import attached
 from imagebuilder.core import disk
 from imagebuilder.core.errors import InputError
 raw, root = Path(sys.argv[1]), Path(sys.argv[2])

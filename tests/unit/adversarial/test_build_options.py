@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from imagebuilder.core.errors import InputErrors
 from imagebuilder.customization.model import AdditionalFile
+from imagebuilder.plan.config import ConfigContext, validate_provider_config
 from imagebuilder.providers.baremetal.provider import BaremetalConfig
-from imagebuilder.providers.config import ConfigContext, validate_provider_config
 from imagebuilder.release.catalog import load_catalog
 from tests.support.inproc import cli
 

@@ -12,8 +12,8 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from imagebuilder.build.ci_emit import CiOptions, emit_ci, pipeline
-from imagebuilder.build.resolve import make_plan
+from imagebuilder.builder.ci_emit import CiOptions, emit_ci, pipeline
+from imagebuilder.builder.resolve import make_plan
 from imagebuilder.core.untrusted import carries_credentials
 from tests.support.harness import offline_chroot_request
 

@@ -231,7 +231,7 @@ def test_a_plugin_source_file_is_one_address_of_its_plugin(tmp_path: Path, sourc
     """A ``<type>.source`` beside a plugin binary names where Packer keeps it (folders under its plugin folder): one
     source address in Packer's grammar, of that plugin, read as any user file is (UTF-8, bounded, not a link), or
     exit 2 naming the file without quoting it (outside review: non-UTF-8 bytes were an internal error)."""
-    from imagebuilder.build.packer_plugins import plugin_binaries
+    from imagebuilder.builder.packer_plugins import plugin_binaries
     from imagebuilder.core.errors import InputError
 
     folder = tmp_path / "plugins"

@@ -330,7 +330,7 @@ def test_an_ipv6_address_is_no_host_name_of_a_fixed_lease(tmp_path: Path) -> Non
 
 
 def _request(tmp_path: Path, **changes: object) -> tuple[object, object]:
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.resolve import make_plan
 
     request = offline_chroot_request(tmp_path)
     plan = make_plan(dataclasses.replace(request, os="ubuntu", hypervisor="baremetal", release_channel="1-24"))
@@ -341,7 +341,7 @@ def _request(tmp_path: Path, **changes: object) -> tuple[object, object]:
 @pytest.mark.parametrize("value", [f"https://u:{SECRET}@127.0.0.1:1/m.yaml",
                                    f"https://h/m.yaml?X-Amz-Signature={SECRET}"])  # fmt: skip
 def test_a_credential_is_never_written_into_a_pipeline(tmp_path: Path, kind: str, value: str) -> None:
-    from imagebuilder.build.ci_emit import CiOptions, emit_ci
+    from imagebuilder.builder.ci_emit import CiOptions, emit_ci
 
     for flag, changes in (("--release-manifest", {"release_manifest": value}), ("--mirror", {"mirror": value})):
         request, plan = _request(tmp_path, **changes)
@@ -357,7 +357,7 @@ def test_the_release_manifest_may_be_a_ci_variable(tmp_path: Path, kind: str) ->
 
     import yaml
 
-    from imagebuilder.build.ci_emit import CiOptions, emit_ci
+    from imagebuilder.builder.ci_emit import CiOptions, emit_ci
 
     request, plan = _request(tmp_path, release_manifest="$IMAGE_BUILDER_RELEASE_MANIFEST")
     text = emit_ci(kind, [plan], request=request, customize=None, options=CiOptions())  # type: ignore[arg-type]
@@ -382,7 +382,7 @@ def test_a_ci_variable_must_be_set_here_to_plan(tmp_path: Path) -> None:
 
 def test_offline_never_fetches_a_manifest_url(tmp_path: Path) -> None:
     """The plan every build, matrix and emitted pipeline is made of refuses it before anything is fetched."""
-    from imagebuilder.build.resolve import make_plan
+    from imagebuilder.builder.resolve import make_plan
 
     request, _ = _request(tmp_path, release_manifest="https://127.0.0.1:1/m.yaml")
     with pytest.raises(InputError) as caught:
@@ -400,7 +400,7 @@ def test_a_long_value_is_shortened_and_the_message_after_it_kept() -> None:
 
 
 def test_a_plugin_source_file_that_is_not_utf8_names_the_flag(tmp_path: Path) -> None:
-    from imagebuilder.build.packer_plugins import _source_address  # what plugin_binaries reads each .source with
+    from imagebuilder.builder.packer_plugins import _source_address  # what plugin_binaries reads each .source with
 
     source = tmp_path / "qemu.source"
     source.write_bytes(b"github.com/hashicorp/\xff\xfeqemu\n")

@@ -11,28 +11,22 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuilder.build.plan import BuildPlan, BuildRequest, ManifestState, RuntimePlan
+from imagebuilder.core.arch import ARCH_NAMES, check_arch
 from imagebuilder.core.arch import arch as arch_facts
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean, require_flags
 from imagebuilder.core.fetch import Mirror, is_url
 from imagebuilder.core.paths import workspace_root
-from imagebuilder.providers import registry
-from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP
-from imagebuilder.providers.config import (
+from imagebuilder.plan.config import (
     BuildExtras,
     ConfigContext,
     ProviderConfig,
     SourceImageFields,
     load_provider_config,
 )
-from imagebuilder.release.catalog import (
-    ARCHES,
-    CONTAINERD_2_FROM_MINOR,
-    ReleaseChannel,
-    check_arch,
-    load_catalog,
-    runtime_problem,
-)
+from imagebuilder.plan.model import BuildPlan, BuildRequest, ManifestState, RuntimePlan
+from imagebuilder.providers import registry
+from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP
+from imagebuilder.release.catalog import CONTAINERD_2_FROM_MINOR, ReleaseChannel, load_catalog, runtime_problem
 from imagebuilder.release.manifest import NodeArtifact, ReleaseManifest, load_manifest
 from imagebuilder.release.product import Pinned, flag, pinned_for
 from imagebuilder.release.profile import load_profile
@@ -50,7 +44,7 @@ def _artifact_name(
     extension: str,
     override: str | None,
     distro: str | None = None,
-    arch: str = ARCHES[0],
+    arch: str = ARCH_NAMES[0],
 ) -> str:
     if override is not None:
         base = override.removesuffix(extension) if extension else override
@@ -85,7 +79,7 @@ def image_based(provider: str, config: ProviderConfig | None) -> bool:
 
 
 def choose_engine(
-    requested: str | None, provider: str, config: ProviderConfig | None, arch: str = ARCHES[0]
+    requested: str | None, provider: str, config: ProviderConfig | None, arch: str = ARCH_NAMES[0]
 ) -> tuple[str, str]:
     """(engine, why) for ``--engine``: packer by default; chroot only for image-based builds; auto picks chroot
     for those when KVM is unusable here (QEMU would emulate every instruction) or the image is not amd64 (its
@@ -95,7 +89,7 @@ def choose_engine(
 
     # another architecture than amd64 is emulated on this project's hosts: the chroot engine runs only the image's
     # programs under qemu-user, where Packer's VM emulates a whole machine (minutes against tens of minutes)
-    engine = requested or ("packer" if arch == ARCHES[0] else "auto")
+    engine = requested or ("packer" if arch == ARCH_NAMES[0] else "auto")
     if engine not in ENGINES:
         raise InputError(
             f"{engine[:40]!r} is not one of them{did_you_mean(engine, ENGINES)}",
@@ -115,7 +109,7 @@ def choose_engine(
         )
     if engine == "chroot":
         return "chroot", "--engine chroot"
-    if arch != ARCHES[0]:
+    if arch != ARCH_NAMES[0]:
         why = f"{arch} machines are emulated here: the chroot engine emulates only their programs"
         return "chroot", f"auto: the build starts from a disk image, and {why}"
     kvm = kvm_status()
@@ -222,8 +216,8 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     provider = catalog.provider(request.hypervisor)
     channel = catalog.channel(request.release_channel)
     pair = catalog.build_pair(os_, provider)
-    arch = check_arch(request.arch or ARCHES[0])
-    pair.check_arch(arch)
+    arch = check_arch(request.arch or ARCH_NAMES[0])
+    pair.check_built_for(arch)
     os_version = os_.version_for(request.os_version or channel.default_os_version(os_), provider.name)
     channel.check_os_version(os_.name, os_version.version)
     firmware = os_.firmware_for(request.firmware, provider.name)
@@ -308,7 +302,7 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     if runtime.source == "os":  # the release's runtime tarball is not staged
         artifacts = tuple(a for a in artifacts if not (a.kind == "archive" and a.name == "containerd"))
     warnings = tuple(w for w in (channel.support_warning, _runtime_warning(runtime, version)) if w)
-    if arch != ARCHES[0] and not image_based(provider.name, config):  # after its release artifacts are found
+    if arch != ARCH_NAMES[0] and not image_based(provider.name, config):  # after its release artifacts are found
         raise InputError(f"{arch} images are built from an {arch} disk image, and this build installs from the OS's"
                          " installer ISO", field="--arch",
                          expected=f"an {arch} source_image_url in {provider.config_flag}"
@@ -356,7 +350,7 @@ def _runtime(
     channel: ReleaseChannel,
     pinned: Pinned | None = None,
     mirror: Mirror | None = None,
-    arch: str = ARCHES[0],
+    arch: str = ARCH_NAMES[0],
 ) -> tuple[RuntimePlan, tuple[NodeArtifact, ...]]:
     """The runtime the product release's bundle ships for the line (``--<product>-release``), else the release's
     when its manifest ships one (exit 2 when it cannot run the release's Kubernetes), else the line's own from its
@@ -370,7 +364,7 @@ def _runtime(
     if value == "os":
         return RuntimePlan("os", None, None, None, "build --runtime os"), ()
     if pinned is not None and pinned.ships_runtime:
-        if arch != ARCHES[0]:  # the bundle names one runtime per line, its linux/amd64 tarball
+        if arch != ARCH_NAMES[0]:  # the bundle names one runtime per line, its linux/amd64 tarball
             raise InputError(f"the bundle ships its runtime for linux/amd64 only, and the build is for {arch}",
                              source=pinned.bundle_url, field="eksD.containerd.uri",
                              expected=f"a {arch} build without {flag()} (the line's runtime from its projects), or"

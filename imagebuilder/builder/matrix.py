@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuilder.build.chroot import OsLayer, Reproducible, run_chroot_build
-from imagebuilder.build.inputs import digest, inputs_digest, layer_inputs, layer_seed
-from imagebuilder.build.packer_plugins import PluginCheck
-from imagebuilder.build.plan import BuildPlan, BuildRequest
-from imagebuilder.build.resolve import make_plan
+from imagebuilder.builder.chroot import OsLayer, Reproducible, run_chroot_build
+from imagebuilder.builder.inputs import digest, inputs_digest, layer_inputs, layer_seed
+from imagebuilder.builder.packer_plugins import PluginCheck
+from imagebuilder.builder.resolve import make_plan
 from imagebuilder.core import disk
 from imagebuilder.core.errors import ExternalError, ImageBuilderError, InputError
 from imagebuilder.core.files import atomic_write, parse_json, partial_prefix, read_text, run_checked
@@ -42,6 +41,7 @@ from imagebuilder.core.untrusted import Redactor
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.gzipdisk import Base, prime
+from imagebuilder.plan.model import BuildPlan, BuildRequest
 from imagebuilder.release.catalog import load_catalog
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class LayerBuilds:
             return layer, built
 
     def _build(self, plan: BuildPlan, target: Path) -> OsLayer:
-        from imagebuilder.build.runner import prepare_source_image
+        from imagebuilder.builder.runner import prepare_source_image
 
         self.cache.mkdir(parents=True, exist_ok=True)
         # what a killed run was writing into the cache (a layer's qcow2, gzip members in a layer's store), then this
@@ -194,7 +194,7 @@ def expand(
     for os_name, provider in pairs:
         pair = catalog.build_pair(catalog.os(os_name), catalog.provider(provider))
         for arch in arches:
-            pair.check_arch(arch)
+            pair.check_built_for(arch)
     plans: list[BuildPlan] = []
     seen: set[str] = set()
     for os_name, provider in pairs:
@@ -274,7 +274,7 @@ def run_matrix(
     signer: Signer | None = None,
 ) -> list[MatrixRow]:
     """Build every plan (OS layers first, once each), skipping outputs already built from the same inputs."""
-    from imagebuilder.build.runner import run_build
+    from imagebuilder.builder.runner import run_build
 
     build = build or run_build
     cache = layer_cache or layer_cache_root()

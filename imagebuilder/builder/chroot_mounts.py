@@ -1,4 +1,4 @@
-"""The child of a chroot build (:func:`imagebuilder.build.chroot.provision`), in a mount namespace of its own:
+"""The child of a chroot build (:func:`imagebuilder.builder.chroot.provision`), in a mount namespace of its own:
 attach the image's partitions on loop devices, mount them, provide /proc, /sys, /dev, /run and /tmp, run each
 command of its spec, and release everything for real on the way out (also when asked to stop).
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from imagebuilder.build.plan import BuildPlan
+    from imagebuilder.plan.model import BuildPlan
 
 GIB = 1024**3
 #: the node artifacts a build fetches into its workspace (a release, binaries and image tarballs, is under 1 GiB)
@@ -63,7 +63,7 @@ def _device(path: Path) -> int:
 
 def disk_need(plan: BuildPlan) -> DiskNeed:
     """What ``plan`` writes, and where (its workspace, its output folder)."""
-    from imagebuilder.build.runner import source_image
+    from imagebuilder.builder.runner import source_image
     from imagebuilder.core import disk
     from imagebuilder.providers import registry
 

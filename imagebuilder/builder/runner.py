@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from imagebuilder import __version__
-from imagebuilder.build.attestations import write_attestations
-from imagebuilder.build.chroot import OsLayer, Reproducible, check_engine, run_chroot_build
-from imagebuilder.build.inputs import build_digests, layer_seed
-from imagebuilder.build.packer import (
+from imagebuilder.builder.attestations import write_attestations
+from imagebuilder.builder.chroot import OsLayer, Reproducible, check_engine, run_chroot_build
+from imagebuilder.builder.inputs import build_digests, layer_seed
+from imagebuilder.builder.packer import (
     RenderedBuild,
     builder_for,
     check_buildable,
@@ -35,8 +35,7 @@ from imagebuilder.build.packer import (
     prepare_packer,
     render_build,
 )
-from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck
-from imagebuilder.build.plan import BuildPlan
+from imagebuilder.builder.packer_plugins import PackerInfo, PluginCheck
 from imagebuilder.core import disk, fetch
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.fetch import Expected, is_url
@@ -49,8 +48,9 @@ from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.outputs import sharing
 from imagebuilder.image.reproducible import dated, source_date_epoch
+from imagebuilder.plan.config import SourceImageFields
+from imagebuilder.plan.model import BuildPlan
 from imagebuilder.providers import registry
-from imagebuilder.providers.config import SourceImageFields
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
@@ -140,7 +140,7 @@ def run_build(
     (chroot engine, from ``build.matrix``) is a cached OS layer of this plan: the build runs only its Kubernetes
     part on a copy of it. ``plugins`` is the Packer and plugin check the caller made (:func:`prepare_packer`); without
     it the build makes its own, with ``packer`` (default: ``packer`` on PATH), before anything else starts. Every build
-    writes the image's SBOM and provenance beside it (:mod:`imagebuilder.build.attestations`), the provenance signed
+    writes the image's SBOM and provenance beside it (:mod:`imagebuilder.builder.attestations`), the provenance signed
     by ``signer`` when one is given."""
     check_buildable(plan)  # bad input fails here, before anything is written
     check_emulator(plan)  # and a host that cannot run the build VM

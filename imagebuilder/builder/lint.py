@@ -7,14 +7,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuilder.build.packer import EXTERNAL_ONLY, RenderedBuild, fmt_check, render_build, validate
-from imagebuilder.build.packer_plugins import PLUGINS, PackerInfo, prepare_plugins
-from imagebuilder.build.plan import BuildRequest
-from imagebuilder.build.resolve import make_plan
+from imagebuilder.builder.packer import EXTERNAL_ONLY, RenderedBuild, fmt_check, render_build, validate
+from imagebuilder.builder.packer_plugins import PLUGINS, PackerInfo, prepare_plugins
+from imagebuilder.builder.resolve import make_plan
+from imagebuilder.core.arch import ARCH_NAMES
 from imagebuilder.core.hostinfo import KvmStatus
 from imagebuilder.core.paths import config_dir
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.release.catalog import ARCHES, load_catalog
+from imagebuilder.plan.model import BuildRequest
+from imagebuilder.release.catalog import load_catalog
 
 #: linting renders without probing KVM (the accelerator does not change what Packer validates)
 LINT_KVM = KvmStatus(False, "not probed for linting")
@@ -44,12 +45,12 @@ def example_config(os_name: str, provider: str) -> Path | None:
 
 
 def render_pair(
-    os_name: str, provider: str, directory: Path, packer: PackerInfo, arch: str = ARCHES[0]
+    os_name: str, provider: str, directory: Path, packer: PackerInfo, arch: str = ARCH_NAMES[0]
 ) -> RenderedBuild:
     """The pair's build rendered from its example config; for another architecture than amd64, the example's fields
     with a source image of it (:data:`LINT_SOURCE`), as such a build needs."""
     config = example_config(os_name, provider)
-    if arch != ARCHES[0]:
+    if arch != ARCH_NAMES[0]:
         fields = json.loads(config.read_text()) if config else {}
         fields.update(source_image_url=LINT_SOURCE.format(arch=arch), source_image_checksum="sha256:" + "0" * 64)
         directory.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,7 @@ def lint_templates(
     results = []
     for pair, arch in ((p, a) for p in pairs for a in p.arches):
         os_name, provider = pair.os.name, pair.provider.name
-        where = f"{os_name}-{provider}" + ("" if arch == ARCHES[0] else f"-{arch}")
+        where = f"{os_name}-{provider}" + ("" if arch == ARCH_NAMES[0] else f"-{arch}")
         rendered = render_pair(os_name, provider, workdir / where, packer, arch)
         checked = validate(rendered, packer)
         fmt = fmt_check(rendered.template, packer)

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 from imagebuilder.attest import provenance, sbom
 from imagebuilder.attest.packages import load_inventory
 from imagebuilder.attest.provenance import Dependency
-from imagebuilder.build.plan import BuildPlan
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.files import atomic_write, sha256_file
 from imagebuilder.customization.model import Customization
-from imagebuilder.providers.config import Os3Fields, SourceImageFields
+from imagebuilder.plan.config import Os3Fields, SourceImageFields
+from imagebuilder.plan.model import BuildPlan
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer

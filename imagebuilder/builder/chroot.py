@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from imagebuilder.build.chroot_mounts import REFUSED, STATUS
-from imagebuilder.build.packer import controller_env, node_vars
-from imagebuilder.build.plan import BuildPlan
+from imagebuilder.builder.chroot_mounts import REFUSED, STATUS
+from imagebuilder.builder.packer import controller_env, node_vars
 from imagebuilder.core import disk
 from imagebuilder.core.arch import arch
 from imagebuilder.core.errors import ExternalError, InputError
@@ -48,6 +47,7 @@ from imagebuilder.core.untrusted import Redactor
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.gzipdisk import Base, MemberStore
 from imagebuilder.image.reproducible import TOOLS as REPRODUCIBLE_TOOLS
+from imagebuilder.plan.model import BuildPlan
 from imagebuilder.providers import registry
 
 #: what the engine runs on the build host
@@ -75,7 +75,7 @@ class Reproducible:
 
 @dataclass(frozen=True)
 class OsLayer:
-    """A cached OS layer (:mod:`imagebuilder.build.matrix`) a chroot build starts from instead of its source image.
+    """A cached OS layer (:mod:`imagebuilder.builder.matrix`) a chroot build starts from instead of its source image.
 
     ``image`` is the qcow2 in the layer cache that names it; ``disk`` is the file a build copies: the layer's raw
     twin while the run that made it still has one (no conversion on the way), else ``image`` itself. The images
@@ -230,7 +230,7 @@ def provision(
         "private",
         sys.executable,
         "-m",
-        "imagebuilder.build.chroot_mounts",
+        "imagebuilder.builder.chroot_mounts",
         str(spec),
     ]
     mark = STATUS.strip()

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder import __version__
-from imagebuilder.build.plan import BuildPlan
 from imagebuilder.core.paths import BUNDLE
 from imagebuilder.customization.model import Customization
 from imagebuilder.image.reproducible import hash_seed
-from imagebuilder.providers.config import SourceImageFields
+from imagebuilder.plan.config import SourceImageFields
+from imagebuilder.plan.model import BuildPlan
 
 #: the roles (and playbook) whose files make the OS layer; a change to any of them makes a new layer
 LAYER_ROLES = ("setup", "node", "redhat_subscription")

@@ -30,10 +30,10 @@ from typing import Any, Literal
 
 import yaml
 
-from imagebuilder.build.inputs import digest, layer_inputs
-from imagebuilder.build.plan import BuildPlan, BuildRequest
+from imagebuilder.builder.inputs import digest, layer_inputs
 from imagebuilder.core import untrusted
 from imagebuilder.core.errors import InputError
+from imagebuilder.plan.model import BuildPlan, BuildRequest
 from imagebuilder.providers import registry
 
 LAYER_DIR = "layers"

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.customization.model import Customization
-from imagebuilder.providers.config import ProviderConfig
+from imagebuilder.plan.config import ProviderConfig
 from imagebuilder.release.catalog import BuildPair, Firmware, OsVersion, ReleaseChannel, config_version_of
 from imagebuilder.release.manifest import NodeArtifact
 

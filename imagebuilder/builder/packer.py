@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuilder.build.attestations import INVENTORY
-from imagebuilder.build.packer_plugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
-from imagebuilder.build.plan import BuildPlan
+from imagebuilder.builder.attestations import INVENTORY
+from imagebuilder.builder.packer_plugins import PackerInfo, PluginCheck, prepare_plugins, requirements_for
 from imagebuilder.core.arch import arch
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.fetch import Mirror
@@ -35,8 +34,9 @@ from imagebuilder.core.render import ROOT, template_env
 from imagebuilder.core.ssh import keypair
 from imagebuilder.customization.model import Customization
 from imagebuilder.image import emulation
+from imagebuilder.plan.config import BuildExtras, Os3Fields, SourceImageFields
+from imagebuilder.plan.model import BuildPlan
 from imagebuilder.providers import registry
-from imagebuilder.providers.config import BuildExtras, Os3Fields, SourceImageFields
 from imagebuilder.release.catalog import load_catalog
 from imagebuilder.release.manifest import RUNTIME_BINARIES
 
@@ -82,7 +82,7 @@ def packer_check(
     say: Say = silent,
 ) -> PluginCheck:
     """:func:`prepare_packer` for the builder folders themselves (what ``build`` knows before the plan is
-    complete: see :func:`imagebuilder.build.resolve.make_plan`'s ``before_fetch``)."""
+    complete: see :func:`imagebuilder.builder.resolve.make_plan`'s ``before_fetch``)."""
     info = PackerInfo.detect(packer)
     return prepare_plugins(info, builders, binaries=plugins, mirror=mirror, offline=offline, install=install, say=say)
 
