@@ -68,6 +68,14 @@ class CiOptions:
     min_disk_gb: int | None = None
     retries: int = 1
 
+    def __post_init__(self) -> None:
+        if self.publish and not self.sign:  # image.publish takes signed provenance only
+            raise InputError(
+                "a published image's provenance must be signed",
+                field="--ci-publish",
+                expected="--ci-sign too (the jobs sign with the secret IMAGE_BUILDER_SIGNING_KEY)",
+            )
+
 
 @dataclass(frozen=True)
 class CiJob:

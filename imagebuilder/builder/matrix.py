@@ -42,6 +42,7 @@ from imagebuilder.customization.model import Customization
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.gzipdisk import Base, prime
 from imagebuilder.plan.model import BuildPlan, BuildRequest
+from imagebuilder.plan.request import check_matrix
 from imagebuilder.release.catalog import load_catalog
 
 if TYPE_CHECKING:
@@ -189,6 +190,7 @@ def expand(
 ) -> list[BuildPlan]:
     """One plan per (os, provider) pair, channel and architecture, each validated as ``build`` validates it (a pair
     not built for an architecture is refused naming why), each architecture's from its own provider config."""
+    check_matrix(request.release_manifest, channels)
     catalog = load_catalog()
     # an architecture a pair is not built for is the matrix's first mistake, told before any entry's own
     for os_name, provider in pairs:

@@ -1,10 +1,15 @@
-"""``build``: validate every input and plan (``--dry-run``), or run the build (spec 4.1)."""
+"""``build`` and ``build.matrix``: validate every input and plan (``--dry-run``), or build one image or many
+(spec 4.1). The flags the two share are declared once (:data:`SHARED`), with their checks (:func:`_shared`); the rules
+of a request live in the library (:mod:`imagebuilder.plan.request`), so a flow called from Python refuses what these
+refuse."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import inspect
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +22,7 @@ from imagebuilder.core.errors import InputError, require_flags
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
 
+    from imagebuilder.customization.model import Customization
     from imagebuilder.plan.model import BuildRequest
 
 HELP = {
@@ -70,138 +76,118 @@ HELP = {
 #: the config flags, by provider name or alias (``--<name>-config``)
 CONFIG_FLAGS = ("vsphere", "platform", "cloudstack", "orchestrator", "nutanix", "hci", "ami", "baremetal")
 
+#: the flags ``build`` and ``build.matrix`` share, with their defaults: declared once, both tasks' signatures are
+#: made with them (:func:`_with_shared`), and :func:`_shared` checks them once for both
+SHARED: dict[str, Any] = {
+    "os_version": None, **{f"{name}_config": None for name in CONFIG_FLAGS}, "release_manifest": None,
+    "mirror": None, "output_dir": "output", "dry_run": False, "offline": False, "skip_check": None,
+    "min_disk_gb": None, "disk_gb": None, "keep_on_error": False, "customize": None, "files_config": None,
+    "ansible_verbosity": None, "firmware": None, "engine": None, "runtime": None, "packer": None,
+    "packer_plugins": None, "signing_key": None,
+}  # fmt: skip
 
-def _config_flags(values: dict[str, Any]) -> dict[str, str | None]:
-    """The config files a task was given, by the provider name or alias of their flag."""
-    return {name: values[f"{name}_config"] for name in CONFIG_FLAGS}
+
+def _with_shared(body: Callable[..., Any]) -> Callable[..., Any]:
+    """``body`` (which takes ``**shared``) with the shared flags in its signature, where Invoke reads its flags."""
+    own = inspect.signature(body)
+    params = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+               for name, default in SHARED.items()]  # fmt: skip
+    body.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    return body
 
 
-def _request(
-    given: dict[str, str | None],
-    *,
-    disk_gb: str | None,
-    files_config: str | None,
-    eksa_release: str | None,
-    ansible_verbosity: str | None,
-    **fields: Any,
-) -> BuildRequest:
-    """The build request of ``build``'s and ``build.matrix``'s shared flags (config files by provider or alias)."""
+@dataclass(frozen=True)
+class _Shared:
+    """The shared flags, checked: what both tasks hand to their flows."""
 
-    from imagebuilder.core.arch import ARCH_NAMES, check_arch
+    request: BuildRequest
+    skips: list[str]
+    min_disk: int | None
+    plugins: Path | None
+    signer: Signer | None
+    customization: Customization | None
+    customize: str | None
+    packer: str | None
+    dry_run: bool
+    keep_on_error: bool
+
+
+def _shared(values: dict[str, Any], *, single: dict[str, Any]) -> _Shared:
+    """The shared flags checked, in the order that answers a mistyped name before anything heavy loads (the
+    start-up benchmark): the names (``single``: build's own --os, --hypervisor, --release-channel, --arch, --name...;
+    empty for a matrix), the skips, the folders, the key, then the request."""
+    from imagebuilder.core.arch import check_arch
+    from imagebuilder.core.hostinfo import check_skips
     from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
-    # the names first: a mistyped --os is answered before anything heavy is imported (the start-up benchmark)
-    names = ((fields.get("os"), catalog.os), (fields.get("hypervisor"), catalog.provider),
-             (fields.get("release_channel"), catalog.channel), (fields.get("arch"), check_arch))  # fmt: skip
+    names = ((single.get("os"), catalog.os), (single.get("hypervisor"), catalog.provider),
+             (single.get("release_channel"), catalog.channel), (single.get("arch"), check_arch))  # fmt: skip
     for value, lookup in names:
         if value:
             lookup(value)
+    skips = flags.comma_list(values["skip_check"], "--skip-check") if values["skip_check"] else []
+    check_skips(skips)  # here, so a dry run refuses what the real run would
+    min_disk_gb = values["min_disk_gb"]
+    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
+    customize = values["customize"]
+    customize_file = flags.existing_file(customize, "--customize") if customize else None
+    flags.dest_dir(values["output_dir"], "--output-dir")
+    plugins = flags.existing_dir(values["packer_plugins"], "--packer-plugins") if values["packer_plugins"] else None
+    signer = signer_for(values["signing_key"])
+    request = _request(values, single)
+    from imagebuilder.customization.model import load_customization
 
-    configs: dict[str, str] = {}
-    arch_configs: dict[str, dict[str, str]] = {}
-    for key, value in given.items():
-        if value:
-            real = catalog.provider(key).name  # config/matrix.yaml owns the aliases
-            if real in configs or any(real in c for c in arch_configs.values()):
-                raise InputError(f"--{real}-config given twice (once as --{key}-config)", field=f"--{key}-config")
-            for arch, path in _arch_configs(value, f"--{key}-config").items():
-                if arch is None:
-                    configs[real] = path
-                else:
-                    arch_configs.setdefault(arch, {})[real] = path
+    return _Shared(request=request, skips=skips, min_disk=min_disk, plugins=plugins, signer=signer,
+                   customization=load_customization(customize_file) if customize_file else None,
+                   customize=customize, packer=values["packer"], dry_run=values["dry_run"],
+                   keep_on_error=values["keep_on_error"])  # fmt: skip
+
+
+def _request(values: dict[str, Any], single: dict[str, Any]) -> BuildRequest:
+    """The build request of the shared flags and ``single`` (build's own; empty for a matrix, whose entries are
+    filled in when it is expanded)."""
+    from imagebuilder.core.arch import ARCH_NAMES
+    from imagebuilder.plan.request import config_files
+
+    configs, arch_configs = config_files({name: values[f"{name}_config"] for name in CONFIG_FLAGS})
+    disk_gb, files_config, verbosity = values["disk_gb"], values["files_config"], values["ansible_verbosity"]
     disk = flags.integer(disk_gb, "--disk-gb", 4, 2048) if disk_gb is not None else None
     files = str(flags.existing_file(files_config, "--files-config")) if files_config else None
-    verbosity = flags.integer(ansible_verbosity, "--ansible-verbosity", 0, 6) if ansible_verbosity else 0
+    level = flags.integer(verbosity, "--ansible-verbosity", 0, 6) if verbosity else 0
+    runtime = flags.choice(values["runtime"], "--runtime", ("release", "os")) if values["runtime"] else None
     from imagebuilder.plan.model import BuildRequest
     from imagebuilder.release.product import requested_release
 
     request = BuildRequest(
-        configs=configs,
+        os=single.get("os"), hypervisor=single.get("hypervisor"), release_channel=single.get("release_channel"),
+        os_version=values["os_version"], release_manifest=values["release_manifest"], mirror=values["mirror"],
+        name=single.get("name"), output_dir=values["output_dir"], offline=values["offline"], disk_gb=disk,
+        files_config=files, ansible_verbosity=level, eksa_release=requested_release(single.get("eksa_release")),
+        firmware=values["firmware"], engine=values["engine"], runtime=runtime, configs=configs,
         arch_configs=arch_configs,
-        disk_gb=disk,
-        files_config=files,
-        eksa_release=requested_release(eksa_release),
-        ansible_verbosity=verbosity,
-        **fields,
-    )
-    if "arch" not in fields:  # build.matrix: each entry's, when the matrix is expanded
+    )  # fmt: skip
+    if not single:  # build.matrix: each entry's architecture, when the matrix is expanded
         return request
     # a single build: its architecture's config, the others' left out (the plan records the one it used)
-    single = request.for_arch(fields["arch"] or ARCH_NAMES[0])
-    return dataclasses.replace(single, arch=fields["arch"])
-
-
-#: ``<arch>=`` at the start of a config flag's entry (a word: a path's own ``=`` elsewhere is a path's)
-_ARCH_ENTRY = re.compile(r"([A-Za-z0-9_-]+)=(.*)", re.S)
-
-
-def _arch_configs(value: str, flag: str) -> dict[str | None, str]:
-    """A config flag's value: a path (every architecture's), or comma-separated entries each ``<arch>=<path>`` or a
-    path for the others (``bm.json,arm64=bm-arm64.json``): a matrix of both architectures needs a source image of
-    each. A value with no entry naming an architecture (or a synonym: refused with the name to use) is one path,
-    commas and all, as before."""
-    from imagebuilder.core.arch import ARCH_NAMES, ARCH_SYNONYMS, check_arch
-
-    def named(part: str) -> bool:
-        m = _ARCH_ENTRY.fullmatch(part)
-        return m is not None and (m.group(1).lower() in ARCH_NAMES or m.group(1).lower() in ARCH_SYNONYMS)
-
-    parts = value.split(",")
-    if not any(named(p.strip()) for p in parts):
-        return {None: value}
-    out: dict[str | None, str] = {}
-    for part in (p.strip() for p in parts):
-        m = _ARCH_ENTRY.fullmatch(part)
-        arch = check_arch(m.group(1), flag) if m is not None and named(part) else None
-        path = m.group(2) if arch is not None and m is not None else part
-        if not path:
-            raise InputError(f"an entry names no file: {part!r}", field=flag, expected="<arch>=<file> or <file>")
-        if arch in out:
-            what = f"the {arch} config" if arch else "the config of every other architecture"
-            raise InputError(f"names {what} twice", field=flag, expected="each architecture once")
-        out[arch] = path
-    return out
+    chosen = request.for_arch(single.get("arch") or ARCH_NAMES[0])
+    return dataclasses.replace(chosen, arch=single.get("arch"))
 
 
 @task(help=HELP, iterable=["skip_check"], default=True)
+@_with_shared
 @cli_task
 def build(
     c: Context,
     os: str | None = None,
     hypervisor: str | None = None,
     release_channel: str | None = None,
-    os_version: str | None = None,
-    vsphere_config: str | None = None,
-    platform_config: str | None = None,
-    cloudstack_config: str | None = None,
-    orchestrator_config: str | None = None,
-    nutanix_config: str | None = None,
-    hci_config: str | None = None,
-    ami_config: str | None = None,
-    baremetal_config: str | None = None,
-    release_manifest: str | None = None,
-    mirror: str | None = None,
     name: str | None = None,
-    output_dir: str = "output",
-    dry_run: bool = False,
     output: str = "text",
-    offline: bool = False,
-    skip_check: list[str] | None = None,
-    min_disk_gb: str | None = None,
-    disk_gb: str | None = None,
-    keep_on_error: bool = False,
-    customize: str | None = None,
-    files_config: str | None = None,
-    ansible_verbosity: str | None = None,
     eksa_release: str | None = None,
-    firmware: str | None = None,
-    engine: str | None = None,
-    runtime: str | None = None,
-    packer: str | None = None,
-    packer_plugins: str | None = None,
-    signing_key: str | None = None,
     arch: str | None = None,
+    **shared: Any,
 ) -> None:
     """Build a node image for an OS, provider and release channel (spec 4.1).
 
@@ -210,50 +196,24 @@ def build(
         image-builder build --os ubuntu --hypervisor vsphere --release-channel {=newest_channel} \
             --vsphere-config vsphere.json --offline --dry-run
     """
-    from imagebuilder.core.hostinfo import check_skips
-
     # the required flags first: a command missing them is answered before anything heavy is imported
     require_flags(("--os", os), ("--hypervisor", hypervisor), ("--release-channel", release_channel))
     flags.choice(output, "--output", ("text", "json"))
-    skips = flags.comma_list(skip_check, "--skip-check") if skip_check else []
-    check_skips(skips)  # here, so a dry run refuses what the real run would
-    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
-    flags.dest_dir(output_dir, "--output-dir")
-    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    signer = signer_for(signing_key)
-    given = _config_flags(locals())
-    request = _request(
-        given,
-        os=os,
-        hypervisor=hypervisor,
-        release_channel=release_channel,
-        os_version=os_version,
-        release_manifest=release_manifest,
-        mirror=mirror,
-        name=name,
-        output_dir=output_dir,
-        offline=offline,
-        disk_gb=disk_gb,
-        files_config=files_config,
-        eksa_release=eksa_release,
-        ansible_verbosity=ansible_verbosity,
-        firmware=firmware,
-        engine=engine,
-        runtime=flags.choice(runtime, "--runtime", ("release", "os")) if runtime else None,
-        arch=arch,
-    )
+    values = {**SHARED, **shared}
+    single = {"os": os, "hypervisor": hypervisor, "release_channel": release_channel, "name": name,
+              "eksa_release": eksa_release, "arch": arch}  # fmt: skip
+    checked = _shared(values, single=single)
     # imported once the flags are known good: a mistyped flag is answered without them
     from imagebuilder import flows
-    from imagebuilder.customization.model import load_customization
 
-    customization = load_customization(flags.existing_file(customize, "--customize")) if customize else None
-    prepared = flows.prepare_build(request, customization=customization, packer=packer, plugins=plugin_dir,
-                                   dry_run=dry_run, say=print)  # fmt: skip
-    plan, tools, need, checked = prepared.plan, prepared.tools, prepared.need, prepared.source_check
+    customization = checked.customization
+    prepared = flows.prepare_build(checked.request, customization=customization, packer=checked.packer,
+                                   plugins=checked.plugins, dry_run=checked.dry_run, say=print)  # fmt: skip
+    plan, tools, need, source_check = prepared.plan, prepared.tools, prepared.need, prepared.source_check
     if output == "json":
         summary = customization.summary() if customization else None
-        print_json({"dry_run": dry_run, **plan.to_json(), "source_image_check": checked, "customization": summary,
-                    "packer": tools.to_json() if tools else None,
+        print_json({"dry_run": checked.dry_run, **plan.to_json(), "source_image_check": source_check,
+                    "customization": summary, "packer": tools.to_json() if tools else None,
                     "disk_need": {"bytes": need.total, "workspace": str(need.workspace),
                                   "parts": {what: size for what, _, size in need.parts}}})  # fmt: skip
     else:
@@ -261,17 +221,18 @@ def build(
         print(f"disk: {need.describe()}, under {need.workspace} (the output under {need.output})")
         if tools:
             print("\n".join(tools.lines()))
-        if checked:
-            print(f"source image: {checked}")
+        if source_check:
+            print(f"source image: {source_check}")
         if customization:
             c_ = customization.summary()
             print(f"customization: CA {c_['ca_certificates'] or 'none'}, registries {c_['registries'] or 'none'}, "
                   f"packages {c_['packages'] or 'none'}")  # fmt: skip
-    if dry_run:
+    if checked.dry_run:
         return
     with status_line(f"building {plan.output_name}") as status:
-        result = flows.run_build(prepared, skip_checks=skips, min_disk_gb=min_disk,
-                                 keep_on_error=keep_on_error, signer=signer, say=print, status=status)  # fmt: skip
+        result = flows.run_build(prepared, skip_checks=checked.skips, min_disk_gb=checked.min_disk,
+                                 keep_on_error=checked.keep_on_error, signer=checked.signer, say=print,
+                                 status=status)  # fmt: skip
     if result.artifact:
         print(f"image:    {result.artifact}\nsha256:   {result.sha256}")
     print(f"manifest: {result.manifest}\nlog:      {result.log}")
@@ -325,6 +286,7 @@ MATRIX_HELP = {
 
 
 @task(help=MATRIX_HELP, iterable=["skip_check", "os", "hypervisor", "pairs", "release_channel", "arch", "runs_on"])
+@_with_shared
 @cli_task
 def matrix(
     c: Context,
@@ -332,26 +294,7 @@ def matrix(
     hypervisor: list[str] | None = None,
     pairs: list[str] | None = None,
     release_channel: list[str] | None = None,
-    os_version: str | None = None,
-    vsphere_config: str | None = None,
-    platform_config: str | None = None,
-    cloudstack_config: str | None = None,
-    orchestrator_config: str | None = None,
-    nutanix_config: str | None = None,
-    hci_config: str | None = None,
-    ami_config: str | None = None,
-    baremetal_config: str | None = None,
-    mirror: str | None = None,
-    output_dir: str = "output",
-    offline: bool = False,
-    disk_gb: str | None = None,
-    customize: str | None = None,
-    files_config: str | None = None,
-    ansible_verbosity: str | None = None,
-    firmware: str | None = None,
-    engine: str | None = None,
-    runtime: str | None = None,
-    keep_on_error: bool = False,
+    arch: list[str] | None = None,
     jobs: str | None = None,
     force: bool = False,
     layer_cache: str | None = None,
@@ -362,14 +305,7 @@ def matrix(
     ci_publish: str | None = None,
     ci_concurrency: str | None = None,
     ci_sign: bool = False,
-    dry_run: bool = False,
-    skip_check: list[str] | None = None,
-    min_disk_gb: str | None = None,
-    packer: str | None = None,
-    packer_plugins: str | None = None,
-    signing_key: str | None = None,
-    arch: list[str] | None = None,
-    release_manifest: str | None = None,
+    **shared: Any,
 ) -> None:
     """Build many images at once: every pair and channel, one OS layer per OS shared by its channels.
 
@@ -377,30 +313,18 @@ def matrix(
         image-builder build.matrix --pairs ubuntu:baremetal,ubuntu:vsphere --release-channel {=newest_channel} \
             --vsphere-config vsphere.json --offline --dry-run
     """
+    from imagebuilder.core.arch import check_arches
+    from imagebuilder.plan.request import check_matrix, matrix_pairs
     from imagebuilder.release.catalog import load_catalog
 
+    values = {**SHARED, **shared}
     parse_list = flags.comma_list
-
-    if pairs and (os or hypervisor):
-        raise InputError("--pairs and --os/--hypervisor both list what to build", field="--pairs", expected="one")
-    if pairs:
-        pair_list = []
-        for item in parse_list(pairs, "--pairs"):
-            os_name, sep, provider = item.partition(":")
-            if not sep or not os_name or not provider:
-                raise InputError(f"{item!r} is not os:provider", field="--pairs", expected="e.g. ubuntu:baremetal")
-            pair_list.append((os_name, provider))
-    else:
-        pair_list = [(o, h) for o in parse_list(os, "--os") for h in parse_list(hypervisor, "--hypervisor")]
+    pair_list = matrix_pairs(parse_list(pairs, "--pairs") if pairs else [], parse_list(os, "--os") if os else [],
+                             parse_list(hypervisor, "--hypervisor") if hypervisor else [])  # fmt: skip
+    if not pair_list:
+        require_flags(("--os", os), ("--hypervisor", hypervisor))
     channels = parse_list(release_channel, "--release-channel")
-    if release_manifest is not None and len(channels) != 1:
-        raise InputError(
-            f"one release manifest names one release, and the matrix has {len(channels)} channels",
-            field="--release-manifest",
-            expected="one --release-channel: the manifest's",
-        )
-    from imagebuilder.core.arch import check_arches
-
+    check_matrix(values["release_manifest"], channels)
     arches = check_arches(parse_list(arch, "--arch") if arch else [])
     catalog = load_catalog()  # the names first: a mistyped one is answered before the build modules load
     for os_name, provider in pair_list:
@@ -409,11 +333,6 @@ def matrix(
     for channel in channels:
         catalog.channel(channel)
     n_jobs = flags.integer(jobs, "--jobs", 1, 64) if jobs else None
-    from imagebuilder.core.hostinfo import check_skips
-
-    skips = flags.comma_list(skip_check, "--skip-check") if skip_check else []
-    check_skips(skips)  # here, so a dry run refuses what the real run would
-    min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     if emit:
         flags.choice(emit, "--emit", ("github-actions", "gitlab-ci"))
     for name, value in (("--ci-publish", ci_publish), ("--ci-concurrency", ci_concurrency),
@@ -422,48 +341,21 @@ def matrix(
             raise InputError(f"{name} shapes the emitted pipeline", field=name, expected="--emit too, or no " + name)
     concurrency = flags.integer(ci_concurrency, "--ci-concurrency", 1, 1000) if ci_concurrency is not None else None
     publish_to = flags.publish_destination(ci_publish, "--ci-publish") if ci_publish is not None else None
-    if publish_to and not ci_sign:  # image.publish takes signed provenance only
-        raise InputError(
-            "a published image's provenance must be signed",
-            field="--ci-publish",
-            expected="--ci-sign too (the jobs sign with the secret IMAGE_BUILDER_SIGNING_KEY)",
-        )
     labels = parse_list(runs_on, "--runs-on") if runs_on else ["self-hosted", "linux", "x64"]
     if emit_file:
         flags.dest_file(emit_file, "--emit-file")
-    customize_file = flags.existing_file(customize, "--customize") if customize else None
-    flags.dest_dir(output_dir, "--output-dir")
-    signer = signer_for(signing_key)
-    given = _config_flags(locals())
-    request = _request(
-        given,
-        os=None,
-        hypervisor=None,
-        release_channel=None,
-        os_version=os_version,
-        release_manifest=release_manifest,
-        mirror=mirror,
-        output_dir=output_dir,
-        offline=offline,
-        disk_gb=disk_gb,
-        files_config=files_config,
-        eksa_release=None,
-        ansible_verbosity=ansible_verbosity,
-        firmware=firmware,
-        engine=engine,
-        runtime=flags.choice(runtime, "--runtime", ("release", "os")) if runtime else None,
-    )
-    from imagebuilder import flows
-    from imagebuilder.customization.model import load_customization
-
-    customization = load_customization(customize_file) if customize_file else None
     if emit:
         from imagebuilder.builder.ci_emit import CiOptions
 
-        options = CiOptions(runs_on=tuple(labels), publish=publish_to, concurrency=concurrency, sign=ci_sign,
-                            min_disk_gb=min_disk)  # fmt: skip
-        text = flows.emit_matrix(emit, request, pair_list, channels, customize=customize, options=options,
-                                 arches=arches)  # fmt: skip
+        # its own rules (a published image is signed) before the shared flags' heavier checks
+        options = CiOptions(runs_on=tuple(labels), publish=publish_to, concurrency=concurrency, sign=ci_sign)
+    checked = _shared(values, single={})
+    from imagebuilder import flows
+
+    if emit:
+        options = dataclasses.replace(options, min_disk_gb=checked.min_disk)
+        text = flows.emit_matrix(emit, checked.request, pair_list, channels, customize=checked.customize,
+                                 options=options, arches=arches)  # fmt: skip
         if emit_file:
             from imagebuilder.core.files import atomic_write
 
@@ -473,14 +365,14 @@ def matrix(
         else:
             print(text, end="")
         return
-    plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None
-    prepared = flows.prepare_matrix(request, pair_list, channels, customization=customization, packer=packer,
-                                    plugins=plugin_dir, dry_run=dry_run, say=print, arches=arches)  # fmt: skip
+    prepared = flows.prepare_matrix(checked.request, pair_list, channels, customization=checked.customization,
+                                    packer=checked.packer, plugins=checked.plugins, dry_run=checked.dry_run,
+                                    say=print, arches=arches)  # fmt: skip
     if prepared.tools:
         print("\n".join(prepared.tools.lines()))
-    if dry_run:
-        for checked in prepared.source_checks:
-            print(f"source image: {checked}")
+    if checked.dry_run:
+        for source_check in prepared.source_checks:
+            print(f"source image: {source_check}")
         for p in prepared.plans:
             print(f"would build {p.output_name}  ({p.os} {p.os_version.version} on {p.provider}, {p.channel.name},"
                   f" engine {p.engine})")  # fmt: skip
@@ -488,9 +380,10 @@ def matrix(
         return
     cache = Path(layer_cache).resolve() if layer_cache else None
     with status_line("matrix") as status:
-        rows = flows.run_matrix(prepared, skip_checks=skips, min_disk_gb=min_disk, jobs=n_jobs, force=force,
-                                layer_cache=cache, layer_only=layer_only, keep_on_error=keep_on_error, signer=signer,
-                                say=print, status=status)  # fmt: skip
+        rows = flows.run_matrix(prepared, skip_checks=checked.skips, min_disk_gb=checked.min_disk, jobs=n_jobs,
+                                force=force, layer_cache=cache, layer_only=layer_only,
+                                keep_on_error=checked.keep_on_error, signer=checked.signer, say=print,
+                                status=status)  # fmt: skip
     print_matrix(rows)
     failed = [r.plan.output_name for r in rows if r.status == "failed"]
     if failed:

@@ -208,7 +208,7 @@ def test_release_build_for_arm64_names_the_cross_compiler_it_lacks(tmp_path: Pat
     ],
 )
 def test_a_config_flag_names_a_file_per_architecture(value: str, parsed: dict[str | None, str]) -> None:
-    from imagebuilder.cli.build import _arch_configs
+    from imagebuilder.plan.request import arch_configs as _arch_configs
 
     assert _arch_configs(value, "--baremetal-config") == parsed
 
@@ -225,7 +225,7 @@ def test_a_config_flag_names_a_file_per_architecture(value: str, parsed: dict[st
     ],
 )
 def test_a_config_flag_with_a_bad_architecture_entry_is_refused(value: str, message: str) -> None:
-    from imagebuilder.cli.build import _arch_configs
+    from imagebuilder.plan.request import arch_configs as _arch_configs
 
     with pytest.raises(InputError, match=message) as exc:
         _arch_configs(value, "--baremetal-config")
@@ -236,8 +236,8 @@ def test_a_config_flag_with_a_bad_architecture_entry_is_refused(value: str, mess
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=60))
 def test_a_config_value_naming_no_architecture_is_one_path_whatever_it_holds(value: str) -> None:
     """Any value without an ``<arch>=`` entry is the path it was before architectures (commas and '=' included)."""
-    from imagebuilder.cli.build import _arch_configs
     from imagebuilder.core.arch import ARCH_SYNONYMS
+    from imagebuilder.plan.request import arch_configs as _arch_configs
 
     names = (*ARCHES, *ARCH_SYNONYMS)
     if any(p.strip().split("=", 1)[0].lower() in names and "=" in p for p in value.split(",")):
@@ -259,14 +259,14 @@ def _source(tmp_path: Path, name: str) -> Path:
 
 
 def test_a_single_build_takes_its_architectures_config() -> None:
-    from imagebuilder.cli.build import _request
+    from imagebuilder.cli.build import SHARED, _request
 
-    given = {"baremetal": "a.json,arm64=b.json"}
-    common = {"os": "ubuntu", "hypervisor": "baremetal", "release_channel": "1-24", "disk_gb": None,
-              "files_config": None, "eksa_release": None, "ansible_verbosity": None}  # fmt: skip
-    assert _request(given, arch="arm64", **common).configs == {"baremetal": "b.json"}
-    assert _request(given, arch=None, **common).configs == {"baremetal": "a.json"}  # amd64, the default
-    assert _request({"baremetal": "arm64=b.json"}, arch=None, **common).configs == {}  # none for amd64
+    given = {**SHARED, "baremetal_config": "a.json,arm64=b.json"}
+    common = {"os": "ubuntu", "hypervisor": "baremetal", "release_channel": "1-24"}
+    assert _request(given, {**common, "arch": "arm64"}).configs == {"baremetal": "b.json"}
+    assert _request(given, {**common, "arch": None}).configs == {"baremetal": "a.json"}  # amd64, the default
+    only_arm = {**SHARED, "baremetal_config": "arm64=b.json"}
+    assert _request(only_arm, {**common, "arch": None}).configs == {}  # none for amd64
 
 
 def test_the_matrix_builds_each_architecture_from_its_own_source_and_emits_a_job_for_each(tmp_path: Path) -> None:
@@ -337,11 +337,11 @@ def test_the_matrix_builds_both_architectures_of_a_release_manifest_given_to_it(
     for job in builds:
         assert f"--release-manifest {manifest} " in jobs[job]["script"][-1], jobs[job]["script"][-1]
     from imagebuilder.builder.matrix import expand
-    from imagebuilder.cli.build import _request
+    from imagebuilder.cli.build import SHARED, _request
 
-    request = _request({"baremetal": f"{amd},arm64={arm}"}, os=None, hypervisor=None, release_channel=None,
-                       release_manifest=str(manifest), offline=True, engine="chroot", runtime="os", disk_gb=None,
-                       files_config=None, eksa_release=None, ansible_verbosity=None)  # fmt: skip
+    values = {**SHARED, "baremetal_config": f"{amd},arm64={arm}", "release_manifest": str(manifest), "offline": True,
+              "engine": "chroot", "runtime": "os"}  # fmt: skip
+    request = _request(values, {})
     plans = expand(request, [("ubuntu", "baremetal")], ["1-24"], ("amd64", "arm64"))
     assert [p.output_name for p in plans] == ["ubuntu-v1.24.17-eks-9-amd64.gz", "ubuntu-v1.24.17-eks-9-arm64.gz"]
     refused = cli(*args[:4], "1-23,1-24", *args[5:], "--dry-run")

@@ -61,7 +61,7 @@ def test_emitted_commands_carry_any_value_inertly(
     assume(not carries_credentials(mirror))
     request = offline_chroot_request(tmp_path)
     plan = make_plan(dataclasses.replace(request, os="ubuntu", hypervisor="baremetal", release_channel="1-24"))
-    options = CiOptions(runs_on=(label,), publish=folder)
+    options = CiOptions(runs_on=(label,), publish=folder, sign=True)  # a published image is signed
     hostile = dataclasses.replace(request, mirror=mirror)
     text = emit_ci(kind, [plan], request=hostile, customize=None, options=options)
     doc = yaml.safe_load(text)
