@@ -1,4 +1,4 @@
-"""Benchmark of issue 46's node check on arm64: ``image.verify --kubernetes`` of the same release on each
+"""Benchmark of issue 46's node check on arm64: ``image.verify --node-check`` of the same release on each
 architecture, one after the other, the machine otherwise idle.
 
 Inputs: Kubernetes v1.36.3 with its containerd 2 runtime built from source for amd64 and arm64 by ``release.build``

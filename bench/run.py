@@ -22,7 +22,7 @@ time a rebuild takes against the first build (see bench/reproducible.py).
 arm64: an arm64 bare-metal image by the Packer engine (qemu-system-aarch64 under TCG) against the chroot engine
 (qemu-user), from the same inputs (see bench/arm64.py).
 
-nodes: the node check (``image.verify --kubernetes``) of one release built from source on each architecture, arm64's
+nodes: the node check (``image.verify --node-check``) of one release built from source on each architecture, arm64's
 against amd64's (see bench/nodes.py).
 
 ``--only e2e|vsphere|os1|engines|startup|dhcp|reproducible|arm64|nodes`` runs one and keeps the others' last results.
@@ -151,7 +151,7 @@ def _arm64_rows(a: dict[str, object]) -> list[str]:
 
 def _nodes_rows(n: dict[str, object]) -> list[str]:
     return [
-        f"| node check (`image.verify --kubernetes`) of Kubernetes {n['release']} built from source, the chroot "
+        f"| node check (`image.verify --node-check`) of Kubernetes {n['release']} built from source, the chroot "
         f"engine's amd64 image under OVMF (TCG) | {n['amd64_s']} s: passed |",
         f"| the same, the arm64 image under AAVMF (TCG; its control plane's arm64 programs under qemu-user) | "
         f"{n['arm64_s']} s: passed, **{n['arm64_vs_amd64']}x** amd64's |",

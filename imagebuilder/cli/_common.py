@@ -11,6 +11,7 @@ import functools
 import io
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -40,6 +41,34 @@ def format_error(exc: ImageBuilderError) -> str:
     return message(f"error: {exc}")
 
 
+#: what is coloured on a terminal (issue 61), by the text that marks it: the status words of preflight and
+#: image.verify, warnings and errors, the plan's headings. Applied after the line is made printable, so the only escape
+#: sequences on the terminal are these; never when the stream is not a terminal, NO_COLOR is set or TERM is dumb.
+_STYLES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^\[ok  \]"), "32"), (re.compile(r"^\[WARN\]"), "33"), (re.compile(r"^\[FAIL\]"), "1;31"),
+    (re.compile(r"^\[skip\]"), "2"), (re.compile(r"^warning:"), "33"), (re.compile(r"^error:"), "1;31"),
+    (re.compile(r"^(Build plan:|  steps:|  node artifacts[^:]*:|disk:|estimate:)"), "1"),
+)  # fmt: skip
+
+
+def colour_wanted(stream: Any) -> bool:
+    """Whether ``stream`` gets colour: a terminal, and neither NO_COLOR (https://no-color.org) nor TERM=dumb."""
+    try:
+        tty = bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+    return tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def paint(line: str) -> str:
+    """``line`` (printable already) with its mark coloured, when it has one of :data:`_STYLES`."""
+    for pattern, code in _STYLES:
+        m = pattern.search(line)
+        if m:
+            return f"{line[: m.start()]}\x1b[{code}m{m.group(0)}\x1b[0m{line[m.end() :]}"
+    return line
+
+
 class _Masked(io.TextIOBase):
     """A task's standard output or error with every credential masked and every control character but the line feed
     and tab replaced, line by line (:func:`~imagebuilder.core.untrusted.masked`, :func:`~imagebuilder.core.
@@ -50,6 +79,7 @@ class _Masked(io.TextIOBase):
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
+        self.colour = colour_wanted(raw)
         # each thread's partial line apart: print() writes a line's text and its end in two calls, and another
         # thread's text between them would tear both lines (build.matrix's builds print from their own threads)
         self.pending: dict[int, str] = {}
@@ -61,7 +91,10 @@ class _Masked(io.TextIOBase):
             pending = self.pending.get(me, "") + text
             if "\n" in pending:
                 done, _, pending = pending.rpartition("\n")
-                self.raw.write(printable_lines(masked(done)) + "\n")
+                shown = printable_lines(masked(done))
+                if self.colour:
+                    shown = "\n".join(paint(line) for line in shown.split("\n"))
+                self.raw.write(shown + "\n")
             self.pending[me] = pending
         return len(text)
 
@@ -169,26 +202,41 @@ def transfer_bars() -> Iterator[Transfers | None]:
 
 @contextlib.contextmanager
 def status_line(title: str) -> Iterator[Say]:
-    """The CLI's rendering of :data:`~imagebuilder.core.progress.Say`: on a terminal one spinner line that each report
-    replaces (a ``warning:`` stays visible above it); elsewhere each report is a line on standard error."""
+    """The CLI's rendering of :data:`~imagebuilder.core.progress.Say`: on a terminal one progress line, the current
+    step with its running time, and each finished step left above it with the time it took (a ``warning:`` stays
+    visible too); elsewhere each report is a plain line on standard error."""
     if not sys.stderr.isatty():
         yield lambda text: print(text, file=sys.stderr, flush=True)
         return
     from rich.console import Console
     from rich.markup import escape
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    console = Console(file=raw(sys.stderr))
-    with console.status(escape(untrusted_printable(title))) as spinner:
+    console = Console(file=raw(sys.stderr), no_color=not colour_wanted(raw(sys.stderr)))
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as line:
+        current: list[tuple[Any, str, float]] = []
+
+        def finish() -> None:
+            if current:
+                task_id, text, began = current.pop()
+                line.remove_task(task_id)
+                line.console.print(f"{text} [dim]({StepClock.span(time.monotonic() - began)})[/]")
 
         def say(text: str) -> None:
+            shown = escape(masked(untrusted_printable(text, 2000)))
             if text.startswith("warning:"):
-                console.print(
-                    f"[yellow]warning:[/]{escape(masked(untrusted_printable(text, 2000)).removeprefix('warning:'))}"
-                )
-            else:
-                spinner.update(escape(untrusted_printable(text, 120)))
+                line.console.print(f"[yellow]warning:[/]{shown.removeprefix('warning:')}")
+                return
+            finish()
+            short = escape(masked(untrusted_printable(text, 120)))
+            current.append((line.add_task(short, total=None), short, time.monotonic()))
 
-        yield say
+        line.add_task(escape(untrusted_printable(title)), total=None)
+        try:
+            yield say
+        finally:
+            finish()
 
 
 class StepClock:
@@ -202,7 +250,7 @@ class StepClock:
         self.pending: str | None = None
 
     @staticmethod
-    def _span(seconds: float) -> str:
+    def span(seconds: float) -> str:
         minutes, secs = divmod(round(seconds), 60)
         return f"{minutes}m{secs:02d}s"
 
@@ -212,19 +260,19 @@ class StepClock:
             self.out(text)
             return
         self._close(now)
-        self.out(f"[{self._span(now - self.began)}] {text}")
+        self.out(f"[{self.span(now - self.began)}] {text}")
         self.pending, self.last = text.split(":", 1)[0], now
 
     def _close(self, now: float) -> None:
         if self.pending is not None:
-            self.out(f"           ({self.pending}: {self._span(now - self.last)})")
+            self.out(f"           ({self.pending}: {self.span(now - self.last)})")
             self.pending = None
 
     def done(self) -> None:
         """Close the last step and print the total."""
         now = time.monotonic()
         self._close(now)
-        self.out(f"[{self._span(now - self.began)}] done")
+        self.out(f"[{self.span(now - self.began)}] done")
 
 
 #: the short flags, by the flag they stand for: ``-f`` is the file a task reads (the reference tool's spelling), the

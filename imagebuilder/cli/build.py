@@ -214,6 +214,8 @@ def build(
         summary = customization.summary() if customization else None
         print_json({"dry_run": checked.dry_run, **plan.to_json(), "source_image_check": source_check,
                     "customization": summary, "packer": tools.to_json() if tools else None,
+                    "estimate": {"seconds": dict(prepared.estimate.steps), "measured": prepared.estimate.measured}
+                    if prepared.estimate else None,
                     "disk_need": {"bytes": need.total, "workspace": str(need.workspace),
                                   "parts": {what: size for what, _, size in need.parts}}})  # fmt: skip
     else:
@@ -223,6 +225,8 @@ def build(
             print("\n".join(tools.lines()))
         if source_check:
             print(f"source image: {source_check}")
+        if prepared.estimate:
+            print(f"estimate: {prepared.estimate.describe()}")
         if customization:
             c_ = customization.summary()
             print(f"customization: CA {c_['ca_certificates'] or 'none'}, registries {c_['registries'] or 'none'}, "

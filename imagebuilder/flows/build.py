@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from imagebuilder.builder import runner
 from imagebuilder.builder.disk_need import DiskNeed, disk_need
+from imagebuilder.builder.estimate import Estimate, build_estimate
 from imagebuilder.builder.packer import check_emulator, packer_check
-from imagebuilder.builder.resolve import make_plan
+from imagebuilder.builder.resolve import image_based, make_plan
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.host.preflight import require
 from imagebuilder.image.reproducible import source_date_epoch
@@ -39,6 +40,8 @@ class PreparedBuild:
     source_check: str | None
     customization: Customization | None
     dry_run: bool
+    #: about how long its steps take, as the benchmarks measured a build like it (None: none measured)
+    estimate: Estimate | None = None
 
 
 def prepare_build(
@@ -64,7 +67,8 @@ def prepare_build(
     source_date_epoch(plan.manifest.date, 0)  # a bad SOURCE_DATE_EPOCH (or release date) exits 2 now, dry run too
     need = disk_need(plan)
     source_check = next(iter(dry_run_checks([plan])), None) if dry_run else None
-    return PreparedBuild(plan, checks[0] if checks else None, need, source_check, customization, dry_run)
+    estimate = build_estimate(plan, image_based(plan.provider, plan.config)) if dry_run else None
+    return PreparedBuild(plan, checks[0] if checks else None, need, source_check, customization, dry_run, estimate)
 
 
 def dry_run_checks(plans: Sequence[BuildPlan]) -> list[str]:

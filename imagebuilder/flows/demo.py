@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from imagebuilder.builder.runner import BuildResult
 from imagebuilder.builder.verify import Finding, verify_image
@@ -80,14 +80,28 @@ def demo_steps(
         manifest = f" --release-manifest {manifest_url(DEFAULT_BASE_URL, channel)}"
     upstream = f"{root}/upstream" if standin else f"{root}/upstream-source"
     verify = "image.verify" + ("" if boot else " --no-boot") + ("" if standin or not boot else " --node-check --join")
+    chosen, why = _demo_engine(root, engine)
     return [
         f"image.base --dest {root}/base/debian-base.qcow2 (reused when its sha256 still matches)",
         release,
         f"mirror.create --release-channel {channel}{manifest} --dest {root}/mirror --source {upstream}",
         f"build --os ubuntu --hypervisor baremetal --release-channel {channel}{manifest} --mirror {root}/mirror"
-        f" --offline --disk-gb {disk_gb} --output-dir {root}/output --engine {engine}",
+        f" --offline --disk-gb {disk_gb} --output-dir {root}/output --engine {engine}  ({chosen}: {why})",
         verify,
     ]
+
+
+def _demo_engine(root: Path, engine: str) -> tuple[str, str]:
+    """The engine the demo's build gets (``auto`` resolved here as the build will resolve it: a bare-metal build from
+    the base image), and why."""
+    from imagebuilder.builder.resolve import choose_engine
+    from imagebuilder.providers import registry
+
+    provider = registry.get("baremetal")
+    # the config the demo writes once the base image is made (not there yet on a dry run: not validated here)
+    fields: dict[str, Any] = {"source_image_url": str(root / "base" / "debian-base.qcow2")}
+    config = provider.config_model.model_construct(**fields)
+    return choose_engine(engine, provider.name, config)
 
 
 def run_demo(

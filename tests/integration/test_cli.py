@@ -460,6 +460,8 @@ def test_layout_table_lists_every_module() -> None:
 def test_dry_runs_write_nothing(tmp_path: Path, mirror_dir: Path) -> None:
     demo = run("demo", "--dry-run", "--dest", str(tmp_path / "demo"))
     assert demo.code == 0 and "would run: build --os ubuntu --hypervisor baremetal" in demo.out
+    # which engine auto picks here, and why (issue 61)
+    assert re.search(r"--engine auto  \((chroot|packer): auto: ", demo.out), demo.out
     base = run("image.base", "--dest", str(tmp_path / "base.qcow2"), "--dry-run")
     assert base.code == 0 and "cloud-init" in base.out
     mirror = run(

@@ -256,3 +256,47 @@ def test_a_switch_refuses_what_is_neither_on_nor_off() -> None:
     code, text = run("template.validate", "--template", "/DC0/vm/t", "--os", "ubuntu", "--release-channel", "1-36",
                      "--insecure=maybe")  # fmt: skip
     assert code == 2 and "--insecure" in text and "not on or off" in text, text
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("env", "tty", "coloured"), [({}, True, True), ({"NO_COLOR": "1"}, True, False),
+                                                      ({"TERM": "dumb"}, True, False), ({}, False, False)])  # fmt: skip
+def test_status_words_are_coloured_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                                                      tty: bool, coloured: bool) -> None:  # fmt: skip
+    from imagebuilder.cli._common import _Masked
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out = _Terminal() if tty else io.StringIO()
+    stream = _Masked(out)
+    stream.write("[ok  ] arch x86_64\n[FAIL] kvm \x1b[2J gone\nplain https://u:S3CRET@h/x\n")
+    text = out.getvalue()
+    assert ("\x1b[32m[ok  ]\x1b[0m" in text) is coloured
+    assert ("\x1b[1;31m[FAIL]\x1b[0m" in text) is coloured
+    assert "\x1b[2J" not in text and "S3CRET" not in text, "the text's own escapes and secrets never pass"
+    assert text.count("\x1b") == (4 if coloured else 0), "only the marks are coloured"
+
+
+def test_a_dry_run_estimates_a_build_the_benchmarks_measured() -> None:
+    """The estimate is bench/results.json's steps of the same engine and architecture, labelled as one; a build of
+    another kind (an ISO install) gets none rather than a guess."""
+    import json
+    import types
+
+    from imagebuilder.builder.estimate import RESULTS, build_estimate
+    from tests.support.common import ROOT
+
+    data = json.loads((ROOT / RESULTS).read_text())
+    plan = types.SimpleNamespace(arch="amd64", engine="chroot")
+    estimate = build_estimate(plan, image_based=True)  # type: ignore[arg-type]
+    assert estimate is not None and dict(estimate.steps) == data["engines"]["chroot_steps"]
+    assert estimate.describe().endswith("an estimate") and data["date"] in estimate.measured
+    arm = build_estimate(types.SimpleNamespace(arch="arm64", engine="packer"), image_based=True)  # type: ignore[arg-type]
+    assert arm is not None and dict(arm.steps) == data["arm64"]["packer_steps"]
+    assert build_estimate(plan, image_based=False) is None  # type: ignore[arg-type]
