@@ -300,3 +300,22 @@ def test_a_dry_run_estimates_a_build_the_benchmarks_measured() -> None:
     arm = build_estimate(types.SimpleNamespace(arch="arm64", engine="packer"), image_based=True)  # type: ignore[arg-type]
     assert arm is not None and dict(arm.steps) == data["arm64"]["packer_steps"]
     assert build_estimate(plan, image_based=False) is None  # type: ignore[arg-type]
+
+
+def test_every_default_a_help_states_is_the_tasks() -> None:
+    """Where a flag has a default in its task's signature and its help says "(default X", X is that default (or the
+    help names the default as the choice it describes: ``auto (default: the fastest ...)``)."""
+    checked = 0
+    for task in TASKS:
+        copied = copy.deepcopy(namespace[task])
+        texts = dict(copied.help)
+        for arg in copied.get_arguments():
+            text = helptext.render(texts.get(arg.name, "") or "")
+            m = re.search(r"\(default:? (\S+)", text)
+            if not m or arg.default in (None, "", False, []):
+                continue
+            stated = m.group(1).rstrip(":,;)").strip("'\"")
+            default = str(arg.default)
+            assert stated in (default, f"./{default}") or f"{default} (default" in text, (task, arg.name, text)
+            checked += 1
+    assert checked >= 20, "the defaults were really read"
