@@ -94,6 +94,12 @@ def _arches() -> str:
     return _or([f"{ARCH_NAMES[0]} (default)", *ARCH_NAMES[1:]])
 
 
+def _arch_names() -> str:
+    from imagebuilder.core.arch import ARCH_NAMES
+
+    return _or(list(ARCH_NAMES))
+
+
 def _product_release_env() -> str:
     from imagebuilder.release.product import env_name
 
@@ -171,6 +177,7 @@ FACTS: dict[str, Callable[[], str]] = {
     "built_os_names": _names("built-os"),
     "providers": _names("provider"),
     "arches": _arches,
+    "arch_names": _arch_names,
     "product_release_env": _product_release_env,
     "packers_tested": _packers_tested,
     "demo_kubernetes": _demo("DEMO_KUBERNETES"),

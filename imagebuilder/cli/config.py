@@ -23,7 +23,7 @@ def _provider_name(value: str) -> str:
 
 @task(
     help={
-        "provider": "vsphere, cloudstack, nutanix, ami or baremetal (or platform, orchestrator, hci)",
+        "provider": "{=providers}",
         "dest": "write the schema to this file instead of printing it",
         "customize": "the schema of customize.yaml (spec 4.8) instead of a provider config",
     },

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         "mirror": "Debian archive or a local mirror of it (default http://deb.debian.org/debian)",
         "size_gb": "disk size in GiB (default 4; builds grow it with --disk-gb)",
         "dry_run": "print what would be built; build nothing",
-        "arch": "amd64 (default) or arm64: Debian's packages of that architecture (arm64 on another host runs them"
+        "arch": "{=arches}: Debian's packages of that architecture (arm64 on another host runs them"
         " through qemu-user-static), GRUB's EFI loader for it",
     },
 )
@@ -96,7 +96,7 @@ def print_findings(findings: list[Finding]) -> None:
         " --public-key, its subject against the image, the SBOM it names against the file beside it",
         "public_key": "with --provenance: the PEM public key the build signed with (or the signing key's"
         " awskms:/hsm:/pkcs11: reference: its public key is read from the KMS or token)",
-        "arch": "amd64 or arm64: the architecture the image must be built for (default: the one its build manifest"
+        "arch": "{=arch_names}: the architecture the image must be built for (default: the one its build manifest"
         " records); another one recorded is refused before anything is checked",
     },
 )

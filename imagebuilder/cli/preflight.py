@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from invoke.context import Context
 
+from imagebuilder.cli import _help as helptext
 from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, task
 from imagebuilder.core.hostinfo import CHECKS
@@ -11,13 +12,13 @@ from imagebuilder.core.hostinfo import CHECKS
 
 @task(
     help={
-        "os": "OS to build: ubuntu (os2) or redhat (os3)",
-        "hypervisor": "provider: vsphere, cloudstack, nutanix, baremetal or ami (or the spec's kind names)",
-        "skip_check": f"skip this check (repeatable): {', '.join(CHECKS)}",
+        "os": "OS to build: {=built_os_names}",
+        "hypervisor": "provider: {=providers}",
+        "skip_check": f"skip these checks (comma-separated or repeated): {', '.join(CHECKS)}",
         "min_disk_gb": "free disk the build workspace needs, in GiB (default {=min_disk_gb}, spec 8)",
         "packer": "the packer binary builds run (default: packer on PATH): its version and plugins are shown",
         "packer_plugins": "folder of Packer plugin binaries a build would install missing plugins from",
-        "arch": "the image's architecture: amd64 (default) or arm64 (its programs must run here: qemu-user)",
+        "arch": "the image's architecture: {=arches} (its programs must run here: qemu-user)",
     },
     iterable=["skip_check"],
 )
@@ -38,8 +39,8 @@ def preflight(
     Examples:
         image-builder preflight --os ubuntu --hypervisor baremetal
     """
-    flags.required(os, "--os", "ubuntu or redhat")
-    flags.required(hypervisor, "--hypervisor", "vsphere, cloudstack, nutanix, baremetal or ami")
+    flags.required(os, "--os", helptext.render("{=built_os_names}"))
+    flags.required(hypervisor, "--hypervisor", helptext.render("{=providers}"))
     from imagebuilder.core.arch import ARCH_NAMES, check_arch
     from imagebuilder.core.hostinfo import check_skips
     from imagebuilder.release.catalog import load_catalog
