@@ -286,17 +286,27 @@ def test_verify_killed_by_the_oom_killer_leaves_its_guest_and_mount_to_host_clea
         listed = clean("--dry-run")
         assert f"would release: mount {tmp}/image-builder-{first}-" in listed and f"left by run {first}" in listed
         assert mounts_under(tmp / f"image-builder-{first}-"), "a dry run releases nothing"
-        # 2: the next run releases what the first left before it takes its own; killed with its guest booting
-        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for("the guest booting", lambda: guests(proc.pid), timeout=300)
-        assert not mounts_under(tmp / f"image-builder-{first}-") and not run_folders(first), "the rerun swept"
-        proc.kill()
-        proc.wait()
-        assert guests(proc.pid), "QEMU runs on after its run was killed"
-        listed = clean("--dry-run")
-        assert "would release: process " in listed and f"(qemu-system-x86), left by run {proc.pid}" in listed, listed
+        # 2: the next run releases what the first left before it takes its own; killed with its guest booting.
+        # A guest may end by itself soon after its run (seen in CI under load: its console's reader gone); then
+        # there is no process to release, and the kill is tried again on the next run's guest
+        runs = [first]
+        for _ in range(3):
+            proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_for("the guest booting", functools.partial(guests, proc.pid), timeout=300)
+            previous = runs[-1]
+            assert not mounts_under(tmp / f"image-builder-{previous}-") and not run_folders(previous), "swept"
+            runs.append(proc.pid)
+            proc.kill()
+            proc.wait()
+            listed = clean("--dry-run")
+            if "would release: process " in listed:
+                break
+            assert not guests(proc.pid), f"a guest runs on after its run and is not listed: {listed}"
+        else:
+            raise AssertionError("each killed run's guest ended by itself, three times: nothing to release")
+        assert f"(qemu-system-x86), left by run {proc.pid}" in listed, listed
         assert "cleaned" not in clean() and not guests(proc.pid)
-        for run in (first, proc.pid):
+        for run in runs:
             assert tagged(run) == [], tagged(run)
             assert run_folders(run) == [], run_folders(run)
             assert mounts_under(tmp / f"image-builder-{run}-") == []
