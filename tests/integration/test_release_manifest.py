@@ -28,7 +28,7 @@ def test_sources_file_mirror_dir_and_url(mirror_dir: Path, http_server: str) -> 
 def test_unreachable_and_missing_sources(http_server: str, tmp_path: Path) -> None:
     with pytest.raises(ExternalError) as exc:
         load_manifest(f"{http_server}/nope.yaml")
-    assert exc.value.exit_code == 1 and "HTTP 404" in str(exc.value) and "--mirror" in str(exc.value)
+    assert exc.value.exit_code == 1 and "HTTP 404" in str(exc.value) and "local mirror" in str(exc.value)
     with pytest.raises(InputError) as missing:
         load_manifest(str(tmp_path / "nope.yaml"))
     assert missing.value.exit_code == 2
