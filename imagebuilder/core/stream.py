@@ -10,36 +10,37 @@ import contextlib
 import functools
 import queue
 import threading
+import zlib
 from typing import Any, BinaryIO, Protocol, cast
 
-import isal
 from isal import isal_zlib
 
 from imagebuilder.core.errors import ExternalError
 
 CHUNK = 1024 * 1024
-#: ISA-L's level that a member-per-MiB disk's members are deflated at (python-isal's default): 17 times zlib's
-#: default level 6 (which pigz uses) on a disk's MiBs here, for 6 % more bytes (414 against 25 MiB/s of one core,
-#: 0.464 against 0.439 of the size, measured on the base image's data, 2026-11-30); packaging had been most of a
-#: chroot build's time
-MEMBER_LEVEL = 2
-#: the codec's short name: the member store keeps each codec's members apart under it
-MEMBER_CODEC = f"isal-{MEMBER_LEVEL}"
+#: zlib's level that a member-per-MiB disk's members are deflated at. ISA-L's level 2 (2026-11-30 .. 2026-12-07) was
+#: 4.5 times faster, but not the same bytes in every process: twice in the suite, under load, an image rebuilt from
+#: its provenance differed from the original in one member whose data was the same (from byte 122: the block's
+#: Huffman header), and no test in one process made the other member again. A reproducible image cannot depend on
+#: that; CPython's zlib gives the same member for the same bytes everywhere (99 against 445 MB/s of one core, 0.336
+#: against 0.343 of the size, on a built image's data, 2026-12-07)
+MEMBER_LEVEL = 1
+#: the codec's short name: the member store keeps each codec's members apart under it (an ISA-L store is not used)
+MEMBER_CODEC = f"zlib-{MEMBER_LEVEL}"
 #: what a damaged or cut stream raises from :func:`inflater`'s object
 INFLATE_ERRORS: tuple[type[Exception], ...] = (cast(type[Exception], isal_zlib.error),)
 
 
 def member_codec() -> str:
     """What :func:`gzip_member` deflates with, as build manifests record it (the bytes of a member depend on it)."""
-    return f"isal {isal.__version__}, level {MEMBER_LEVEL}"
+    return f"zlib {zlib.ZLIB_RUNTIME_VERSION}, level {MEMBER_LEVEL}"
 
 
 def gzip_member(data: bytes) -> bytes:
-    """``data`` as one complete gzip member, deflated by ISA-L (no name, no time: the same bytes give the same
-    member, which is what lets a disk's zero MiBs be one known member and its other MiBs be shared by images).
-    isal is a dependency of the package; there is no fallback, whose other bytes would make a build's output
-    depend on the machine."""
-    compressor = isal_zlib.compressobj(MEMBER_LEVEL, isal_zlib.DEFLATED, 31)
+    """``data`` as one complete gzip member, deflated by zlib (no name, no time: the same bytes give the same
+    member in every process, which is what lets a disk's zero MiBs be one known member, its other MiBs be shared by
+    images, and an image be rebuilt to the same bytes)."""
+    compressor = zlib.compressobj(MEMBER_LEVEL, zlib.DEFLATED, 31)
     return compressor.compress(data) + compressor.flush()
 
 

@@ -7,11 +7,11 @@ Kubernetes binaries, the sealed files): 1694 of the 1718 non-zero MiBs of a chan
 layer's. A gzip file may hold any number of members one after another (RFC 1952, 2.2), and every reader
 (gunzip, zcat, Python's gzip, Go's compress/gzip as the bare-metal provisioner uses) reads them as one stream. So
 each MiB of the disk becomes one member: a MiB that is a hole or all zeros is the same small member every time and
-is never compressed; any other MiB is compressed with ISA-L at its default level (2; zlib's level 6, as pigz, until
-2026-11-30: 17 times the CPU for 6 % fewer bytes) on every core, and with a :class:`MemberStore` it is compressed
-once for every image that has it, across threads and runs.
+is never compressed; any other MiB is compressed by zlib at level 1 (:data:`~imagebuilder.core.stream.MEMBER_LEVEL`,
+which says why not ISA-L) on every core, and with a :class:`MemberStore` it is compressed once for every image that
+has it, across threads and runs.
 
-ISA-L's gzip wrapper writes no name and no time into a member, so a member depends on its bytes only: the same disk
+The gzip wrapper writes no name and no time into a member, so a member depends on its bytes only: the same disk
 gives the same .gz, with or without a store. Each member restarts its dictionary, which costs under 0.1 % in size at
 this member size.
 """
@@ -98,7 +98,7 @@ class MemberStore:
 
     def path_of(self, key: str) -> Path:
         """Where the member of the MiB whose SHA-256 is ``key`` is kept."""
-        # under the codec's level: a store filled by another codec (zlib's level 6 before 2026-11-30) gives no member
+        # under the codec's level: a store filled by another codec (ISA-L's level 2 before 2026-12-07) gives no member
         # to a build, whose .gz must depend on its disk's bytes only, not on what a cache held
         return self.directory / MEMBER_CODEC / key[:2] / key
 
