@@ -138,9 +138,9 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     assert res.code == 2 and "no exclusion method" in res.err and not (tmp_path / "out").exists()
     ok = run("dhcp.render", "--config", str(EXAMPLE), "--dest", str(tmp_path / "out"), "--server", "isc")
     assert ok.code == 0 and (tmp_path / "out" / "etc" / "dhcp" / "dhcpd.conf").is_file()
-    assert "server: isc (--server)" in ok.out
+    assert "server: isc (--dhcp-server)" in ok.out  # the old spelling, --server, named by the flag's name
     assert "INTERFACESv4" in (tmp_path / "out" / "etc" / "default" / "isc-dhcp-server").read_text()
-    kea = run("dhcp.render", "--config", str(EXAMPLE), "--dest", str(tmp_path / "kea"), "--server", "kea")
+    kea = run("dhcp.render", "--config", str(EXAMPLE), "--dest", str(tmp_path / "kea"), "--dhcp-server", "kea")
     assert kea.code == 0 and (tmp_path / "kea" / "etc" / "kea" / "kea-dhcp4.conf").is_file()
     default = run("dhcp.render", "--config", str(EXAMPLE), "--dry-run")
     assert default.code == 0 and "server: kea (both servers are installed" in default.out, default.out
