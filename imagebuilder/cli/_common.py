@@ -95,15 +95,17 @@ class _Masked(io.TextIOBase):
                 if self.colour:
                     shown = "\n".join(paint(line) for line in shown.split("\n"))
                 self.raw.write(shown + "\n")
-            self.pending[me] = pending
+            if pending:
+                self.pending[me] = pending
+            else:
+                self.pending.pop(me, None)  # a thread that ended a line holds nothing here
         return len(text)
 
     def flush(self) -> None:
         with self.lock:
-            for me, pending in list(self.pending.items()):
-                if pending:
-                    self.raw.write(printable_lines(masked(pending)))
-                del self.pending[me]
+            for pending in self.pending.values():
+                self.raw.write(printable_lines(masked(pending)))
+            self.pending.clear()
             self.raw.flush()
 
     def isatty(self) -> bool:
@@ -224,8 +226,8 @@ def status_line(title: str) -> Iterator[Say]:
                 line.console.print(f"{text} [dim]({StepClock.span(time.monotonic() - began)})[/]")
 
         def say(text: str) -> None:
-            shown = escape(masked(untrusted_printable(text, 2000)))
             if text.startswith("warning:"):
+                shown = escape(masked(untrusted_printable(text, 2000)))
                 line.console.print(f"[yellow]warning:[/]{shown.removeprefix('warning:')}")
                 return
             finish()

@@ -29,18 +29,16 @@ def _or(items: list[str], word: str = "or") -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {word} " + items[-1]
 
 
-def _channels() -> str:
-    from imagebuilder.release.catalog import load_catalog
+def _line_range(attribute: str) -> Callable[[], str]:
+    """The oldest and the newest line, as ``attribute`` writes them (``name``: 1-18 .. 1-36, ``minor``: 1.18 ..)."""
 
-    names = sorted(load_catalog().channels.values(), key=lambda c: c.minor_number)
-    return f"{names[0].name} .. {names[-1].name}"
+    def fact() -> str:
+        from imagebuilder.release.catalog import load_catalog
 
+        lines = sorted(load_catalog().channels.values(), key=lambda c: c.minor_number)
+        return f"{getattr(lines[0], attribute)} .. {getattr(lines[-1], attribute)}"
 
-def _minors() -> str:
-    from imagebuilder.release.catalog import load_catalog
-
-    names = sorted(load_catalog().channels.values(), key=lambda c: c.minor_number)
-    return f"{names[0].minor} .. {names[-1].minor}"
+    return fact
 
 
 def _newest(attribute: str) -> Callable[[], str]:
@@ -166,8 +164,8 @@ def _host(attribute: str) -> Callable[[], str]:
 
 #: every fact a help text may name, by its field name
 FACTS: dict[str, Callable[[], str]] = {
-    "channels": _channels,
-    "minors": _minors,
+    "channels": _line_range("name"),
+    "minors": _line_range("minor"),
     "newest_channel": _newest("name"),
     "newest_minor": _newest("minor"),
     "newest_kubernetes": _newest("kubernetes_version"),
@@ -246,7 +244,8 @@ EXAMPLES_HEADING = "Examples:"
 
 def examples(doc: str | None) -> list[str]:
     """The example commands a task's docstring ends with (the lines under ``Examples:``, each ``image-builder
-    <task> ...``): shown by ``--help`` and run by tests/unit/test_help.py."""
+    <task> ...``): shown by ``--help``, checked by tests/unit/test_help.py, run by
+    tests/integration/test_help_examples.py."""
     text = doc or ""
     if EXAMPLES_HEADING not in text:
         return []

@@ -227,29 +227,29 @@ class ImageBuilderProgram(Program):
         self.list_tasks()
 
     def print_task_help(self, name: str) -> None:
-        print(task_help(self.binary, self.collection, name, self.parser.contexts[name]))
+        _print_task_help(self, name)
 
     def list_tasks(self) -> None:
-        print("Tasks:")
-        prefix = f"{self.list_root}." if getattr(self, "list_root", None) else ""
-        print("\n".join(_columns(task_rows(self.scoped_collection, prefix), _width())))
-        print()
+        _print_tasks(self)
+
+
+def _print_task_help(program: Program, name: str) -> None:
+    print(task_help(program.binary, program.collection, name, program.parser.contexts[name]))
+
+
+def _print_tasks(program: Program) -> None:
+    """The task list (of the namespace ``--list NAMESPACE`` names), one whole sentence per task."""
+    root = getattr(program, "list_root", None)
+    print("Tasks:")
+    print("\n".join(_columns(task_rows(program.scoped_collection, f"{root}." if root else ""), _width())))
+    print()
 
 
 def _use_our_help(program_class: type[Program]) -> None:
     """Invoke's own ``invoke`` shows a task's help and the task list as image-builder does (its core options stay
     Invoke's: it is Invoke's program)."""
-
-    def print_task_help(self: Program, name: str) -> None:
-        print(task_help(self.binary, self.collection, name, self.parser.contexts[name]))
-
-    def list_flat(self: Program) -> None:
-        print("Tasks:")
-        print("\n".join(_columns(task_rows(self.scoped_collection), _width())))
-        print()
-
-    program_class.print_task_help = print_task_help  # type: ignore[method-assign]
-    program_class.list_flat = list_flat  # type: ignore[method-assign]
+    program_class.print_task_help = _print_task_help  # type: ignore[method-assign,assignment]
+    program_class.list_flat = _print_tasks  # type: ignore[method-assign,assignment]
 
 
 def exit_2_on_bad_flags() -> None:
