@@ -127,7 +127,7 @@ def _shared(values: dict[str, Any], *, single: dict[str, Any]) -> _Shared:
     for value, lookup in names:
         if value:
             lookup(value)
-    skips = flags.comma_list(values["skip_check"], "--skip-check") if values["skip_check"] else []
+    skips = flags.listed(values["skip_check"], "--skip-check")
     check_skips(skips)  # here, so a dry run refuses what the real run would
     min_disk_gb = values["min_disk_gb"]
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
@@ -322,14 +322,13 @@ def matrix(
     from imagebuilder.release.catalog import load_catalog
 
     values = {**SHARED, **shared}
-    parse_list = flags.comma_list
-    pair_list = matrix_pairs(parse_list(pairs, "--pairs") if pairs else [], parse_list(os, "--os") if os else [],
-                             parse_list(hypervisor, "--hypervisor") if hypervisor else [])  # fmt: skip
+    pair_list = matrix_pairs(flags.listed(pairs, "--pairs"), flags.listed(os, "--os"),
+                             flags.listed(hypervisor, "--hypervisor"))  # fmt: skip
     if not pair_list:
         require_flags(("--os", os), ("--hypervisor", hypervisor))
-    channels = parse_list(release_channel, "--release-channel")
+    channels = flags.comma_list(release_channel, "--release-channel")
     check_matrix(values["release_manifest"], channels)
-    arches = check_arches(parse_list(arch, "--arch") if arch else [])
+    arches = check_arches(flags.listed(arch, "--arch"))
     catalog = load_catalog()  # the names first: a mistyped one is answered before the build modules load
     for os_name, provider in pair_list:
         catalog.os(os_name)
@@ -345,7 +344,7 @@ def matrix(
             raise InputError(f"{name} shapes the emitted pipeline", field=name, expected="--emit too, or no " + name)
     concurrency = flags.integer(ci_concurrency, "--ci-concurrency", 1, 1000) if ci_concurrency is not None else None
     publish_to = flags.publish_destination(ci_publish, "--ci-publish") if ci_publish is not None else None
-    labels = parse_list(runs_on, "--runs-on") if runs_on else ["self-hosted", "linux", "x64"]
+    labels = flags.listed(runs_on, "--runs-on") or ["self-hosted", "linux", "x64"]
     if emit_file:
         flags.dest_file(emit_file, "--emit-file")
     if emit:

@@ -54,7 +54,7 @@ def demo(
     out = flags.dest_dir(dest, "--dest")
     size = flags.integer(disk_gb, "--disk-gb", 4, 2048)
     flags.choice(engine, "--engine", ("auto", "chroot", "packer"))
-    skips = flags.comma_list(skip_check, "--skip-check") if skip_check else []
+    skips = flags.listed(skip_check, "--skip-check")
     check_skips(skips)  # here, so a dry run refuses what the real run would
     from imagebuilder.cli.build import signer_for
 

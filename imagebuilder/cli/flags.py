@@ -245,6 +245,11 @@ def switch(value: str | bool | None, flag: str) -> bool | None:
     return _SWITCH_VALUES[key]
 
 
+def listed(value: str | list[str] | None, flag: str) -> list[str]:
+    """An optional list flag's values (:func:`comma_list`), or none when it is not given."""
+    return comma_list(value, flag) if value else []
+
+
 def choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise InputError(

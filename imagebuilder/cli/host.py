@@ -42,9 +42,7 @@ def prepare(
     from imagebuilder.release.catalog import load_catalog
 
     catalog = load_catalog()
-    providers = tuple(
-        catalog.provider(h).name for h in (flags.comma_list(hypervisor, "--hypervisor") if hypervisor else [])
-    )
+    providers = tuple(catalog.provider(h).name for h in flags.listed(hypervisor, "--hypervisor"))
     if user:
         flags.grammar_of(grammar.linux_user, user, "--user")
     for flag, value in (("--http-proxy", http_proxy), ("--https-proxy", https_proxy)):

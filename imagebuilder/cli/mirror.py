@@ -55,7 +55,7 @@ def create(
     )
     from imagebuilder.release.product import flag, pinned_for, requested_release
 
-    arches = list(check_arches(flags.comma_list(arch, "--arch") if arch else []))
+    arches = list(check_arches(flags.listed(arch, "--arch")))
     os_runtime = flags.choice(runtime or "release", "--runtime", ("release", "os")) == "os"
     line_runtime = None if os_runtime else channel.runtime
     version = requested_release(eksa_release)

@@ -49,7 +49,7 @@ def preflight(
     catalog.os(os)
     catalog.provider(hypervisor)
     target = check_arch(arch) if arch else ARCH_NAMES[0]
-    skips = flags.comma_list(skip_check, "--skip-check") if skip_check else []
+    skips = flags.listed(skip_check, "--skip-check")
     check_skips(skips)
     min_disk = flags.integer(min_disk_gb, "--min-disk-gb", 1, 10_000_000) if min_disk_gb is not None else None
     plugin_dir = flags.existing_dir(packer_plugins, "--packer-plugins") if packer_plugins else None

@@ -43,7 +43,7 @@ def build(
     from imagebuilder.core.arch import check_arches
     from imagebuilder.release.source import DEFAULT_BASE_URL, check_host, manifest_url, release_runtime, source_cache
 
-    arches = check_arches(flags.comma_list(arch, "--arch") if arch else [])
+    arches = check_arches(flags.listed(arch, "--arch"))
 
     runtime = release_runtime(minor, containerd or None)
 
