@@ -404,6 +404,16 @@ def test_a_filesystem_is_grown_once_then_left_alone(tmp_path: Path, monkeypatch:
 # --- the slow part: a real matrix, offline --------------------------------------------------------------------------
 
 
+def mibs_kept(raw: Path, layer: Path) -> int:
+    """How many MiBs of the disk ``raw`` hold data and are the disk ``layer``'s bytes at the same offset."""
+    kept, zeros = 0, bytes(1 << 20)
+    with open(raw, "rb") as a, open(layer, "rb") as b:
+        while chunk := a.read(1 << 20):
+            kept += chunk != zeros[: len(chunk)] and chunk == b.read(len(chunk))
+            b.seek(a.tell())
+    return kept
+
+
 @pytest.mark.root
 @pytest.mark.netns
 @pytest.mark.qemu
@@ -472,9 +482,16 @@ def test_matrix_shares_one_os_layer_and_skips_what_is_built(
         assert m["engine"] == "chroot" and m["os_layer"].startswith("os-ubuntu-20.04-")
         assert m["tools"]["packer"] is None and "chroot" in m["steps"]
     # each image is reproducible (issue 45) and its OS layer's filesystem with its own changes applied: it keeps the
-    # layer's blocks, so most of its MiBs are the layer's gzip members, compressed once for both
+    # layer's blocks, byte for byte at their offsets (checked on the disks: how many of its members the store gave
+    # depends on how far the layer's priming had got when it was packaged, on CI's loaded cores 510 of 1022 MiBs)
     counts = [m["gzip_members"] for m in manifests.values()]
-    assert all(c["data"] > 500 and c["reused"] > c["data"] // 2 for c in counts), counts
+    assert all(c["data"] > 500 for c in counts) and sum(c["reused"] for c in counts) > 0, counts
+    (layer_disk,) = layers.glob("os-ubuntu-20.04-*.qcow2")
+    with raw_view(layer_disk, work_dir=tmp_path / "raw") as layer_raw:
+        for name, m in manifests.items():
+            with raw_view(out / name.replace(".build-manifest.json", ".gz"), work_dir=tmp_path / "raw") as raw:
+                kept = mibs_kept(raw, layer_raw)
+            assert kept > m["gzip_members"]["data"] // 3, (name, kept, m["gzip_members"])
     assert all(m["reproducible"] and m["source_date_epoch"] for m in manifests.values())
     logs = "".join(p.read_text() for p in (out / "logs").glob("*.log"))
     assert logs.count("the layer's filesystem changed:") == 2 and "laying the whole tree out afresh" not in logs
