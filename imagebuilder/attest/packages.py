@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.hostinfo import parse_os_release
 from imagebuilder.core.paths import BUNDLE
 
 COLLECTOR = BUNDLE / "ansible" / "roles" / "sbom" / "files" / "inventory.py"
@@ -165,20 +166,11 @@ def parse_rpm_query(text: str) -> list[Package]:
     return sorted(out, key=lambda p: (p.name, p.arch))
 
 
-def _os_release(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.split("\n"):
-        key, sep, value = line.partition("=")
-        if sep and key.isidentifier():
-            out[key] = value.strip().strip("'\"")
-    return out
-
-
 def parse_inventory(raw: Any, source: str) -> Inventory:
     """The collector's JSON document (see the module docstring)."""
     if not isinstance(raw, dict) or raw.get("format") != 1:
         raise ExternalError(f"{source} is not a package inventory of this version (format 1)")
-    release = _os_release(str(raw.get("os_release") or ""))
+    release = parse_os_release(str(raw.get("os_release") or ""))
     distro, version = release.get("ID", "linux"), release.get("VERSION_ID", "")
     found = raw.get("runtime")
     found = found if isinstance(found, dict) else {}

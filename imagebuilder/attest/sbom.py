@@ -36,9 +36,11 @@ class Component:
     """Something the image carries that is not a package of its OS: a Kubernetes binary, archive or image."""
 
     name: str
-    kind: str  #: binary, archive or image (the release manifest's kinds)
+    kind: str  #: binary, archive or image (the release manifest's kinds), or input (what the build used)
     uri: str
     sha256: str | None
+    #: what it is, when not a Kubernetes artifact (a build input: the hardening content)
+    comment: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,8 @@ def _package(spdx_id: str, name: str, **fields: Any) -> dict[str, Any]:
 
 
 def _component(index: int, c: Component) -> dict[str, Any]:
-    fields: dict[str, Any] = {"downloadLocation": _download_location(c.uri), "comment": f"Kubernetes {c.kind}"}
+    fields: dict[str, Any] = {"downloadLocation": _download_location(c.uri),
+                              "comment": c.comment or f"Kubernetes {c.kind}"}  # fmt: skip
     if c.kind == "image":  # a container image reference: registry/repository:tag, pinned by its digest
         repository, tag = c.uri.rsplit(":", 1) if ":" in c.uri.rsplit("/", 1)[-1] else (c.uri, "")
         fields["primaryPackagePurpose"] = "CONTAINER"
@@ -104,7 +107,7 @@ def _component(index: int, c: Component) -> dict[str, Any]:
                 + qualifiers,
             }]  # fmt: skip
     else:
-        fields["primaryPackagePurpose"] = "APPLICATION" if c.kind == "binary" else "ARCHIVE"
+        fields["primaryPackagePurpose"] = {"binary": "APPLICATION", "input": "OTHER"}.get(c.kind, "ARCHIVE")
     if c.sha256:
         fields["checksums"] = _checksums({"sha256": c.sha256})
     return _package(_spdx_id("Kubernetes", index, c.name), c.name, **fields)

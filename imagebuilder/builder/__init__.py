@@ -3,6 +3,7 @@ build's inputs and their digest (``inputs``), the run (``runner``) through Packe
 the chroot engine (``chroot``, ``chroot_mounts``), many images at once (``matrix``, ``ci_emit``), the room a build
 needs (``disk_need``), the template check (``lint``) and the check of a built image against its plan (``verify``).
 
-May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``vsphere``, ``plan``,
+May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``hardening``, ``vsphere``,
+``plan``,
 ``providers``.
 """

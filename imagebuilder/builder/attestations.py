@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,7 @@ def build_parameters(
         **({"source_date_epoch": epoch} if epoch is not None else {}),
         **({"hash_seed": hash_seed} if hash_seed else {}),
         **({"layered": True} if layered else {}),
+        **({"hardening": plan.hardening.to_json()} if plan.hardening else {}),
     }  # fmt: skip
 
 
@@ -111,6 +113,7 @@ def write_attestations(
     epoch: int | None = None,
     hash_seed: str | None = None,
     layered: bool = False,
+    inputs: Sequence[Dependency] = (),
 ) -> dict[str, Any]:
     """Write ``<stem>.spdx.json`` and (for a local artifact) ``<stem>.intoto.json``; returns what the build
     manifest records of them."""
@@ -123,6 +126,17 @@ def write_attestations(
     inventory = load_inventory(inventory_file)
     name = artifact.name if artifact else plan.output_name
     components = [sbom.Component(a.name, a.kind, a.uri, a.sha256) for a in plan.artifacts]
+    # the build's other inputs (the hardening content and tailoring): in the SBOM as what the image was made with
+    components += [
+        sbom.Component(
+            d.name,
+            "input",
+            d.uri or "",
+            d.digests.get("sha256"),
+            f"a build input, not in the image: {d.name.partition(':')[0]}",
+        )
+        for d in inputs
+    ]
     source = source_of(plan)
     origin = sbom.Origin(source.uri or source.name, source.digests, f"the {source.name} the build started from") \
         if source else None  # fmt: skip
@@ -144,7 +158,7 @@ def write_attestations(
     statement = provenance.statement(
         image=artifact, sha256=sha256,
         parameters=build_parameters(plan, epoch, hash_seed, layered),
-        dependencies=_dependencies(plan, customization), tools=tools, invocation=build_id,
+        dependencies=[*_dependencies(plan, customization), *inputs], tools=tools, invocation=build_id,
         started=started, finished=dt.datetime.now(dt.UTC), sbom=sbom_path,
     )  # fmt: skip
     envelope = provenance.sign(statement, signer) if signer else provenance.unsigned(statement)

@@ -45,6 +45,7 @@ from imagebuilder.core.progress import Say, follow
 from imagebuilder.core.render import ROOT
 from imagebuilder.core.untrusted import Redactor
 from imagebuilder.customization.model import Customization
+from imagebuilder.hardening.run import Hardening
 from imagebuilder.image.gzipdisk import Base, MemberStore
 from imagebuilder.image.reproducible import TOOLS as REPRODUCIBLE_TOOLS
 from imagebuilder.plan.model import BuildPlan
@@ -194,6 +195,7 @@ def provision(
     layers: tuple[str, ...] = ("os", "kubernetes"),
     facts: Path | None = None,
     reproducible: Reproducible | None = None,
+    hardening: Hardening | None = None,
 ) -> None:
     """Mount ``raw``, run the node playbook in it (and the seal script when the build ends here), unmount; with
     ``reproducible``, the sealed root filesystem is made again from its tree (:mod:`imagebuilder.image.reproducible`).
@@ -214,6 +216,12 @@ def provision(
     for part in (("os",), ("kubernetes",)) if split else (layers,):
         args, env = _playbook(plan, root, directory, customization, part, facts)
         commands = [args, seal_command] if "kubernetes" in part else [args]
+        if hardening is not None and "kubernetes" in part:  # the image's part: its OS layer stays as it was
+            # node.yml's two parts with the remediation between them: the SBOM lists what it installed, sysprep
+            # seals it too
+            ansible = ROOT / "ansible"
+            commands = [[*args[:-1], str(ansible / "node-provision.yml")], hardening.command(root, args),
+                        [*args[:-1], str(ansible / "node-finish.yml")], seal_command]  # fmt: skip
         seal = None
         if reproducible is not None:
             mode = "layer" if "kubernetes" not in part else "image" if "os" not in part else "whole"
@@ -300,6 +308,7 @@ def run_chroot_build(
     source_format: str | None = None,
     facts: Path | None = None,
     reproducible: Reproducible | None = None,
+    hardening: Hardening | None = None,
 ) -> Path:
     """Build ``plan`` from ``source`` (of ``source_format`` where the caller knows it) in ``directory`` without a
     VM; returns the disk, written where the provider's packaging step finds Packer's (``directory/output/<vm
@@ -308,9 +317,11 @@ def run_chroot_build(
     check_engine(plan.arch)
     raw = directory / "disk.raw"
     prepare_disk(source, raw, plan.disk_gb, status, source_format=source_format)
+    if hardening is not None:
+        hardening.prepare(raw, directory, status)
     status("attaching the image (loop devices) and mounting it")
     provision(plan, raw, directory, customization=customization, log=log, redact=redact, status=status,
-              layers=layers, facts=facts, reproducible=reproducible)  # fmt: skip
+              layers=layers, facts=facts, reproducible=reproducible, hardening=hardening)  # fmt: skip
     provider = registry.get(plan.provider)
     dest = output or directory / "output" / plan.output_stem
     return finish_disk(raw, dest, output_format or provider.disk_format, status)

@@ -147,6 +147,12 @@ def _flags(plan: BuildPlan, request: BuildRequest, customize: str | None) -> lis
         ("--runtime", request.runtime),
         ("--files-config", request.files_config),
         ("--customize", customize),
+        ("--hardening", request.hardening.profile if request.hardening else None),
+        (
+            "--hardening-content",
+            str(request.hardening.content) if request.hardening and request.hardening.content else None,
+        ),
+        ("--hardening-min-pass", f"{request.hardening.min_pass:g}" if request.hardening else None),
     ):
         secret = manifest_secret(request) if flag == "--release-manifest" else None
         if secret is not None:

@@ -54,7 +54,9 @@ def layer_inputs(plan: BuildPlan) -> dict[str, Any]:
         "arch": plan.arch,
         "disk_gb": plan.disk_gb,
         "layout": LAYER_LAYOUT,
-        "roles": _files_digest([BUNDLE / "ansible" / "node.yml", *(roles / r for r in LAYER_ROLES)]),
+        "roles": _files_digest(
+            [*(BUNDLE / "ansible" / f"node{p}.yml" for p in ("", "-provision")), *(roles / r for r in LAYER_ROLES)]
+        ),
     }
 
 

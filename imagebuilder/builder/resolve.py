@@ -158,6 +158,19 @@ def _steps(plan: BuildPlan) -> list[str]:
         steps.insert(at, "build options through the customize role: " + "; ".join(detail))
     if config is not None and (config.eksa_build_tooling_repo_url or config.image_builder_repo_url):
         steps.append("eksa_build_tooling_repo_url/image_builder_repo_url: not cloned (this tool ships its templates)")
+    if plan.hardening is not None:
+        h = plan.hardening
+        at = next((i for i, s in enumerate(steps) if s == SYSPREP), len(steps))
+        steps.insert(
+            at,
+            f"hardening: the {h.profile} remediation, tailored for a Kubernetes node, in the chroot"
+            " (the content's product read from the image's os-release)",
+        )
+        steps.insert(
+            at + 2,
+            f"scan the finished image with OpenSCAP (read-only, offline): {h.min_pass:g}% of the"
+            " applicable rules must pass; ARF, HTML report and summary beside the image",
+        )
     if plan.output_path is not None:
         steps.append(
             f"write {plan.output_name}.sha256 and the build manifest (inputs without secrets, tool versions, checksums)"
@@ -269,6 +282,10 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     if not 4 <= disk_gb <= 2048:
         raise InputError(f"{disk_gb} GiB is not a usable disk size", field="--disk-gb", expected="4 to 2048")
     engine, engine_reason = choose_engine(request.engine, provider.name, config, arch)
+    if request.hardening is not None and engine != "chroot":
+        raise InputError(f"--hardening is applied by the chroot engine, and this build runs {engine}"
+                         f" ({engine_reason})", field="--hardening",
+                         expected="--engine chroot (a build from a source image), or no --hardening")  # fmt: skip
     if before_fetch is not None and engine == "packer":
         before_fetch(registry.get(provider.name).builder_for(config), mirror, request.offline)
     pinned: Pinned | None = None
@@ -337,6 +354,7 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
         runtime=runtime,
         warnings=warnings,
         arch=arch,
+        hardening=request.hardening,
     )
     return dataclasses.replace(plan, steps=tuple(_steps(plan)))
 

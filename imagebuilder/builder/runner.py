@@ -45,6 +45,7 @@ from imagebuilder.core.progress import Say, follow, silent
 from imagebuilder.core.stream import member_codec
 from imagebuilder.core.untrusted import Redactor
 from imagebuilder.customization.model import Customization
+from imagebuilder.hardening.run import Hardening
 from imagebuilder.image.bootcheck import check_image
 from imagebuilder.image.outputs import sharing
 from imagebuilder.image.reproducible import dated, source_date_epoch
@@ -183,6 +184,7 @@ def run_build(
     sha = None
     size = None
     builder = builder_for(plan)
+    hardening: Hardening | None = None
     try:
         with log_path.open("w") as log, contextlib.ExitStack() as scratch:
 
@@ -200,11 +202,24 @@ def run_build(
                         workspace / "chroot", size=plan.disk_gb * 1024**3, in_memory=not keep_on_error, log=status
                     ))  # fmt: skip
                     layers = ("kubernetes",) if os_layer is not None else ("os", "kubernetes")
-                    run_chroot_build(plan, source, directory, customization=customization, log=log, redact=redact,
-                                     status=status, layers=layers,
-                                     source_format=os_layer.disk_format if os_layer else None,
-                                     facts=os_layer.facts if os_layer else None,
-                                     reproducible=reproducible)  # fmt: skip
+                    hardening = Hardening(plan.hardening, out_dir / plan.output_stem) if plan.hardening else None
+                    built = run_chroot_build(plan, source, directory, customization=customization, log=log,
+                                             redact=redact, status=status, layers=layers,
+                                             source_format=os_layer.disk_format if os_layer else None,
+                                             facts=os_layer.facts if os_layer else None,
+                                             reproducible=reproducible, hardening=hardening)  # fmt: skip
+                if hardening is not None:
+                    with _step(steps, "scan"):
+                        try:
+                            hardening.check(built, workspace, status)
+                        finally:
+                            result_extra["hardening"] = hardening.record()
+                            if hardening.remediation and hardening.remediation.dropped:
+                                log.write(
+                                    "hardening: tasks left out (they act on the running system):\n  "
+                                    + "\n  ".join(hardening.remediation.dropped)
+                                    + "\n"
+                                )
             else:
                 assert packer is not None
                 with _step(steps, "render"):
@@ -237,6 +252,7 @@ def run_build(
                     started=started, tools=_tool_versions(packer), customization=applied, signer=signer,
                     epoch=epoch, hash_seed=reproducible.seed if reproducible else None,
                     layered=reproducible is not None and reproducible.layered,
+                    inputs=hardening.dependencies() if hardening else (),
                 ))  # fmt: skip
         with (
             atomic_write(artifact.with_name(artifact.name + ".sha256")) if artifact else contextlib.nullcontext() as fh

@@ -163,6 +163,19 @@ def _host(attribute: str) -> Callable[[], str]:
 
 
 #: every fact a help text may name, by its field name
+def _hardening_content() -> str:
+    from imagebuilder.hardening.model import load_settings
+
+    content = load_settings().content
+    return f"{content.module} {content.version}"
+
+
+def _hardening_min_pass() -> str:
+    from imagebuilder.hardening.model import DEFAULT_MIN_PASS
+
+    return f"{DEFAULT_MIN_PASS:g}"
+
+
 FACTS: dict[str, Callable[[], str]] = {
     "channels": _line_range("name"),
     "minors": _line_range("minor"),
@@ -185,6 +198,8 @@ FACTS: dict[str, Callable[[], str]] = {
     "oldest_source_release": _oldest_source_release,
     "template_name_example": _template_name_example,
     "demo_standin_channel": _demo("STANDIN_CHANNEL"),
+    "hardening_content": _hardening_content,
+    "hardening_min_pass": _hardening_min_pass,
 }
 
 

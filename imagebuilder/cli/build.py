@@ -67,6 +67,12 @@ HELP = {
     "packer_plugins": "folder of Packer plugin binaries (packer-plugin-<name>) to install missing plugins from, for"
     " air-gapped sites (default: the mirror's copy, else 'packer init'); Packer 1.7+",
     "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
+    "hardening": "harden the image with this ComplianceAsCode profile of its OS (cis_level1_server,"
+    " cis_level2_server...), tailored for a Kubernetes node, and scan it (chroot engine; docs/hardening.md)",
+    "hardening_content": "folder of ComplianceAsCode data streams (ssg-<product>-ds.xml) to harden with (default:"
+    " {=hardening_content} built from source, cached)",
+    "hardening_min_pass": "pass rate over the applicable rules the hardened image's scan must reach, in percent"
+    " (default {=hardening_min_pass})",
     "signing_key": "key that signs the build's provenance: a private key file (PEM: ed25519, ECDSA or RSA; mode"
     " 0600), awskms:<key id|alias/name|ARN>, or hsm:<id>[?label=<token>] / pkcs11:token=<label>;id=<id> (PIN in"
     " $IMAGE_BUILDER_HSM_PIN) (default: $IMAGE_BUILDER_SIGNING_KEY; none: the provenance is written unsigned)",
@@ -83,7 +89,8 @@ SHARED: dict[str, Any] = {
     "mirror": None, "output_dir": "output", "dry_run": False, "offline": False, "skip_check": None,
     "min_disk_gb": None, "disk_gb": None, "keep_on_error": False, "customize": None, "files_config": None,
     "ansible_verbosity": None, "firmware": None, "engine": None, "runtime": None, "packer": None,
-    "packer_plugins": None, "signing_key": None,
+    "packer_plugins": None, "signing_key": None, "hardening": None, "hardening_content": None,
+    "hardening_min_pass": None,
 }  # fmt: skip
 
 
@@ -160,13 +167,15 @@ def _request(values: dict[str, Any], single: dict[str, Any]) -> BuildRequest:
     from imagebuilder.plan.model import BuildRequest
     from imagebuilder.release.product import requested_release
 
+    hardening = flags.hardening(values["hardening"], values["hardening_content"], values["hardening_min_pass"])
+
     request = BuildRequest(
         os=single.get("os"), hypervisor=single.get("hypervisor"), release_channel=single.get("release_channel"),
         os_version=values["os_version"], release_manifest=values["release_manifest"], mirror=values["mirror"],
         name=single.get("name"), output_dir=values["output_dir"], offline=values["offline"], disk_gb=disk,
         files_config=files, ansible_verbosity=level, eksa_release=requested_release(single.get("eksa_release")),
         firmware=values["firmware"], engine=values["engine"], runtime=runtime, configs=configs,
-        arch_configs=arch_configs,
+        arch_configs=arch_configs, hardening=hardening,
     )  # fmt: skip
     if not single:  # build.matrix: each entry's architecture, when the matrix is expanded
         return request

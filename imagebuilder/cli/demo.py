@@ -24,6 +24,12 @@ from imagebuilder.core.errors import ExternalError
         "engine": "auto (default: the fastest this host supports), chroot or packer",
         "signing_key": "key that signs the image's provenance, as build takes it (a PEM file, awskms:..., hsm:... or"
         " pkcs11:...; default: $IMAGE_BUILDER_SIGNING_KEY; none: unsigned)",
+        "hardening": "harden the demo's image with this ComplianceAsCode profile (cis_level1_server...), scan it, and"
+        " prove it still a node (the chroot engine; docs/hardening.md)",
+        "hardening_content": "with --hardening: folder of ComplianceAsCode data streams (default:"
+        " {=hardening_content} built from source, cached)",
+        "hardening_min_pass": "with --hardening: the pass rate the scan must reach, in percent (default"
+        " {=hardening_min_pass})",
     },
     iterable=["skip_check"],
 )
@@ -40,6 +46,9 @@ def demo(
     dry_run: bool = False,
     engine: str = "auto",
     signing_key: str = "",
+    hardening: str = "",
+    hardening_content: str = "",
+    hardening_min_pass: str = "",
 ) -> None:
     """Run the offline flow end to end: base image, Kubernetes built from source, mirror, bare-metal build, and a
     node brought up on the image (--standin: a stand-in release, verified to a login prompt).
@@ -47,6 +56,7 @@ def demo(
     Examples:
         image-builder demo --dry-run
         image-builder demo --standin --dry-run
+        image-builder demo --hardening cis_level1_server --dry-run
     """
     from imagebuilder.core.errors import InputError
     from imagebuilder.core.hostinfo import check_skips
@@ -59,6 +69,7 @@ def demo(
     from imagebuilder.cli.build import signer_for
 
     signer = signer_for(signing_key or None)  # read now: a bad key exits 2 before the base image is made
+    harden = flags.hardening(hardening, hardening_content, hardening_min_pass)
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.k8sversion import parse_version
 
@@ -79,7 +90,7 @@ def demo(
     version = kubernetes or DEMO_KUBERNETES
     if dry_run:
         for step in demo_steps(out, channel=channel, disk_gb=size, boot=not no_boot, engine=engine, standin=standin,
-                               kubernetes=version):  # fmt: skip
+                               kubernetes=version, hardening=harden):  # fmt: skip
             print(f"would run: {step}")
         return
     clock = StepClock()
@@ -94,6 +105,7 @@ def demo(
             skip_checks=tuple(skips),
             engine=engine,
             signer=signer,
+            hardening=harden,
             say=clock,
             status=status,
         )
@@ -103,3 +115,6 @@ def demo(
     if bad:
         raise ExternalError(f"the demo image failed verification: {', '.join(bad)}")
     print(f"\ndemo image: {result.build.artifact}\nmanifest:   {result.build.manifest}")
+    scan = result.build.extra.get("hardening", {}).get("scan")
+    if scan:
+        print(f"hardening:  {scan['profile']}: {scan['pass_rate']}% of {scan['applicable']} applicable rules pass")

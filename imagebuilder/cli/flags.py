@@ -13,11 +13,14 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import SplitResult
 
 from imagebuilder.core import grammar, untrusted
 from imagebuilder.core.errors import InputError, did_you_mean
+
+if TYPE_CHECKING:
+    from imagebuilder.hardening.model import HardeningRequest
 
 T = TypeVar("T")
 
@@ -39,6 +42,33 @@ def required(value: T | None, flag: str, expected: str) -> T:
 
 def integer(value: str, flag: str, lo: int, hi: int) -> int:
     return _typed(flag, value, lambda v: grammar.integer(v, lo, hi))
+
+
+def percentage(value: str, flag: str) -> float:
+    """A percentage from 0 to 100, with at most two decimals (``90``, ``87.5``)."""
+
+    def parse(v: str) -> float:
+        if not re.fullmatch(r"\d{1,3}(\.\d{1,2})?", v.strip()) or float(v) > 100:
+            raise ValueError("expected a percentage from 0 to 100 (90, 87.5)")
+        return float(v)
+
+    return _typed(flag, value, parse)
+
+
+def hardening(profile: str | None, content: str | None, min_pass: str | None) -> HardeningRequest | None:
+    """``--hardening PROFILE`` with ``--hardening-content`` and ``--hardening-min-pass``; a companion without the
+    profile is refused (it would do nothing)."""
+    from imagebuilder.hardening.model import DEFAULT_MIN_PASS, HardeningRequest
+
+    if not profile:
+        for flag, value in (("--hardening-content", content), ("--hardening-min-pass", min_pass)):
+            if value:
+                raise InputError(f"{flag} says how to harden, and no profile is asked for", field=flag,
+                                 expected="--hardening PROFILE with it, or neither")  # fmt: skip
+        return None
+    folder = existing_dir(content, "--hardening-content") if content else None
+    rate = percentage(min_pass, "--hardening-min-pass") if min_pass else DEFAULT_MIN_PASS
+    return HardeningRequest(profile=profile, content=folder, min_pass=rate)
 
 
 def port(value: str, flag: str = "--port") -> int:
@@ -329,6 +359,7 @@ FLAG_KINDS: dict[str, str] = {
     "format": "choice", "role": "choice", "suite": "choice", "pairs": "choice", "roles": "choice",
     "skip_check": "choice",
     "password": "secret",
+    "hardening": "name", "hardening_content": "path-in", "hardening_min_pass": "number",
 }  # fmt: skip
 #: a flag's kind read from its name when :data:`FLAG_KINDS` does not list it (first match wins)
 _KIND_BY_NAME: tuple[tuple[re.Pattern[str], str], ...] = tuple(

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from imagebuilder.builder.verify import Finding
     from imagebuilder.core.progress import Say
     from imagebuilder.flows.images import ImageCustomization
+    from imagebuilder.hardening.model import HardeningRequest
 
 
 @task(
@@ -98,6 +99,13 @@ def print_findings(findings: list[Finding]) -> None:
         " awskms:/hsm:/pkcs11: reference: its public key is read from the KMS or token)",
         "arch": "{=arch_names}: the architecture the image must be built for (default: the one its build manifest"
         " records); another one recorded is refused before anything is checked",
+        "hardening": "scan the image, ours or not, with this ComplianceAsCode profile of its OS, tailored for a"
+        " Kubernetes node, as a hardened build does (instead of the other checks); ARF, HTML report and summary"
+        " beside the image",
+        "hardening_content": "with --hardening: folder of ComplianceAsCode data streams (default:"
+        " {=hardening_content} built from source, cached)",
+        "hardening_min_pass": "with --hardening: the pass rate over the applicable rules the scan must reach, in"
+        " percent (default {=hardening_min_pass})",
     },
 )
 @cli_task
@@ -113,15 +121,29 @@ def verify(
     provenance: str = "",
     public_key: str = "",
     arch: str = "",
+    hardening: str = "",
+    hardening_content: str = "",
+    hardening_min_pass: str = "",
 ) -> None:
     """Check a built image with testinfra (mounted read-only) and boot it to a login prompt; with --node-check,
-    bring a node up on it and check it is Ready; with --provenance, check its signed provenance and SBOM.
+    bring a node up on it and check it is Ready; with --provenance, check its signed provenance and SBOM; with
+    --hardening, scan it with OpenSCAP.
 
     Examples:
         image-builder image.verify --image ubuntu.gz --no-boot
         image-builder image.verify --image ubuntu.gz --node-check --join
+        image-builder image.verify --image ubuntu.gz --hardening cis_level1_server
     """
     path = flags.existing_file(flags.required(image, "--image", "a built image"), "--image")
+    scan = flags.hardening(hardening, hardening_content, hardening_min_pass)
+    if scan is not None:
+        others = [f for f, v in (("--node-check", node_check), ("--join", join), ("--provenance", provenance),
+                                 ("--manifest", manifest), ("--arch", arch)) if v]  # fmt: skip
+        if others:
+            raise InputError("--hardening scans the image instead of the other checks", field=others[0],
+                             expected="--hardening alone, or the other checks without it")  # fmt: skip
+        _verify_hardening(path, scan)
+        return
     from imagebuilder.core.arch import check_arch
 
     wanted = check_arch(arch) if arch else None
@@ -158,6 +180,22 @@ def verify(
     if bad:
         raise ExternalError(f"image {image} failed: {', '.join(bad)}")
     print(f"image {image}: all {len(findings)} checks passed")
+
+
+def _verify_hardening(image: Path, request: HardeningRequest) -> None:
+    from imagebuilder.hardening.run import scan_any_image, verdict
+
+    name = image.name
+    for extension in (".gz", ".ova", ".qcow2", ".vmdk", ".raw", ".img"):
+        name = name.removesuffix(extension)
+    stem = image.with_name(name)  # the evidence is named as a hardened build names it: <stem>.hardening...
+    with status_line("image.verify --hardening") as status:
+        result, content = scan_any_image(image, request, stem, say=status)
+    print(f"[{'ok  ' if result.pass_rate >= request.min_pass else 'FAIL'}] hardening            {result.describe()}")
+    print(f"content:  {content.origin}, {content.datastream.name} (sha256 {content.sha256})")
+    if result.evidence:
+        print(f"evidence: {result.evidence.summary}, {result.evidence.report}, {result.evidence.arf}")
+    verdict(result, request.min_pass)
 
 
 def _verify_provenance(image: Path, provenance: str, public_key: str) -> None:

@@ -211,17 +211,22 @@ def kvm_status(device: str = "/dev/kvm", *, probe: bool = True, timeout: float =
     return KvmStatus(True, f"{device} usable" + (" (a bootloader ran under KVM)" if probe else ""))
 
 
+def parse_os_release(text: str) -> dict[str, str]:
+    """The key/value pairs of an os-release file's text (quotes removed; lines that assign nothing skipped)."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().isidentifier():
+            out[key.strip()] = value.strip().strip("'\"")
+    return out
+
+
 def os_release(root: Path = Path("/")) -> dict[str, str]:
     """The key/value pairs of /etc/os-release (empty when missing)."""
     for rel in ("etc/os-release", "usr/lib/os-release"):
         path = root / rel
         if path.is_file():
-            out = {}
-            for line in path.read_text().splitlines():
-                key, sep, value = line.partition("=")
-                if sep:
-                    out[key.strip()] = value.strip().strip('"')
-            return out
+            return parse_os_release(path.read_text())
     return {}
 
 

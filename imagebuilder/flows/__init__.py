@@ -9,7 +9,8 @@ checked before its guest boots. A task whose work is more than one library step 
 calls its flow and prints what it returns; a task that is one library call makes it directly (no flow of one step).
 Each name below is loaded with its own flow only, so a task imports nothing of the others.
 
-May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``vsphere``, ``plan``,
+May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``hardening``, ``vsphere``,
+``plan``,
 ``providers``, ``builder``, ``host``.
 """
 

@@ -32,6 +32,8 @@ from imagebuilder.release.standin import make_standin_release
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
 
+    from imagebuilder.hardening.model import HardeningRequest
+
 
 @dataclass
 class DemoResult:
@@ -68,6 +70,7 @@ def demo_steps(
     engine: str = "auto",
     standin: bool = False,
     kubernetes: str = DEMO_KUBERNETES,
+    hardening: HardeningRequest | None = None,
 ) -> list[str]:
     """What :func:`run_demo` runs, as the commands a user would type (``demo --dry-run`` prints them)."""
     root = dest.resolve()
@@ -80,15 +83,22 @@ def demo_steps(
         manifest = f" --release-manifest {manifest_url(DEFAULT_BASE_URL, channel)}"
     upstream = f"{root}/upstream" if standin else f"{root}/upstream-source"
     verify = "image.verify" + ("" if boot else " --no-boot") + ("" if standin or not boot else " --node-check --join")
+    engine = demo_engine(engine, hardening)
     chosen, why = _demo_engine(root, engine)
+    harden = f" --hardening {hardening.profile}" if hardening else ""
     return [
         f"image.base --dest {root}/base/debian-base.qcow2 (reused when its sha256 still matches)",
         release,
         f"mirror.create --release-channel {channel}{manifest} --dest {root}/mirror --source {upstream}",
         f"build --os ubuntu --hypervisor baremetal --release-channel {channel}{manifest} --mirror {root}/mirror"
-        f" --offline --disk-gb {disk_gb} --output-dir {root}/output --engine {engine}  ({chosen}: {why})",
+        f" --offline --disk-gb {disk_gb} --output-dir {root}/output --engine {engine}{harden}  ({chosen}: {why})",
         verify,
     ]
+
+
+def demo_engine(engine: str, hardening: HardeningRequest | None) -> str:
+    """The engine the demo asks for: a hardened demo's ``auto`` is chroot, the one engine that hardens."""
+    return "chroot" if hardening is not None and engine == "auto" else engine
 
 
 def _demo_engine(root: Path, engine: str) -> tuple[str, str]:
@@ -118,6 +128,7 @@ def run_demo(
     standin: bool = False,
     kubernetes: str = DEMO_KUBERNETES,
     signer: Signer | None = None,
+    hardening: HardeningRequest | None = None,
 ) -> DemoResult:
     """The offline flow end to end; ``say`` reports each step (kept), ``status`` the build's finer progress.
     ``standin``: the stand-in release of ``channel``; else Kubernetes ``kubernetes`` built from source and the
@@ -163,8 +174,9 @@ def run_demo(
             output_dir=str(dest / "output"),
             offline=True,
             disk_gb=disk_gb,
-            engine=engine,
+            engine=demo_engine(engine, hardening),
             runtime="os" if standin else None,
+            hardening=hardening,
         ),
         say=say,
     )

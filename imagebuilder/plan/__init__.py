@@ -2,5 +2,5 @@
 (:mod:`.model`), and the base of every provider's config file (:mod:`.config`). One layer below ``providers``, so
 a provider takes a plan as a plain import, and above what a plan is made of.
 
-May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``vsphere``.
+May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``hardening``, ``vsphere``.
 """

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from imagebuilder.core.fetch import Mirror
 from imagebuilder.customization.model import Customization
+from imagebuilder.hardening.model import HardeningRequest
 from imagebuilder.plan.config import ProviderConfig
 from imagebuilder.release.catalog import BuildPair, Firmware, OsVersion, ReleaseChannel, config_version_of
 from imagebuilder.release.manifest import NodeArtifact
@@ -42,6 +43,8 @@ class BuildRequest:
     arch: str | None = None  # amd64 (default) or arm64 (issue 46)
     #: the config of a provider for one architecture (``--baremetal-config arm64=FILE``): arch -> provider -> path
     arch_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: ``--hardening PROFILE`` with its content and threshold (issue 62); None: not hardened
+    hardening: HardeningRequest | None = None
 
     def for_arch(self, arch: str) -> BuildRequest:
         """This request for ``arch``, each provider's config that architecture's where one is named for it
@@ -129,6 +132,8 @@ class BuildPlan:
     warnings: tuple[str, ...] = ()
     #: the architecture the image is for (its binaries, its boot loader; the output name ends with it)
     arch: str = "amd64"
+    #: the hardening profile applied in the build and scanned for (issue 62); None: not hardened
+    hardening: HardeningRequest | None = None
 
     @property
     def os(self) -> str:
@@ -186,6 +191,7 @@ class BuildPlan:
             "engine_reason": self.engine_reason,
             "build_options": self.extras.summary() if self.extras else None,
             "runtime": self.runtime.to_json(),
+            "hardening": self.hardening.to_json() if self.hardening else None,
             "warnings": list(self.warnings),
             "steps": list(self.steps),
         }
@@ -209,6 +215,13 @@ class BuildPlan:
         lines.append(f"  architecture        {self.arch}")
         lines.append(f"  engine              {self.engine} ({self.engine_reason})")
         lines.append(f"  container runtime   {self.runtime.describe()}")
+        if self.hardening:
+            h = self.hardening
+            origin = f"the data streams in {h.content}" if h.content else "ComplianceAsCode built from source, cached"
+            lines.append(
+                f"  hardening           {h.profile}, tailored for a node ({origin}); the scan must pass"
+                f" {h.min_pass:g}% of the applicable rules"
+            )
         lines.append(f"  config file         {self.config_path or '(none)'}")
         for key, value in (data["config"] or {}).items():
             if value is not None:

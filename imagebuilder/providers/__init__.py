@@ -6,5 +6,6 @@ and secrets, packaging) and the tasks before or after its build (``ami.export``,
 shares. Shared code imports ``registry`` and asks the provider; it never branches on a provider's name. The build
 plan a provider contributes steps to is only named in annotations here: the build sits above the providers.
 
-May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``vsphere``, ``plan``.
+May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``hardening``, ``vsphere``,
+``plan``.
 """

@@ -13,5 +13,5 @@ Layers, lowest first:
 - :mod:`.clusterspec` -- ``cluster.validate``;
 - :mod:`.apply_customization` -- ``template.customize``: the customization applied to a template's clone.
 
-May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``.
+May import: ``core``, ``release``, ``attest``, ``publish``, ``customization``, ``image``, ``hardening``.
 """

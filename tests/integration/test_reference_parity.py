@@ -137,8 +137,9 @@ def test_proxies_reach_packer_ansible_and_the_vm_and_their_password_is_never_sho
     assert json.loads(rendered.env[BUILD_PROXY_ENV])["no_proxy"] == PROXY["no_proxy"]
     assert password in plan.config.secret_values()  # type: ignore[union-attr]
     assert role_vars(tmp_path)["customize_packages"] == ["wget"]
-    node = (ROOT / "ansible" / "node.yml").read_text()
-    assert BUILD_PROXY_ENV in node  # the play's environment: the VM's tasks use the proxy, no file keeps it
+    for part in ("node-provision.yml", "node-finish.yml"):  # node.yml's two plays
+        node = (ROOT / "ansible" / part).read_text()
+        assert BUILD_PROXY_ENV in node  # the play's environment: the VM's tasks use the proxy, no file keeps it
 
 
 def test_satellite_activation_key_replaces_the_subscription_user(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from xdist.scheduler import LoadFileScheduling
 HEAVY = (
     "test_e2e_offline.py",
     "test_arm64.py",
+    "test_hardening.py",
     "test_e2e_packers.py",
     "test_customize_guest.py",
     "test_chroot_engine.py",

@@ -19,6 +19,8 @@ from pathlib import Path
 SOURCE_RELEASE = "v1.36.3"
 #: the runtime of a containerd 1.7 line (1-30 .. 1-33): containerd and crictl, as the reference's bundle names them
 RUNTIME_1_7 = ("v1.7.28", "v1.36.0")
+#: the ComplianceAsCode product of the suite's base image (image.base: Debian 12), which the hardening tests harden
+HARDENING_PRODUCT = "debian12"
 
 
 #: what an arm64 base image is made by: image.base's code and the architecture table (its cache key, with the suite)
@@ -74,6 +76,10 @@ def build_all() -> None:
         print(f"release {built.manifest_path.stem} ({', '.join(built.arches)}): cached")
     runtime = build_runtime(*RUNTIME_1_7, say=print)
     print(f"runtime containerd {RUNTIME_1_7[0]} (runc {runtime.runc}), crictl {RUNTIME_1_7[1]}: cached")
+    from imagebuilder.hardening.content import built_content
+
+    content = built_content(HARDENING_PRODUCT, say=print)  # issue 62: the hardening tests' (about two minutes)
+    print(f"hardening content {content.origin}, {content.datastream.name}: cached")
 
 
 if __name__ == "__main__":

@@ -76,8 +76,8 @@ def test_no_module_takes_another_modules_private_names(tmp_path: Path) -> None:
 
 #: the capability packages, lowest first: each imports only itself and the packages before it (its docstring says
 #: so); above them only the docs generator and the command line
-LAYERS = ("core", "release", "attest", "publish", "customization", "image", "vsphere", "plan", "providers", "builder",
-          "host", "flows")  # fmt: skip
+LAYERS = ("core", "release", "attest", "publish", "customization", "image", "hardening", "vsphere", "plan",
+          "providers", "builder", "host", "flows")  # fmt: skip
 
 
 def test_each_package_imports_only_the_packages_below_it() -> None:

@@ -1,0 +1,199 @@
+"""ComplianceAsCode's content: a product's data stream (``ssg-<product>-ds.xml``), built from the project's source
+release or found in a folder the user gives.
+
+Why build it: the content Debian packages (``ssg-debian``, 0.1.65) predates the CIS profiles of the OSes this tool
+builds, and an air-gapped site needs the content without a download at build time. The source release comes
+through the Go module proxy, as Kubernetes does (:mod:`imagebuilder.release.source`): no git, no other host. Only the
+data stream of the product asked for is built (CMake, about two minutes on 2 cores), without the guides and tables,
+and it is cached by its inputs (the release, the product, the recipe): a second build reads it from the cache.
+
+A folder given with ``--hardening-content`` is taken as it is: an air-gapped site's copy of these data streams,
+``/usr/share/xml/scap/ssg/content`` of a distro's package, or a site's own tailored content."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagebuilder.core.errors import ExternalError, InputError, did_you_mean
+from imagebuilder.core.files import atomic_write, held, sha256_file
+from imagebuilder.core.hostinfo import require_tools
+from imagebuilder.core.paths import cache_root
+from imagebuilder.core.progress import Say, follow, silent
+from imagebuilder.core.safepath import safe_join
+from imagebuilder.core.untrusted import open_regular, parse_json
+from imagebuilder.hardening.model import NAME, PROFILE_PREFIX, load_settings
+
+#: how the content is built: part of the cache key (bump it when the CMake options change)
+RECIPE = 1
+#: CMake's options: the one product's data stream, nothing else (no guides, tables, playbooks, validation)
+CMAKE_OPTIONS = ("-DSSG_PRODUCT_DEFAULT=OFF", "-DSSG_ANSIBLE_PLAYBOOKS_ENABLED=OFF", "-DSSG_BASH_SCRIPTS_ENABLED=OFF",
+                 "-DSSG_SEPARATE_SCAP_FILES_ENABLED=OFF", "-DSSG_BUILD_DISA_DELTA_FILES=OFF",
+                 "-DSSG_SCAP_VALIDATION_ENABLED=OFF", "-DSSG_OVAL_SCHEMATRON_VALIDATION_ENABLED=OFF",
+                 "-DSSG_LINKCHECKER_VALIDATION_ENABLED=OFF", "-DSSG_BATS_TESTS_ENABLED=OFF",
+                 "-DSSG_SHELLCHECK_BASH_FIXES_VALIDATION_ENABLED=OFF", "-DSSG_JINJA2_CACHE_ENABLED=OFF")  # fmt: skip
+#: the largest data stream read (ComplianceAsCode's are 10 to 40 MB)
+DATASTREAM_LIMIT = 256 * 1024 * 1024
+#: what building the content needs on this host besides Python's jinja2 and yaml (Debian's package names in docs)
+BUILD_TOOLS = ("go", "cmake", "make", "xsltproc", "xmllint", "oscap")
+
+
+@dataclass(frozen=True)
+class Content:
+    """One product's data stream, and where it came from (recorded in the manifest, the provenance and the SBOM)."""
+
+    product: str
+    datastream: Path
+    sha256: str
+    #: ``github.com/ComplianceAsCode/content v0.1.82 (built from source)`` or ``folder /srv/ssg``
+    origin: str
+    version: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"product": self.product, "datastream": self.datastream.name, "sha256": self.sha256,
+                "origin": self.origin, "version": self.version}  # fmt: skip
+
+
+def content_cache() -> Path:
+    return cache_root() / "hardening-content"
+
+
+def datastream_name(product: str) -> str:
+    if not NAME.fullmatch(product):
+        raise InputError(f"{product!r} is not a ComplianceAsCode product name", field="product")
+    return f"ssg-{product}-ds.xml"
+
+
+def find_content(folder: Path, product: str) -> Content:
+    """The data stream of ``product`` in the user's ``folder`` (``--hardening-content``): exit 2 naming what the
+    folder does hold when it has none for this product."""
+    path = safe_join(folder, datastream_name(product), what="data stream")
+    if not path.is_file():
+        held_there = sorted(p.name.removeprefix("ssg-").removesuffix("-ds.xml") for p in folder.glob("ssg-*-ds.xml"))
+        raise InputError(f"no data stream for {product} ({path.name}) in this folder"
+                         + did_you_mean(product, held_there), source=folder, field="--hardening-content",
+                         expected="a folder of ComplianceAsCode data streams holding " + path.name
+                         + (f" (it holds {', '.join(held_there)})" if held_there else ""))  # fmt: skip
+    return Content(product, path, sha256_file(path), f"folder {folder}", _benchmark_version(path))
+
+
+def built_content(product: str, *, say: Say = silent) -> Content:
+    """``product``'s data stream built from the content's source release (config/hardening.yaml), cached."""
+    settings = load_settings().content
+    key = {"module": settings.module, "version": settings.version, "product": product, "recipe": RECIPE}
+    folder = content_cache() / f"{settings.version}-{product}"
+    stamp, out = folder / "inputs.json", folder / datastream_name(product)
+    want = json.dumps(key, sort_keys=True)
+
+    def built() -> bool:
+        return stamp.is_file() and stamp.read_text() == want and out.is_file()
+
+    if not built():
+        with held(folder.with_name(folder.name + ".lock")):
+            if not built():
+                _build(settings.module, settings.version, product, folder, say)
+                with atomic_write(stamp) as fh:
+                    fh.write(want)
+    origin = f"{settings.module} {settings.version} (built from source)"
+    return Content(product, out, sha256_file(out), origin, settings.version)
+
+
+def _build(module: str, version: str, product: str, folder: Path, say: Say) -> None:
+    tools = require_tools(*BUILD_TOOLS)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    say(f"hardening content: downloading {module}@{version} from the Go module proxy")
+    proc = subprocess.run([tools["go"], "mod", "download", "-json", f"{module}@{version}"], capture_output=True,
+                          text=True, check=False, cwd=folder, env={**os.environ, "GOFLAGS": "-mod=mod"})  # fmt: skip
+    try:
+        source = Path(parse_json(proc.stdout, f"go mod download {module}@{version}")["Dir"])
+    except (InputError, KeyError, TypeError):
+        raise ExternalError(f"the Go module proxy gave no {module}@{version}: {(proc.stderr or proc.stdout)[-300:]}",
+                            hint="check the Go module proxy is reachable (GOPROXY), or give --hardening-content"
+                                 " a folder of built data streams") from None  # fmt: skip
+    if not (source / "products" / product).is_dir():
+        offered = sorted(p.name for p in (source / "products").iterdir() if p.is_dir())
+        raise InputError(f"ComplianceAsCode {version} has no product {product}" + did_you_mean(product, offered),
+                         field="os-release", expected=f"an OS of its products: {', '.join(offered)}")  # fmt: skip
+    tree = folder / "src"
+    shutil.copytree(source, tree, symlinks=True)  # the module cache is read-only; CMake writes into the tree
+    for path in (tree, *tree.rglob("*")):
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o200)
+    build = tree / "build"
+    build.mkdir(exist_ok=True)
+    log = folder / "build.log"
+    option = f"-DSSG_PRODUCT_{product.upper()}=ON"
+    say(f"hardening content: building the {product} data stream (CMake, about two minutes)")
+    steps = (["cmake", "..", *CMAKE_OPTIONS, option],
+             ["make", f"-j{os.cpu_count() or 1}", f"{product}-content"])  # fmt: skip
+    for args in steps:
+        with log.open("a") as fh:
+            code = follow([tools.get(args[0], args[0]), *args[1:]], cwd=build, env=dict(os.environ), log=fh,
+                          redact=lambda s: s, say=say, pick=_progress)  # fmt: skip
+        if code != 0:
+            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-6:])
+            raise ExternalError(f"building the {product} content failed (exit {code}): {tail}",
+                                hint=f"the whole output is in {log}; the build needs python3-jinja2, python3-yaml,"
+                                     " cmake, xsltproc, libxml2-utils and openscap-utils")  # fmt: skip
+    made = build / datastream_name(product)
+    if not made.is_file():
+        raise ExternalError(f"the content build made no {made.name}", hint=f"read {log}")
+    os.replace(made, folder / made.name)
+    shutil.rmtree(tree)  # the data stream is what is kept: 15 MB, not the 400 MB tree
+
+
+def _progress(line: str) -> str | None:
+    """CMake's and make's progress lines (``[ 42%] ...``) as progress, the rest only in the log."""
+    return f"hardening content: {line[:80]}" if line.startswith("[") else None
+
+
+def content_for(product: str, folder: Path | None, *, say: Say = silent) -> Content:
+    """The data stream a hardened build of ``product`` uses: the user's folder's, else the source release's."""
+    return find_content(folder, product) if folder is not None else built_content(product, say=say)
+
+
+_PROFILE_LINE = re.compile(r"^" + re.escape(PROFILE_PREFIX) + r"([a-z0-9_.-]+):(.*)$")
+
+
+def profiles(content: Content) -> dict[str, str]:
+    """The profiles ``content`` offers: short name -> title (``oscap info --profiles``)."""
+    oscap = require_tools("oscap")["oscap"]
+    proc = subprocess.run([oscap, "info", "--profiles", str(content.datastream)], capture_output=True, text=True,
+                          check=False, timeout=300)  # fmt: skip
+    if proc.returncode != 0:
+        raise InputError(f"OpenSCAP cannot read it: {proc.stderr.strip()[-300:]}", source=content.datastream,
+                         expected="a SCAP 1.3 source data stream")  # fmt: skip
+    found = {}
+    for line in proc.stdout.splitlines():
+        match = _PROFILE_LINE.match(line.strip())
+        if match:
+            found[match.group(1)] = match.group(2).strip()
+    return found
+
+
+def check_profile(content: Content, profile: str) -> str:
+    """``profile``'s title; exit 2 naming the profiles the content offers when it has no such profile."""
+    offered = profiles(content)
+    if profile not in offered:
+        raise InputError(f"the {content.product} content has no profile {profile}" + did_you_mean(profile, offered),
+                         field="--hardening", expected="one of " + ", ".join(sorted(offered)))  # fmt: skip
+    return offered[profile]
+
+
+_VERSION = re.compile(rb"<(?:[\w.-]+:)?version(?:\s[^>]*)?>([0-9][0-9A-Za-z.+~-]{0,40})</(?:[\w.-]+:)?version>")
+
+
+def _benchmark_version(datastream: Path) -> str | None:
+    """The benchmark's version (``0.1.82``), from the first ``version`` element of the data stream's head."""
+    with open_regular(datastream, "data stream", field="--hardening-content") as fh:
+        head = fh.read(1 << 20)
+    match = _VERSION.search(head)
+    return match.group(1).decode() if match else None

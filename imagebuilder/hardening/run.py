@@ -1,0 +1,151 @@
+"""A hardened build's part, as the build runs it (:class:`Hardening`): before the image is provisioned, the
+content for the image's OS, the node's tailoring and the remediation; in the chroot, the remediation (the command
+:meth:`Hardening.command` gives the chroot build); after, the scan of the finished disk and its verdict.
+
+The content's product is read from the image itself (its os-release, with debugfs: no mount), not from the
+build's OS name: the demo's "ubuntu" image is made from a Debian base, and the scan must judge what is there."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagebuilder.attest.provenance import Dependency
+from imagebuilder.core import disk
+from imagebuilder.core.errors import ExternalError, InputError
+from imagebuilder.core.files import sha256_file
+from imagebuilder.core.hostinfo import parse_os_release, tool_search_path
+from imagebuilder.core.progress import Say, silent
+from imagebuilder.hardening.content import Content, check_profile, content_for
+from imagebuilder.hardening.model import HardeningRequest, load_settings, product_of
+from imagebuilder.hardening.remediate import Remediation, remediation_playbook
+from imagebuilder.hardening.scan import Evidence, ScanResult, scan_image
+from imagebuilder.hardening.tailoring import Tailoring, write_tailoring
+
+#: how many failing rules a failed verdict names in its message (the summary file names them all)
+SHOWN_FAILURES = 12
+
+
+def disk_os_release(raw: Path) -> dict[str, str]:
+    """The os-release of the root filesystem of the raw disk ``raw``, read with debugfs (no mount, no root)."""
+    part = disk.root_partition(raw)
+    for path in ("/usr/lib/os-release", "/etc/os-release"):
+        proc = subprocess.run(["debugfs", "-R", f"cat {path}", f"{raw}?offset={part.offset}"], capture_output=True,
+                              check=False, timeout=120)  # fmt: skip
+        found = parse_os_release(proc.stdout[:65536].decode("utf-8", "replace"))
+        if found.get("ID"):
+            return found
+    return {}
+
+
+@dataclass
+class Hardening:
+    """One build's hardening: ``stem`` is the image's output path without its extension (the evidence's names)."""
+
+    request: HardeningRequest
+    stem: Path
+    content: Content | None = None
+    title: str | None = None
+    tailoring: Tailoring | None = None
+    remediation: Remediation | None = None
+    scan: ScanResult | None = None
+
+    def prepare(self, raw: Path, directory: Path, say: Say = silent) -> None:
+        """Everything the remediation needs, for the OS on the disk ``raw`` (before it is provisioned): exit 2 for
+        an OS the content has no product for, or a profile its product lacks."""
+        product = product_of(disk_os_release(raw), "the source image")
+        self.content = content_for(product, self.request.content, say=say)
+        self.title = check_profile(self.content, self.request.profile)
+        self.tailoring = write_tailoring(self.request, self.content, self.tailoring_path)
+        self.remediation = remediation_playbook(self.request, self.content, self.tailoring,
+                                                directory / f"hardening-{self.request.profile}.yml")  # fmt: skip
+        say(f"hardening: {self.request.profile} ({self.title}) for {product}: {self.remediation.tasks} tasks,"
+            f" {len(self.tailoring.turned_off)} rules tailored out for a node,"
+            f" {len(self.remediation.dropped)} tasks left out as they act on the running system")  # fmt: skip
+
+    @property
+    def tailoring_path(self) -> Path:
+        return self.stem.with_name(self.stem.name + ".hardening-tailoring.xml")
+
+    def command(self, root: Path, playbook_args: list[str]) -> list[str]:
+        """The command the chroot build runs for the remediation: ``playbook_args`` (the node playbook's command
+        line, its playbook last) with the remediation's playbook instead, in a mount namespace of its own where the
+        image's /proc/sys and /sys are read-only."""
+        assert self.remediation is not None
+        unshare = shutil.which("unshare", path=tool_search_path()) or "unshare"
+        return [unshare, "--mount", "--propagation", "private", sys.executable, "-m", "imagebuilder.hardening.apply",
+                str(root), "--", *playbook_args[:-1], str(self.remediation.path)]  # fmt: skip
+
+    def check(self, image: Path, work_dir: Path, say: Say = silent) -> ScanResult:
+        """Scan the finished disk ``image``; the evidence is written beside the output. Fails (exit 1) naming the
+        failing rules when the pass rate is under the threshold."""
+        assert self.content is not None and self.tailoring is not None
+        say(f"scanning the image with OpenSCAP ({self.request.profile}, tailored for a node)")
+        self.scan = scan_image(image, self.content.datastream, self.tailoring.profile_id, self.tailoring.path,
+                               Evidence.beside(self.stem), work_dir=work_dir)  # fmt: skip
+        say(f"hardening scan: {self.scan.describe()}")
+        verdict(self.scan, self.request.min_pass)
+        return self.scan
+
+    def dependencies(self) -> list[Dependency]:
+        """The provenance's resolved dependencies this hardening adds: the data stream and the tailoring."""
+        assert self.content is not None and self.tailoring is not None
+        settings = load_settings().content
+        uri = f"https://{settings.module}/releases/tag/{settings.version}" if self.request.content is None else None
+        return [Dependency(f"hardening-content:{self.content.datastream.name}", {"sha256": self.content.sha256}, uri),
+                Dependency(f"hardening-tailoring:{self.tailoring.path.name}",
+                           {"sha256": sha256_file(self.tailoring.path)})]  # fmt: skip
+
+    def record(self) -> dict[str, Any]:
+        """What the build manifest records."""
+        assert self.content and self.tailoring and self.remediation
+        evidence = self.scan.evidence if self.scan else None
+        return {
+            "profile": self.request.profile, "title": self.title, "tailored_profile": self.tailoring.profile_id,
+            "min_pass": self.request.min_pass, "content": self.content.to_json(),
+            "tailoring": {"name": self.tailoring.path.name, "sha256": sha256_file(self.tailoring.path),
+                          "turned_off": self.tailoring.turned_off},
+            "remediation": {"tasks": self.remediation.tasks, "sha256": self.remediation.sha256,
+                            "left_out": list(self.remediation.dropped)},
+            "scan": self.scan.to_json() if self.scan else None,
+            "evidence": [p.name for p in (evidence.arf, evidence.report, evidence.summary)] if evidence else [],
+        }  # fmt: skip
+
+
+def verdict(scan: ScanResult, min_pass: float) -> None:
+    """Exit 1 naming the failing rules when ``scan``'s pass rate is under ``min_pass``."""
+    if scan.pass_rate >= min_pass:
+        return
+    shown = ", ".join(scan.failing[:SHOWN_FAILURES]) + (" ..." if len(scan.failing) > SHOWN_FAILURES else "")
+    where = scan.evidence.report if scan.evidence else None
+    raise ExternalError(
+        f"the hardening scan passes {scan.pass_rate}% of the applicable rules, under the"
+        f" {min_pass:g}% asked for; failing: {shown}",
+        hint=f"read {where} for each rule's finding (--hardening-min-pass sets the threshold)",
+    )
+
+
+def scan_any_image(image: Path, request: HardeningRequest, evidence_stem: Path, *, work_dir: Path | None = None,
+                   say: Say = silent) -> tuple[ScanResult, Content]:  # fmt: skip
+    """``image.verify --hardening``: any image, ours or not, scanned the way a hardened build scans its own."""
+    with disk.raw_view(image, work_dir=work_dir) as raw:
+        release = disk_os_release(raw)
+        if not release:
+            raise InputError("the image has no os-release in its root filesystem", source=image,
+                             expected="a Linux system image")  # fmt: skip
+        content = content_for(product_of(release, image), request.content, say=say)
+        check_profile(content, request.profile)
+        tailoring = write_tailoring(
+            request, content, evidence_stem.with_name(evidence_stem.name + ".hardening-tailoring.xml")
+        )
+        with disk.mounted_root(raw) as root:
+            from imagebuilder.hardening.scan import scan_root
+
+            say(f"scanning {image.name} with OpenSCAP ({request.profile}, tailored for a node)")
+            result = scan_root(root, content.datastream, tailoring.profile_id, tailoring.path,
+                               Evidence.beside(evidence_stem))  # fmt: skip
+    return result, content
