@@ -25,7 +25,11 @@ arm64: an arm64 bare-metal image by the Packer engine (qemu-system-aarch64 under
 nodes: the node check (``image.verify --node-check``) of one release built from source on each architecture, arm64's
 against amd64's (see bench/nodes.py).
 
-``--only e2e|vsphere|os1|engines|startup|dhcp|reproducible|arm64|nodes`` runs one and keeps the others' last results.
+hardening: a plain and a ``--hardening cis_level1_server`` build of the same inputs: the scan's pass rate of each,
+and the time the remediation and the scan add (see bench/hardening.py).
+
+``--only e2e|vsphere|os1|engines|startup|dhcp|reproducible|arm64|nodes|hardening`` runs one and keeps the others'
+last results.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from bench.arm64 import bench_arm64  # noqa: E402
 from bench.dhcp import bench_dhcp  # noqa: E402
 from bench.engines import bench_engines  # noqa: E402
+from bench.hardening import bench_hardening  # noqa: E402
 from bench.nodes import bench_nodes  # noqa: E402
 from bench.os1 import bench_os1  # noqa: E402
 from bench.reproducible import bench_reproducible  # noqa: E402
@@ -193,6 +198,19 @@ def _reproducible_rows(r: dict[str, object]) -> list[str]:
     ]
 
 
+def _hardening_rows(h: dict[str, object]) -> list[str]:
+    return [
+        f"| OpenSCAP's {h['profile']} scan of a plain bare-metal image (the demo's, image.verify --hardening) | "
+        f"{h['plain_pass_rate']}% of the applicable rules pass |",
+        f"| the same inputs built with `--hardening {h['profile']}` ({h['remediation_tasks']} remediation tasks, "
+        f"{h['rules_tailored_out']} rules tailored out for a node, {h['tasks_left_out']} tasks left out as they act on "
+        f"the running system) | **{h['hardened_pass_rate']}%** pass |",
+        f"| the build: plain / hardened (the chroot step {h['chroot_step_plain_s']} s / "
+        f"{h['chroot_step_hardened_s']} s, the scan {h['scan_step_s']} s) | {h['plain_build_s']} s / "
+        f"{h['hardened_build_s']} s: +{h['added_s']} s, {h['hardened_vs_plain']}x |",
+    ]
+
+
 def write_readme(results: dict[str, object]) -> None:
     e2e = results["e2e"]
     assert isinstance(e2e, dict)
@@ -204,6 +222,7 @@ def write_readme(results: dict[str, object]) -> None:
     reproducible = results.get("reproducible")
     arm64 = results.get("arm64")
     nodes = results.get("nodes")
+    hardening = results.get("hardening")
     table = "\n".join(
         [
             START,
@@ -235,6 +254,7 @@ def write_readme(results: dict[str, object]) -> None:
             *(_reproducible_rows(reproducible) if isinstance(reproducible, dict) else []),
             *(_arm64_rows(arm64) if isinstance(arm64, dict) else []),
             *(_nodes_rows(nodes) if isinstance(nodes, dict) else []),
+            *(_hardening_rows(hardening) if isinstance(hardening, dict) else []),
             "",
             END,
         ]
@@ -249,7 +269,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", default=str(ROOT / "bench" / "work"), help="working directory (kept for reuse)")
     parser.add_argument("--readme-only", action="store_true", help="rewrite docs/benchmarks.md's table")
-    only = ("e2e", "vsphere", "os1", "engines", "startup", "dhcp", "reproducible", "arm64", "nodes")
+    only = ("e2e", "vsphere", "os1", "engines", "startup", "dhcp", "reproducible", "arm64", "nodes", "hardening")
     parser.add_argument("--only", choices=only, help="run one benchmark, keep the others' results")
     args = parser.parse_args()
     saved = ROOT / "bench" / "results.json"
@@ -278,6 +298,8 @@ def main() -> None:
         results["arm64"] = bench_arm64(Path(args.work))
     if args.only in (None, "nodes"):
         results["nodes"] = bench_nodes(Path(args.work))
+    if args.only in (None, "hardening"):
+        results["hardening"] = bench_hardening(Path(args.work))
     saved.write_text(json.dumps(results, indent=2) + "\n")
     write_readme(results)
     print(json.dumps(results, indent=2))

@@ -13,6 +13,7 @@ from imagebuilder.builder.disk_need import DiskNeed, disk_need
 from imagebuilder.builder.estimate import Estimate, build_estimate
 from imagebuilder.builder.packer import check_emulator, packer_check
 from imagebuilder.builder.resolve import image_based, make_plan
+from imagebuilder.core.fetch import is_url
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.host.preflight import require
 from imagebuilder.image.reproducible import source_date_epoch
@@ -66,7 +67,7 @@ def prepare_build(
     plan = make_plan(request, before_fetch=packer_first)
     source_date_epoch(plan.manifest.date, 0)  # a bad SOURCE_DATE_EPOCH (or release date) exits 2 now, dry run too
     need = disk_need(plan)
-    source_check = next(iter(dry_run_checks([plan])), None) if dry_run else None
+    source_check = "; ".join(dry_run_checks([plan])) or None if dry_run else None
     estimate = build_estimate(plan, image_based(plan.provider, plan.config)) if dry_run else None
     return PreparedBuild(plan, checks[0] if checks else None, need, source_check, customization, dry_run, estimate)
 
@@ -82,6 +83,11 @@ def dry_run_checks(plans: Sequence[BuildPlan]) -> list[str]:
         found = runner.check_source_image(plan)
         if found and found not in checked:
             checked.append(found)
+        source = runner.source_image(plan)
+        if plan.hardening is not None and source is not None and not is_url(source[0]):
+            from imagebuilder.hardening.run import check_ahead
+
+            checked.append(check_ahead(plan.hardening, Path(source[0].removeprefix("file://"))))
     machines = dict.fromkeys(p.arch for p in plans if p.engine == "chroot")
     if machines:
         from imagebuilder.builder.chroot import check_engine

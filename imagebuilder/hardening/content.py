@@ -83,18 +83,32 @@ def find_content(folder: Path, product: str) -> Content:
     return Content(product, path, sha256_file(path), f"folder {folder}", _benchmark_version(path))
 
 
-def built_content(product: str, *, say: Say = silent) -> Content:
-    """``product``'s data stream built from the content's source release (config/hardening.yaml), cached."""
+def _cache_entry(product: str) -> tuple[Path, Path, str]:
+    """(folder, data stream, cache key) of ``product``'s content built from the source release."""
     settings = load_settings().content
     key = {"module": settings.module, "version": settings.version, "product": product, "recipe": RECIPE}
     folder = content_cache() / f"{settings.version}-{product}"
-    stamp, out = folder / "inputs.json", folder / datastream_name(product)
-    want = json.dumps(key, sort_keys=True)
+    return folder, folder / datastream_name(product), json.dumps(key, sort_keys=True)
+
+
+def cached_content(product: str) -> Path | None:
+    """``product``'s data stream when the cache holds it, built from the same inputs."""
+    folder, out, want = _cache_entry(product)
+    stamp = folder / "inputs.json"
+    return out if stamp.is_file() and stamp.read_text() == want and out.is_file() else None
+
+
+def built_content(product: str, *, say: Say = silent) -> Content:
+    """``product``'s data stream built from the content's source release (config/hardening.yaml), cached."""
+    settings = load_settings().content
+    folder, out, want = _cache_entry(product)
+    stamp = folder / "inputs.json"
 
     def built() -> bool:
-        return stamp.is_file() and stamp.read_text() == want and out.is_file()
+        return cached_content(product) is not None
 
     if not built():
+        folder.parent.mkdir(parents=True, exist_ok=True)
         with held(folder.with_name(folder.name + ".lock")):
             if not built():
                 _build(settings.module, settings.version, product, folder, say)
@@ -104,14 +118,12 @@ def built_content(product: str, *, say: Say = silent) -> Content:
     return Content(product, out, sha256_file(out), origin, settings.version)
 
 
-def _build(module: str, version: str, product: str, folder: Path, say: Say) -> None:
-    tools = require_tools(*BUILD_TOOLS)
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    say(f"hardening content: downloading {module}@{version} from the Go module proxy")
-    proc = subprocess.run([tools["go"], "mod", "download", "-json", f"{module}@{version}"], capture_output=True,
-                          text=True, check=False, cwd=folder, env={**os.environ, "GOFLAGS": "-mod=mod"})  # fmt: skip
+def _source_tree(module: str, version: str, product: str) -> Path:
+    """The content's source release in the Go module cache (downloaded from the proxy when not there): exit 2 when
+    it has no ``product``."""
+    go = require_tools("go")["go"]
+    proc = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True,
+                          check=False, cwd="/", env={**os.environ, "GOFLAGS": "-mod=mod"})  # fmt: skip
     try:
         source = Path(parse_json(proc.stdout, f"go mod download {module}@{version}")["Dir"])
     except (InputError, KeyError, TypeError):
@@ -122,6 +134,29 @@ def _build(module: str, version: str, product: str, folder: Path, say: Say) -> N
         offered = sorted(p.name for p in (source / "products").iterdir() if p.is_dir())
         raise InputError(f"ComplianceAsCode {version} has no product {product}" + did_you_mean(product, offered),
                          field="os-release", expected=f"an OS of its products: {', '.join(offered)}")  # fmt: skip
+    return source
+
+
+def check_source_profile(product: str, profile: str) -> str:
+    """That the content's source release has ``profile`` for ``product`` (its profile file), without building it:
+    a dry run's check. Returns the release's name."""
+    settings = load_settings().content
+    source = _source_tree(settings.module, settings.version, product)
+    offered = sorted(p.name.removesuffix(".profile") for p in (source / "products" / product / "profiles").glob(
+        "*.profile"))  # fmt: skip
+    if profile not in offered:
+        raise InputError(f"the {product} content has no profile {profile}" + did_you_mean(profile, offered),
+                         field="--hardening", expected="one of " + ", ".join(offered))  # fmt: skip
+    return f"{settings.module} {settings.version}"
+
+
+def _build(module: str, version: str, product: str, folder: Path, say: Say) -> None:
+    tools = require_tools(*BUILD_TOOLS)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    say(f"hardening content: downloading {module}@{version} from the Go module proxy")
+    source = _source_tree(module, version, product)
     tree = folder / "src"
     shutil.copytree(source, tree, symlinks=True)  # the module cache is read-only; CMake writes into the tree
     for path in (tree, *tree.rglob("*")):

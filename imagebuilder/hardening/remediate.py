@@ -77,12 +77,16 @@ GATHER = {
     "name": "Gather the facts the remediation reads (virtualization, mounts), not the environment",
     "ansible.builtin.setup": {"gather_subset": ["min", "hardware", "virtual", "!env"]},
 }
-#: a throwaway SSH host key in the chroot's own tmpfs /tmp (never in the image): ``sshd -t``, which validates each
-#: sshd_config change, refuses to run without a host key, and a node image has none (they are made at first boot)
+#: what ``sshd -t``, which validates each sshd_config change, needs and a node image lacks: a host key (they are
+#: made at first boot) and its privilege separation folder. Both go to the chroot's own tmpfs /tmp and /run, never
+#: into the image
 SSHD_TEST_KEY = "/tmp/.image-builder-sshd-test-key"  # noqa: S108 (the chroot's tmpfs, gone with the build)
-SSHD_KEY_TASK = {"name": "Make a throwaway host key for sshd -t, in the chroot's tmpfs /tmp (never in the image)",
-                 "ansible.builtin.shell": {"cmd": f"if [ -x /usr/bin/ssh-keygen ] && [ ! -e {SSHD_TEST_KEY} ]; then"
-                                                  f" ssh-keygen -q -t ed25519 -N '' -f {SSHD_TEST_KEY}; fi\n",
+SSHD_KEY_TASK = {"name": "Give sshd -t a throwaway host key and /run/sshd, in the chroot's tmpfs (not the image)",
+                 "ansible.builtin.shell": {"cmd": "if [ -x /usr/bin/ssh-keygen ]; then\n"
+                                                  f"  [ -e {SSHD_TEST_KEY} ] || ssh-keygen -q -t ed25519 -N '' -f"
+                                                  f" {SSHD_TEST_KEY}\n"
+                                                  "  mkdir -p /run/sshd && chown root:root /run/sshd"
+                                                  " && chmod 0755 /run/sshd\nfi\n",
                                            "executable": "/bin/sh"},
                  "changed_when": False}  # fmt: skip
 _SSHD_TEST = re.compile(r"\bsshd\s+-t\b")

@@ -20,7 +20,13 @@ from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import sha256_file
 from imagebuilder.core.hostinfo import parse_os_release, tool_search_path
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.hardening.content import Content, check_profile, content_for
+from imagebuilder.hardening.content import (
+    Content,
+    cached_content,
+    check_profile,
+    check_source_profile,
+    content_for,
+)
 from imagebuilder.hardening.model import HardeningRequest, load_settings, product_of
 from imagebuilder.hardening.remediate import Remediation, remediation_playbook
 from imagebuilder.hardening.scan import Evidence, ScanResult, scan_image
@@ -126,6 +132,24 @@ def verdict(scan: ScanResult, min_pass: float) -> None:
         f"the hardening scan passes {scan.pass_rate}% of the applicable rules, under the"
         f" {min_pass:g}% asked for; failing: {shown}",
         hint=f"read {where} for each rule's finding (--hardening-min-pass sets the threshold)",
+    )
+
+
+def check_ahead(request: HardeningRequest, source: Path, *, work_dir: Path | None = None) -> str:
+    """A dry run's look at what the real run checks before provisioning: the source image's product (its
+    os-release) and the profile in the content (the user's folder's data stream, the cached one, or the profile file
+    of the content's source release, downloaded from the Go module proxy without building it). Returns what was
+    checked."""
+    with disk.raw_view(source, work_dir=work_dir) as raw:
+        product = product_of(disk_os_release(raw), source)
+    if request.content is not None or cached_content(product) is not None:
+        content = content_for(product, request.content)
+        title = check_profile(content, request.profile)
+        return f"hardening: {request.profile} ({title}) in {content.origin}, for {product} (the image's os-release)"
+    origin = check_source_profile(product, request.profile)
+    return (
+        f"hardening: {request.profile} is a {product} profile of {origin}; its data stream is built on the real"
+        " run (about two minutes, then cached)"
     )
 
 
