@@ -360,6 +360,7 @@ FLAG_KINDS: dict[str, str] = {
     "skip_check": "choice",
     "password": "secret",
     "hardening": "name", "hardening_content": "path-in", "hardening_min_pass": "number",
+    "hardening_product": "name",
 }  # fmt: skip
 #: a flag's kind read from its name when :data:`FLAG_KINDS` does not list it (first match wins)
 _KIND_BY_NAME: tuple[tuple[re.Pattern[str], str], ...] = tuple(

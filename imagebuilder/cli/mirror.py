@@ -6,11 +6,20 @@ from invoke.context import Context
 
 from imagebuilder.cli import _help as helptext
 from imagebuilder.cli import flags
-from imagebuilder.cli._common import cli_task, task, transfer_bars
+from imagebuilder.cli._common import cli_task, status_line, task, transfer_bars
+
+
+def _product_name(value: str) -> str:
+    """A ComplianceAsCode product's name (``debian12``, ``ubuntu2204``)."""
+    from imagebuilder.hardening.model import NAME
+
+    if not NAME.fullmatch(value):
+        raise ValueError(f"{value[:40]!r} is not a ComplianceAsCode product (debian12, ubuntu2204, rhel9)")
+    return value
 
 
 @task(
-    iterable=["arch"],
+    iterable=["arch", "hardening_product"],
     help={
         "release_channel": "channel whose release manifest to mirror: {=channels} (config/release-channels.yaml)",
         "eksa_release": "mirror what this product release pins for the channel, vX.Y.Z: its release index, bundle, the"
@@ -25,6 +34,10 @@ from imagebuilder.cli._common import cli_task, task, transfer_bars
         " that ships none, the line's containerd, runc and crictl from their projects' releases, with their checksum"
         " files) or os (the OS's package: none is carried)",
         "arch": "the architectures whose artifacts it carries, comma-separated or repeated: {=arches}, or both",
+        "hardening_product": "also carry the ComplianceAsCode data streams of these products for build --hardening"
+        " (debian12, ubuntu2204, rhel9...; comma-separated or repeated), built from {=hardening_content} (cached)",
+        "hardening_content": "with --hardening-product: take the data streams from this folder instead of building"
+        " them",
     },
 )
 @cli_task
@@ -39,6 +52,8 @@ def create(
     eksa_release: str = "",
     runtime: str = "",
     arch: list[str] | None = None,
+    hardening_product: list[str] | None = None,
+    hardening_content: str = "",
 ) -> None:
     """Download a release manifest and every node artifact it names, checksum-verified, keeping URL paths.
 
@@ -73,6 +88,13 @@ def create(
     from imagebuilder.release.manifest import load_manifest
     from imagebuilder.release.mirror import create_mirror, file_sha256, mirror_plan
 
+    products = flags.listed(hardening_product, "--hardening-product")
+    for product in products:
+        flags.grammar_of(_product_name, product, "--hardening-product")
+    if hardening_content and not products:
+        raise InputError("--hardening-content says where the data streams come from, and no product is asked for",
+                         field="--hardening-content", expected="--hardening-product PRODUCT with it")  # fmt: skip
+    content_dir = flags.existing_dir(hardening_content, "--hardening-content") if hardening_content else None
     plugins = plugin_binaries(plugin_dir) if plugin_dir else {}
     if packer_plugins and not plugins:
         raise InputError(f"{packer_plugins} holds no Packer plugin binaries", field="--packer-plugins",
@@ -80,6 +102,8 @@ def create(
     if dry_run:
         for kind, plugin in sorted(plugins.items()):
             print(f"{'would copy':<15} {out / MIRROR_FOLDER / plugin.path.name}  ({kind} {plugin.version})")
+        for product in products:
+            print(f"{'would carry':<15} {out / 'hardening-content' / f'ssg-{product}-ds.xml'}")
         manifests = [load_manifest(url, src, arch=a) for a in arches]
         target = Mirror(str(out.resolve()))
         planned, _ = mirror_plan(manifests, target, line_runtime, pinned, src)
@@ -91,6 +115,15 @@ def create(
         manifest, items = create_mirror(url, out, runtime=line_runtime, source=src, transfers=transfers,
                                         pinned=pinned, arches=arches)  # fmt: skip
     copied = copy_plugins(plugins, out) if plugins else []
+    if products:
+        from imagebuilder.hardening.content import MIRROR_FOLDER as CONTENT_FOLDER
+        from imagebuilder.hardening.content import copy_to_mirror, datastream_name
+
+        with status_line("mirror.create") as status:
+            carried = copy_to_mirror(out, products, content_dir, say=status)
+        for content in carried:
+            path = out / CONTENT_FOLDER / datastream_name(content.product)
+            print(f"{'hardening':<10} {path.stat().st_size:>12} {path}  ({content.origin})")
     for item in items:
         print(f"{item.status:<10} {item.size:>12} {item.path}")
     for plugin in copied:

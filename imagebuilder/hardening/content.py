@@ -190,9 +190,35 @@ def _progress(line: str) -> str | None:
     return f"hardening content: {line[:80]}" if line.startswith("[") else None
 
 
-def content_for(product: str, folder: Path | None, *, say: Say = silent) -> Content:
-    """The data stream a hardened build of ``product`` uses: the user's folder's, else the source release's."""
-    return find_content(folder, product) if folder is not None else built_content(product, say=say)
+#: where a mirror (``mirror.create --hardening-product``) keeps the data streams, beside the release's files
+MIRROR_FOLDER = "hardening-content"
+
+
+def content_for(product: str, folder: Path | None, *, mirror: Path | None = None, say: Say = silent) -> Content:
+    """The data stream a hardened build of ``product`` uses: the user's folder's; else the local ``mirror``'s when
+    it carries one (an air-gapped site's, made by ``mirror.create --hardening-product``); else the source
+    release's, built and cached."""
+    if folder is not None:
+        return find_content(folder, product)
+    if mirror is not None and (mirror / MIRROR_FOLDER / datastream_name(product)).is_file():
+        found = find_content(mirror / MIRROR_FOLDER, product)
+        return Content(product, found.datastream, found.sha256, f"mirror {mirror}", found.version)
+    return built_content(product, say=say)
+
+
+def copy_to_mirror(dest: Path, products: list[str], folder: Path | None, *, say: Say = silent) -> list[Content]:
+    """``products``' data streams (from ``folder``, else built from the source release) copied into the mirror at
+    ``dest``, where a build with ``--mirror`` finds them; a copy already there with the same bytes is kept."""
+    out = []
+    for product in products:
+        content = find_content(folder, product) if folder is not None else built_content(product, say=say)
+        target = dest / MIRROR_FOLDER / datastream_name(product)
+        if not (target.is_file() and sha256_file(target) == content.sha256):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open_regular(content.datastream, "data stream") as src, atomic_write(target, "wb") as fh:
+                shutil.copyfileobj(src, fh, 4 << 20)
+        out.append(content)
+    return out
 
 
 _PROFILE_LINE = re.compile(r"^" + re.escape(PROFILE_PREFIX) + r"([a-z0-9_.-]+):(.*)$")

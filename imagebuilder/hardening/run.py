@@ -21,11 +21,13 @@ from imagebuilder.core.files import sha256_file
 from imagebuilder.core.hostinfo import parse_os_release, tool_search_path
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.hardening.content import (
+    MIRROR_FOLDER,
     Content,
     cached_content,
     check_profile,
     check_source_profile,
     content_for,
+    datastream_name,
 )
 from imagebuilder.hardening.model import HardeningRequest, load_settings, product_of
 from imagebuilder.hardening.remediate import Remediation, remediation_playbook
@@ -54,6 +56,8 @@ class Hardening:
 
     request: HardeningRequest
     stem: Path
+    #: the build's local mirror: its data stream is used when it carries one
+    mirror: Path | None = None
     content: Content | None = None
     title: str | None = None
     tailoring: Tailoring | None = None
@@ -64,7 +68,7 @@ class Hardening:
         """Everything the remediation needs, for the OS on the disk ``raw`` (before it is provisioned): exit 2 for
         an OS the content has no product for, or a profile its product lacks."""
         product = product_of(disk_os_release(raw), "the source image")
-        self.content = content_for(product, self.request.content, say=say)
+        self.content = content_for(product, self.request.content, mirror=self.mirror, say=say)
         self.title = check_profile(self.content, self.request.profile)
         self.tailoring = write_tailoring(self.request, self.content, self.tailoring_path)
         self.remediation = remediation_playbook(self.request, self.content, self.tailoring,
@@ -135,15 +139,17 @@ def verdict(scan: ScanResult, min_pass: float) -> None:
     )
 
 
-def check_ahead(request: HardeningRequest, source: Path, *, work_dir: Path | None = None) -> str:
+def check_ahead(request: HardeningRequest, source: Path, *, mirror: Path | None = None,
+                work_dir: Path | None = None) -> str:  # fmt: skip
     """A dry run's look at what the real run checks before provisioning: the source image's product (its
     os-release) and the profile in the content (the user's folder's data stream, the cached one, or the profile file
     of the content's source release, downloaded from the Go module proxy without building it). Returns what was
     checked."""
     with disk.raw_view(source, work_dir=work_dir) as raw:
         product = product_of(disk_os_release(raw), source)
-    if request.content is not None or cached_content(product) is not None:
-        content = content_for(product, request.content)
+    carried = mirror is not None and (mirror / MIRROR_FOLDER / datastream_name(product)).is_file()
+    if request.content is not None or carried or cached_content(product) is not None:
+        content = content_for(product, request.content, mirror=mirror)
         title = check_profile(content, request.profile)
         return f"hardening: {request.profile} ({title}) in {content.origin}, for {product} (the image's os-release)"
     origin = check_source_profile(product, request.profile)

@@ -55,6 +55,23 @@ def test_the_content_builds_from_its_source_release() -> None:
     assert again.sha256 == content.sha256, "a second call takes the cache's"
 
 
+def test_mirror_create_carries_the_content_for_an_air_gapped_build(tmp_path: Path) -> None:
+    """mirror.create --hardening-product puts the data stream in the mirror; a dry run with --mirror takes it from
+    there, and names it."""
+    from imagebuilder.hardening.content import built_content
+    from imagebuilder.release.catalog import load_catalog
+    from imagebuilder.release.standin import make_standin_release
+
+    upstream, mirror = tmp_path / "upstream", tmp_path / "mirror"
+    make_standin_release(upstream, load_catalog().channel("1-24"))
+    res = subprocess.run([str(BIN / "image-builder"), "mirror.create", "--release-channel", "1-24", "--dest",
+                          str(mirror), "--source", str(upstream), "--runtime", "os", "--hardening-product", "debian12"],
+                         cwd=ROOT, capture_output=True, text=True, check=False, timeout=900)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    carried = mirror / "hardening-content" / "ssg-debian12-ds.xml"
+    assert sha256_file(carried) == built_content("debian12").sha256 and str(carried) in res.stdout
+
+
 @pytest.mark.timeout(5400)
 def test_demo_hardening_builds_scans_and_proves_a_hardened_node(
     base_image: tuple[Path, str], source_release: object, tmp_path: Path
@@ -73,6 +90,21 @@ def test_demo_hardening_builds_scans_and_proves_a_hardened_node(
     dry = subprocess.run([str(BIN / "image-builder"), "demo", "--hardening", "cis_level1_server", "--dest",
                           str(dest), "--dry-run"], cwd=ROOT, capture_output=True, text=True, check=False)  # fmt: skip
     assert dry.returncode == 0 and "--engine chroot --hardening cis_level1_server" in dry.stdout, dry.stdout
+    # build --dry-run reads the source image's os-release and finds the profile in the content, in seconds
+    config = tmp_path / "bm.json"
+    config.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}"}))
+    plan = subprocess.run([str(BIN / "image-builder"), "build", "--os", "ubuntu", "--hypervisor", "baremetal",
+                           "--release-channel", "1-36", "--offline", "--baremetal-config", str(config), "--engine",
+                           "chroot", "--hardening", "cis_level2_server", "--dry-run"], cwd=ROOT, capture_output=True,
+                          text=True, check=False, timeout=600)  # fmt: skip
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "hardening: cis_level2_server (CIS Debian Benchmark for Level 2 - Server)" in plan.stdout, plan.stdout
+    assert "for debian12 (the image's os-release)" in plan.stdout
+    packer = subprocess.run([str(BIN / "image-builder"), "build", "--os", "ubuntu", "--hypervisor", "baremetal",
+                             "--release-channel", "1-36", "--offline", "--baremetal-config", str(config), "--engine",
+                             "packer", "--hardening", "cis_level1_server", "--dry-run"], cwd=ROOT,
+                            capture_output=True, text=True, check=False, timeout=600)  # fmt: skip
+    assert packer.returncode == 2 and "--hardening is applied by the chroot engine" in packer.stderr, packer.stderr
     with vm_turn():
         proc = subprocess.run([str(BIN / "image-builder"), "demo", "--hardening", "cis_level1_server", "--dest",
                                str(dest), "--signing-key", str(key)], cwd=ROOT, capture_output=True, text=True,

@@ -212,3 +212,21 @@ def test_the_emitted_pipeline_s_jobs_harden_as_the_matrix_was_asked(tmp_path: Pa
     assert out[out.index("--hardening-content") + 1] == str(tmp_path)
     assert out[out.index("--hardening-min-pass") + 1] == "87.5"
     assert "--hardening" not in _flags(plan, BuildRequest(None, None, None), None)  # type: ignore[arg-type]
+
+
+def test_a_mirror_carries_the_data_streams_and_a_build_takes_them_from_it(tmp_path: Path) -> None:
+    from imagebuilder.hardening.content import MIRROR_FOLDER, content_for, copy_to_mirror
+
+    site = tmp_path / "site"
+    site.mkdir()
+    content_with(site, ["sysctl_net_ipv4_ip_forward"])
+    mirror = tmp_path / "mirror"
+    (carried,) = copy_to_mirror(mirror, ["debian12"], site)
+    copy = mirror / MIRROR_FOLDER / "ssg-debian12-ds.xml"
+    assert copy.read_bytes() == (site / "ssg-debian12-ds.xml").read_bytes()
+    before = copy.stat().st_mtime_ns
+    copy_to_mirror(mirror, ["debian12"], site)
+    assert copy.stat().st_mtime_ns == before, "a copy with the same bytes is kept (a rerun converges)"
+    used = content_for("debian12", None, mirror=mirror)
+    assert used.datastream == copy and used.origin == f"mirror {mirror}" and used.sha256 == carried.sha256
+    assert content_for("debian12", site, mirror=mirror).datastream.parent == site, "the user's folder comes first"
