@@ -29,8 +29,9 @@ import yaml
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.files import atomic_write, parse_yaml_documents, sha256_file
 from imagebuilder.core.hostinfo import require_tools
-from imagebuilder.hardening.content import Content
-from imagebuilder.hardening.model import HardeningRequest
+from imagebuilder.core.untrusted import read_bytes
+from imagebuilder.hardening.content import DATASTREAM_LIMIT, Content
+from imagebuilder.hardening.model import RULE_PREFIX, HardeningRequest
 from imagebuilder.hardening.tailoring import Tailoring
 
 #: programs that act on the running kernel, its network stack, its devices or its services, not on files
@@ -264,6 +265,49 @@ def _count(items: Any) -> int:
                and "block" in t else 1 for t in items)  # fmt: skip
 
 
+_PROFILE_BLOCK = r"<(?:[\w.-]+:)?Profile\s[^>]*\bid=\"{id}\"[^>]*>(.*?)</(?:[\w.-]+:)?Profile>"
+_SELECTED = re.compile(rb"<(?:[\w.-]+:)?select\s+idref=\"" + re.escape(RULE_PREFIX.encode())
+                       + rb"([a-z0-9_.-]+)\"\s+selected=\"true\"")  # fmt: skip
+#: a kernel module's name in a ``kernel_module_<name>_disabled`` rule
+_MODULE_RULE = re.compile(r"kernel_module_([a-z0-9_-]{1,60})_disabled")
+
+
+def selected_rules(content: Content, profile_id: str) -> set[str]:
+    """The rules the data stream's profile ``profile_id`` selects (before any tailoring)."""
+    data = read_bytes(content.datastream, "data stream", limit=DATASTREAM_LIMIT, field="--hardening-content")
+    block = re.search(_PROFILE_BLOCK.format(id=re.escape(profile_id)).encode(), data, re.S)
+    return {m.group(1).decode() for m in _SELECTED.finditer(block.group(1))} if block else set()
+
+
+def _tagged(tasks: list[Any]) -> set[str]:
+    """The rule names the tasks carry as tags (the content tags each task with its rule)."""
+    found: set[str] = set()
+    for task in tasks:
+        if isinstance(task, dict):
+            found |= {t for t in task.get("tags") or [] if isinstance(t, str)}
+            for part in ("block", "rescue", "always"):
+                found |= _tagged(task.get(part) or [])
+    return found
+
+
+def supplement(rules: set[str], tasks: list[Any]) -> list[dict[str, Any]]:
+    """The remediation the content lacks in Ansible for the selected ``rules``: a ``kernel_module_<m>_disabled`` rule
+    without a task of its own gets the file its check reads (``install <m> /bin/false``, and a blacklist line), as
+    the content's Bash remediation writes it."""
+    have = _tagged(tasks)
+    out = []
+    for rule in sorted(rules - have):
+        module = _MODULE_RULE.fullmatch(rule)
+        if module:
+            name = module.group(1)
+            out.append({"name": f"Disable the kernel module {name} ({rule}: image-builder's, the content has no"
+                                " Ansible remediation for it)",
+                        "ansible.builtin.copy": {"dest": f"/etc/modprobe.d/{name}.conf", "mode": "0644",
+                                                 "content": f"install {name} /bin/false\nblacklist {name}\n"},
+                        "tags": [rule]})  # fmt: skip
+    return out
+
+
 def remediation_playbook(request: HardeningRequest, content: Content, tailoring: Tailoring,
                          dest: Path) -> Remediation:  # fmt: skip
     """The tailored profile's remediation for ``content``, made safe for an image, written at ``dest``."""
@@ -278,9 +322,11 @@ def remediation_playbook(request: HardeningRequest, content: Content, tailoring:
     if len(plays) != 1 or not isinstance(plays[0], list):
         raise ExternalError("OpenSCAP's remediation is not one Ansible playbook")
     safe, dropped = for_an_image(plays[0])
+    wanted = selected_rules(content, request.profile_id) - set(tailoring.turned_off)
     for play in safe:
         if isinstance(play, dict):
             play["tasks"], _ = fewer_package_facts(play.get("tasks") or [])
+            play["tasks"] += supplement(wanted, play["tasks"])
             play["hosts"] = "all"
             # the node playbook's cached facts are the minimal set; the remediation's conditions read the
             # virtualization type and the mounts too (never the environment: it may hold a proxy's credentials)

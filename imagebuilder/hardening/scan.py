@@ -23,9 +23,12 @@ from imagebuilder.core.files import atomic_write
 from imagebuilder.core.hostinfo import require_tools
 from imagebuilder.hardening.model import NAME, RULE_PREFIX
 
-#: the results that count as applicable, and of those the ones that pass
-APPLICABLE = ("pass", "fixed", "fail", "error", "unknown")
+#: the results that count as applicable, and of those the ones that pass. ``error`` and ``unknown`` are counted apart
+#: as undecided: offline, OpenSCAP cannot ask a running system (its services, its loaded modules), and a rule it
+#: could not decide is neither passed nor failed (the pass rate is OpenSCAP's own: pass / (pass + fail))
+APPLICABLE = ("pass", "fixed", "fail")
 PASSED = ("pass", "fixed")
+UNDECIDED = ("error", "unknown")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class ScanResult:
     counts: dict[str, int]
     failing: tuple[str, ...]
     evidence: Evidence | None = None
+    #: the rules OpenSCAP could not decide offline
+    undecided: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -65,20 +70,22 @@ class ScanResult:
 
     def describe(self) -> str:
         c = self.counts
-        return (f"{self.pass_rate}% of the applicable rules pass: {self.passed} pass, {c.get('fail', 0)} fail,"
-                f" {c.get('error', 0) + c.get('unknown', 0)} undecided, {c.get('notapplicable', 0)} do not apply,"
-                f" {c.get('notchecked', 0)} not checked automatically")  # fmt: skip
+        return (f"{self.pass_rate}% of the applicable rules pass: {self.passed} pass, {c.get('fail', 0)} fail;"
+                f" {c.get('error', 0) + c.get('unknown', 0)} undecided offline, {c.get('notapplicable', 0)} do not"
+                f" apply, {c.get('notchecked', 0)} not checked automatically")  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {"profile": self.profile_id, "pass_rate": self.pass_rate, "applicable": self.applicable,
                 "passed": self.passed, "counts": dict(sorted(self.counts.items())), "failing": list(self.failing),
-                **self.extra}  # fmt: skip
+                "undecided": list(self.undecided), **self.extra}  # fmt: skip
 
 
-def read_results(arf: Path) -> tuple[dict[str, int], tuple[str, ...]]:
-    """The count of each result in an ARF file, and the rules that failed or were undecided (short names)."""
+def read_results(arf: Path) -> tuple[dict[str, int], tuple[str, ...], tuple[str, ...]]:
+    """The count of each result in an ARF file, the rules that failed and those OpenSCAP could not decide (short
+    names)."""
     counts: Counter[str] = Counter()
     failing: list[str] = []
+    undecided: list[str] = []
     try:
         for _, element in ElementTree.iterparse(str(arf), events=("end",), forbid_dtd=True):
             if not element.tag.endswith("}rule-result"):
@@ -86,13 +93,14 @@ def read_results(arf: Path) -> tuple[dict[str, int], tuple[str, ...]]:
             result = next((c.text or "" for c in element if c.tag.endswith("}result")), "")
             counts[result.strip()] += 1
             idref = str(element.get("idref", ""))
-            if result.strip() in ("fail", "error", "unknown"):
+            if result.strip() in ("fail", *UNDECIDED):
                 short = idref.removeprefix(RULE_PREFIX)
-                failing.append(short if NAME.fullmatch(short) else "(a rule with an unreadable id)")
+                named = short if NAME.fullmatch(short) else "(a rule with an unreadable id)"
+                (failing if result.strip() == "fail" else undecided).append(named)
             element.clear()
     except (ElementTree.ParseError, DefusedXmlException, OSError) as exc:
         raise ExternalError(f"OpenSCAP's results {arf} cannot be read: {exc}") from None
-    return dict(counts), tuple(sorted(failing))
+    return dict(counts), tuple(sorted(failing)), tuple(sorted(undecided))
 
 
 def scan_root(root: Path, datastream: Path, profile_id: str, tailoring: Path | None, evidence: Evidence) -> ScanResult:
@@ -111,8 +119,8 @@ def scan_root(root: Path, datastream: Path, profile_id: str, tailoring: Path | N
         if proc.returncode not in (0, 2) or not arf.is_file():
             raise ExternalError(f"OpenSCAP's scan failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}",
                                 hint="run the same oscap-chroot command by hand to see why")  # fmt: skip
-        counts, failing = read_results(arf)
-        result = ScanResult(profile_id, counts, failing, evidence)
+        counts, failing, undecided = read_results(arf)
+        result = ScanResult(profile_id, counts, failing, evidence, undecided)
         for src, dest in ((arf, evidence.arf), (report, evidence.report)):
             with atomic_write(dest, "wb") as fh:
                 fh.write(src.read_bytes())

@@ -160,13 +160,14 @@ def arf(tmp_path: Path, results: dict[str, str]) -> Path:
 def test_the_pass_rate_is_over_the_applicable_rules_and_a_low_one_names_the_failing(tmp_path: Path) -> None:
     results = {f"r{i}": "pass" for i in range(8)} | {"bad_one": "fail", "odd": "unknown", "n": "notapplicable",
                                                       "m": "notchecked", "s": "notselected"}  # fmt: skip
-    counts, failing = read_results(arf(tmp_path, results))
-    scan = ScanResult("p", counts, failing)
-    assert (scan.passed, scan.applicable, scan.pass_rate) == (8, 10, 80.0) and failing == ("bad_one", "odd")
-    verdict(scan, 80.0)
+    counts, failing, undecided = read_results(arf(tmp_path, results))
+    scan = ScanResult("p", counts, failing, None, undecided)
+    assert (scan.passed, scan.applicable, scan.pass_rate) == (8, 9, 88.9) and failing == ("bad_one",)
+    assert undecided == ("odd",) and "1 undecided offline" in scan.describe()
+    verdict(scan, 88.9)
     with pytest.raises(ExternalError) as caught:
         verdict(scan, 90.0)
-    assert "80.0% of the applicable rules, under the 90% asked for; failing: bad_one, odd" in str(caught.value)
+    assert "88.9% of the applicable rules, under the 90% asked for; failing: bad_one" in str(caught.value)
 
 
 def test_an_entity_bomb_in_the_results_is_refused(tmp_path: Path) -> None:
@@ -230,3 +231,18 @@ def test_a_mirror_carries_the_data_streams_and_a_build_takes_them_from_it(tmp_pa
     used = content_for("debian12", None, mirror=mirror)
     assert used.datastream == copy and used.origin == f"mirror {mirror}" and used.sha256 == carried.sha256
     assert content_for("debian12", site, mirror=mirror).datastream.parent == site, "the user's folder comes first"
+
+
+def test_a_selected_kernel_module_rule_without_a_task_gets_its_file() -> None:
+    from imagebuilder.hardening.remediate import supplement
+
+    tasks = [{"name": "the content's own", "ansible.builtin.lineinfile": {}, "tags": ["kernel_module_dccp_disabled"]}]
+    rules = {"kernel_module_cramfs_disabled", "kernel_module_dccp_disabled", "package_aide_installed",
+             "kernel_module_x;rm_disabled"}  # fmt: skip
+    (added,) = supplement(rules, tasks)
+    assert added["ansible.builtin.copy"] == {
+        "dest": "/etc/modprobe.d/cramfs.conf",
+        "mode": "0644",
+        "content": "install cramfs /bin/false\nblacklist cramfs\n",
+    }
+    assert added["tags"] == ["kernel_module_cramfs_disabled"]
