@@ -115,6 +115,7 @@ def demo(
     if bad:
         raise ExternalError(f"the demo image failed verification: {', '.join(bad)}")
     print(f"\ndemo image: {result.build.artifact}\nmanifest:   {result.build.manifest}")
-    scan = result.build.extra.get("hardening", {}).get("scan")
-    if scan:
-        print(f"hardening:  {scan['profile']}: {scan['pass_rate']}% of {scan['applicable']} applicable rules pass")
+    hardened = result.build.extra.get("hardening") or {}
+    if hardened.get("scan"):
+        scan = hardened["scan"]
+        print(f"hardening:  {hardened['profile']}: {scan['pass_rate']}% of {scan['applicable']} applicable rules pass")
