@@ -110,7 +110,7 @@ def _component(index: int, c: Component) -> dict[str, Any]:
         fields["primaryPackagePurpose"] = {"binary": "APPLICATION", "input": "OTHER"}.get(c.kind, "ARCHIVE")
     if c.sha256:
         fields["checksums"] = _checksums({"sha256": c.sha256})
-    return _package(_spdx_id("Kubernetes", index, c.name), c.name, **fields)
+    return _package(_spdx_id("Input" if c.kind == "input" else "Kubernetes", index, c.name), c.name, **fields)
 
 
 def document(
