@@ -1,7 +1,9 @@
 """Issue 62 for real: ComplianceAsCode's content built from its source release (the Go module proxy, CMake), the
 demo's image hardened by its CIS Level 1 remediation in the chroot engine, scanned by OpenSCAP (oscap-chroot, the
-image mounted read-only) and proven by nodes: ``demo --hardening cis_level1_server`` builds Kubernetes v1.36.3 from
-source (the cache's), hardens the image and runs the node check on it (two nodes Ready, the test pod Running).
+image mounted read-only) and proven by a node: ``demo --hardening cis_level1_server --no-boot`` builds Kubernetes
+v1.36.3 from source (the cache's) and hardens the image, and ``image.verify --node-check`` brings a node up on it
+(kubeadm init on the image's own control plane, the node Ready, kube-proxy and CoreDNS, the test pod Running). The
+demo's second node (its join) is left out for CI's budget, as the offline test leaves it out.
 
 The remediation installs the packages the profile asks for (aide, apparmor-utils, rsyslog...) from the image's own
 package sources, as a build on a connected site does: this test reaches Debian's archive, as image.base's does.
@@ -36,7 +38,9 @@ def host_state() -> dict[str, str]:
     nft = shutil.which("nft")
     if nft:
         state["nft"] = subprocess.run([nft, "list", "ruleset"], capture_output=True, text=True, check=False).stdout
-    state["modules"] = " ".join(sorted(line.split()[0] for line in Path("/proc/modules").read_text().splitlines()))
+    modules = Path("/proc/modules")  # absent on a kernel without loadable modules
+    if modules.exists():
+        state["modules"] = " ".join(sorted(line.split()[0] for line in modules.read_text().splitlines()))
     return state
 
 
@@ -105,18 +109,24 @@ def test_demo_hardening_builds_scans_and_proves_a_hardened_node(
                              "packer", "--hardening", "cis_level1_server", "--dry-run"], cwd=ROOT,
                             capture_output=True, text=True, check=False, timeout=600)  # fmt: skip
     assert packer.returncode == 2 and "--hardening is applied by the chroot engine" in packer.stderr, packer.stderr
-    with vm_turn():
-        proc = subprocess.run([str(BIN / "image-builder"), "demo", "--hardening", "cis_level1_server", "--dest",
-                               str(dest), "--signing-key", str(key)], cwd=ROOT, capture_output=True, text=True,
-                              check=False, timeout=5000)  # fmt: skip
+    # the demo's flow, hardened; its image checked offline (testinfra), then proven by a node below (one node: the
+    # demo's second node, its join, takes half an hour more under TCG, beyond CI's budget; docs/testing.md)
+    proc = subprocess.run([str(BIN / "image-builder"), "demo", "--hardening", "cis_level1_server", "--dest",
+                           str(dest), "--signing-key", str(key), "--no-boot"], cwd=ROOT, capture_output=True,
+                          text=True, check=False, timeout=5000)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     assert host_state() == before, "the remediation changed the build host"
-    assert "[ok  ] test pod Running" in proc.stdout and "node Ready" in proc.stdout, proc.stdout[-3000:]
     out = dest / "output"
+    (gz,) = out.glob("*.gz")
+    with vm_turn():
+        node = subprocess.run([str(BIN / "image-builder"), "image.verify", "--image", str(gz), "--node-check"],
+                              cwd=ROOT, capture_output=True, text=True, check=False, timeout=5000)  # fmt: skip
+    assert node.returncode == 0, node.stdout[-4000:] + node.stderr[-3000:]
+    assert "[ok  ] node Ready" in node.stdout and "[ok  ] test pod Running" in node.stdout, node.stdout[-3000:]
     (manifest_path,) = out.glob("*.build-manifest.json")
     manifest = json.loads(manifest_path.read_text())
     stem = manifest_path.name.removesuffix(".build-manifest.json")
-    gz = out / f"{stem}.gz"
+    assert gz.name == f"{stem}.gz"
     hardening = manifest["hardening"]
     scan = hardening["scan"]
     # the verdict: at or above the threshold, and the counts add up from the ARF results
