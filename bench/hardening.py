@@ -47,7 +47,7 @@ def bench_hardening(work: Path) -> dict[str, object]:
         shutil.rmtree(folder, ignore_errors=True)
     channel = load_catalog().channel("1-24")
     release = make_standin_release(upstream, channel)
-    create_mirror(release.manifest_url, mirror, source=Mirror(str(upstream)))
+    create_mirror(release.manifest_url, mirror, runtime=None, source=Mirror(str(upstream)))
     config = work / "hardening-bm.json"
     config.write_text(json.dumps({"source_image_url": str(base), "source_image_checksum": f"sha256:{digest}"}))
     results: dict[str, dict[str, object]] = {}
