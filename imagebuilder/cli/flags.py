@@ -58,14 +58,15 @@ def percentage(value: str, flag: str) -> float:
 def hardening(profile: str | None, content: str | None, min_pass: str | None) -> HardeningRequest | None:
     """``--hardening PROFILE`` with ``--hardening-content`` and ``--hardening-min-pass``; a companion without the
     profile is refused (it would do nothing)."""
-    from imagebuilder.hardening.model import DEFAULT_MIN_PASS, HardeningRequest
-
     if not profile:
         for flag, value in (("--hardening-content", content), ("--hardening-min-pass", min_pass)):
             if value:
                 raise InputError(f"{flag} says how to harden, and no profile is asked for", field=flag,
                                  expected="--hardening PROFILE with it, or neither")  # fmt: skip
         return None
+    # imported only when asked for: a command without it answers a mistyped flag before pydantic loads
+    from imagebuilder.hardening.model import DEFAULT_MIN_PASS, HardeningRequest
+
     folder = existing_dir(content, "--hardening-content") if content else None
     rate = percentage(min_pass, "--hardening-min-pass") if min_pass else DEFAULT_MIN_PASS
     return HardeningRequest(profile=profile, content=folder, min_pass=rate)
