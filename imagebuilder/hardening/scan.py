@@ -14,13 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from defusedxml import ElementTree
-from defusedxml.common import DefusedXmlException
-
 from imagebuilder.core import disk
-from imagebuilder.core.errors import ExternalError
+from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write
 from imagebuilder.core.hostinfo import require_tools
+from imagebuilder.core.untrusted import xml_elements
 from imagebuilder.hardening.model import NAME, RULE_PREFIX
 
 #: the results that count as applicable, and of those the ones that pass. ``error`` and ``unknown`` are counted apart
@@ -87,19 +85,15 @@ def read_results(arf: Path) -> tuple[dict[str, int], tuple[str, ...], tuple[str,
     failing: list[str] = []
     undecided: list[str] = []
     try:
-        for _, element in ElementTree.iterparse(str(arf), events=("end",), forbid_dtd=True):
-            if not element.tag.endswith("}rule-result"):
-                continue
-            result = next((c.text or "" for c in element if c.tag.endswith("}result")), "")
-            counts[result.strip()] += 1
-            idref = str(element.get("idref", ""))
-            if result.strip() in ("fail", *UNDECIDED):
-                short = idref.removeprefix(RULE_PREFIX)
+        for element in xml_elements(arf, "}rule-result", "OpenSCAP's results"):
+            result = next((c.text or "" for c in element if c.tag.endswith("}result")), "").strip()
+            counts[result] += 1
+            if result in ("fail", *UNDECIDED):
+                short = str(element.get("idref", "")).removeprefix(RULE_PREFIX)
                 named = short if NAME.fullmatch(short) else "(a rule with an unreadable id)"
-                (failing if result.strip() == "fail" else undecided).append(named)
-            element.clear()
-    except (ElementTree.ParseError, DefusedXmlException, OSError) as exc:
-        raise ExternalError(f"OpenSCAP's results {arf} cannot be read: {exc}") from None
+                (failing if result == "fail" else undecided).append(named)
+    except InputError as exc:
+        raise ExternalError(f"OpenSCAP's results cannot be read: {exc}") from None
     return dict(counts), tuple(sorted(failing)), tuple(sorted(undecided))
 
 

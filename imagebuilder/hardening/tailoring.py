@@ -37,9 +37,11 @@ def content_rules(content: Content) -> set[str]:
     return {m.group(1).decode() for m in _RULE.finditer(data)}
 
 
-def tailoring_document(request: HardeningRequest, content: Content, rules: set[str] | None = None) -> bytes:
+def tailoring_document(request: HardeningRequest, content: Content, rules: set[str] | None = None,
+                       reasons: dict[str, str] | None = None) -> bytes:  # fmt: skip
     """The tailoring file's bytes for ``request``'s profile in ``content`` (``rules``: the content's rules, read
-    from it when not given)."""
+    from it when not given; ``reasons``: each rule a node keeps, with its reason, config/hardening.yaml's when not
+    given)."""
     have = content_rules(content) if rules is None else rules
     ET.register_namespace("xccdf", XCCDF)
     root = ET.Element(f"{{{XCCDF}}}Tailoring", {"id": TAILORING_ID})
@@ -50,7 +52,7 @@ def tailoring_document(request: HardeningRequest, content: Content, rules: set[s
     ET.SubElement(profile, f"{{{XCCDF}}}description").text = (
         f"The profile {request.profile} with the rules a Kubernetes node cannot live with turned off, each with its"
         " reason (image-builder's config/hardening.yaml).")  # fmt: skip
-    for rule, reason in sorted(load_settings().reasons().items()):
+    for rule, reason in sorted((load_settings().reasons() if reasons is None else reasons).items()):
         if rule in have:
             select = ET.SubElement(profile, f"{{{XCCDF}}}select", {"idref": RULE_PREFIX + rule, "selected": "false"})
             ET.SubElement(select, f"{{{XCCDF}}}remark").text = reason

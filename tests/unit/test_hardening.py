@@ -246,3 +246,20 @@ def test_a_selected_kernel_module_rule_without_a_task_gets_its_file() -> None:
         "content": "install cramfs /bin/false\nblacklist cramfs\n",
     }
     assert added["tags"] == ["kernel_module_cramfs_disabled"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(reason=st.text(min_size=1, max_size=200).filter(lambda t: all(c in "\t\n\r" or " " <= c < "\ud800"
+                                                                      or "\ue000" <= c < "\ufffe" for c in t)),
+       rule=st.from_regex(r"[a-z0-9][a-z0-9_.-]{0,30}", fullmatch=True))  # fmt: skip
+def test_any_reason_and_rule_round_trip_through_the_tailoring_file(tmp_path_factory: pytest.TempPathFactory,
+                                                                   reason: str, rule: str) -> None:  # fmt: skip
+    """A reason is the file's text, escaped by the XML writer whatever it holds (<, &, quotes, ]]>): the document
+    parses, and the remark reads back as written."""
+    content = content_with(tmp_path_factory.mktemp("ds"), [rule])
+    document = tailoring_document(HardeningRequest("cis_level1_server"), content, {rule}, {rule: reason})
+    (select,) = ET.fromstring(document).iter(f"{{{XCCDF}}}select")
+    assert select.get("idref") == RULE_PREFIX + rule
+    assert (select[0].text or "").replace("\r\n", "\n").replace("\r", "\n") == reason.replace("\r\n", "\n").replace(
+        "\r", "\n"
+    )
