@@ -48,8 +48,8 @@ APT_PACKAGES=(
   # downloaded by release.build through an apt state of that architecture)
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross
   # build --hardening (issue 62): OpenSCAP's scanner (oscap, oscap-chroot), and what ComplianceAsCode's content
-  # is built with from its source release (CMake, its Python's jinja2 and yaml, xsltproc, xmllint)
-  openscap-scanner openscap-utils cmake xsltproc libxml2-utils python3-jinja2 python3-yaml python3-setuptools
+  # is built with from its source release (CMake, xsltproc, xmllint; its Python is the venv's)
+  openscap-scanner openscap-utils cmake xsltproc libxml2-utils
 )
 # ... and of the tests alone
 TEST_APT_PACKAGES=(

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,8 @@ def _build(module: str, version: str, product: str, folder: Path, say: Say) -> N
     log = folder / "build.log"
     option = f"-DSSG_PRODUCT_{product.upper()}=ON"
     say(f"hardening content: building the {product} data stream (CMake, about two minutes)")
-    steps = (["cmake", "..", *CMAKE_OPTIONS, option],
+    # this Python (the tool's own environment holds jinja2 and yaml), not whichever python3 is first on PATH
+    steps = (["cmake", "..", *CMAKE_OPTIONS, option, f"-DPython_EXECUTABLE={sys.executable}"],
              ["make", f"-j{os.cpu_count() or 1}", f"{product}-content"])  # fmt: skip
     for args in steps:
         with log.open("a") as fh:
@@ -176,8 +178,8 @@ def _build(module: str, version: str, product: str, folder: Path, say: Say) -> N
         if code != 0:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-6:])
             raise ExternalError(f"building the {product} content failed (exit {code}): {tail}",
-                                hint=f"the whole output is in {log}; the build needs python3-jinja2, python3-yaml,"
-                                     " cmake, xsltproc, libxml2-utils and openscap-utils")  # fmt: skip
+                                hint=f"the whole output is in {log}; the build needs cmake, make, xsltproc,"
+                                     " xmllint and oscap (./scripts/setup.sh installs them)")  # fmt: skip
     made = build / datastream_name(product)
     if not made.is_file():
         raise ExternalError(f"the content build made no {made.name}", hint=f"read {log}")
