@@ -70,6 +70,9 @@ def demo(
 
     signer = signer_for(signing_key or None)  # read now: a bad key exits 2 before the base image is made
     harden = flags.hardening(hardening, hardening_content, hardening_min_pass)
+    if harden is not None and engine == "packer":  # refused now, not after the base image and the release are made
+        raise InputError("--hardening is applied by the chroot engine", field="--engine",
+                         expected="--engine chroot or auto with --hardening")  # fmt: skip
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.k8sversion import parse_version
 
