@@ -189,3 +189,27 @@ def test_image_verify_scans_an_image_that_is_not_ours(base_image: tuple[Path, st
                            timeout=600)  # fmt: skip
     assert wrong.returncode == 2 and "did you mean 'cis_level1_server'" in wrong.stderr, wrong.stderr
     assert "Traceback" not in wrong.stderr + res.stderr
+
+
+def test_the_remediation_sees_the_kernel_s_settings_read_only(tmp_path: Path) -> None:
+    """The second guard (imagebuilder/hardening/apply.py): in the remediation's mount namespace the image's
+    /proc/sys and /sys are read-only, so a task that still writes a kernel setting fails instead of changing the
+    build host's. The write tried here is the setting's own current value (harmless had the guard failed)."""
+    import sys
+
+    root = tmp_path / "root"
+    for part in ("proc", "sys"):
+        (root / part).mkdir(parents=True)
+    setting = "kernel/randomize_va_space"
+    current = (Path("/proc/sys") / setting).read_text().strip()
+    target = root / "proc" / "sys" / setting
+    attempt = f"{{ echo {current} > {target}; }} 2> {tmp_path / 'err'}; echo $? > {tmp_path / 'rc'}"
+    script = (f"mount -t proc proc {root}/proc && mount -t sysfs sysfs {root}/sys && exec {sys.executable} -m"
+              f" imagebuilder.hardening.apply {root} -- sh -c '{attempt}'")  # fmt: skip
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], cwd=ROOT,
+                          capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "rc").read_text().strip() != "0", "the write went through"
+    assert "Read-only file system" in (tmp_path / "err").read_text()
+    assert (Path("/proc/sys") / setting).read_text().strip() == current
+    assert not any(str(root) in line for line in Path("/proc/self/mounts").read_text().splitlines()), "left mounted"
