@@ -92,6 +92,11 @@ def read_recorded(path: Path, public_key: Key | None = None) -> Recorded:
           f"records a build by the {printable(str(params.get('engine')), 40)} engine, whose images are not"
           " reproducible (a VM boot writes the run into them; image.diff tells what differs)",
           "the provenance of a chroot-engine build")  # fmt: skip
+    _need(not params.get("hardening"), path,
+          "records a hardened build, whose remediation installs packages from the OS's archive as it is that day"
+          " (its AIDE database records the files of that moment): it is not rebuilt to the same bytes",
+          "the provenance of a build without --hardening (a hardened image is checked by image.verify"
+          " --hardening)")  # fmt: skip
     kinds: dict[str, tuple[type, ...]] = {"os": (str,), "provider": (str,), "release_channel": (str,),
                                           "source_date_epoch": (int,), "hash_seed": (str,), "runtime": (str,),
                                           "disk_gb": (int,)}  # fmt: skip

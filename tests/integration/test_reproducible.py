@@ -178,6 +178,14 @@ def test_a_rebuild_refuses_inputs_it_cannot_find_or_that_differ(
         (rebuild(prov, "--source-image", str(other), "--dry-run"), "--source-image", "the provenance records"),
         (rebuild(prov, "--mirror", str(bad_mirror), "--dry-run"), "--mirror", "release manifest"),
         (rebuild(edited("packer", {"engine": "packer"}), "--dry-run"), "--provenance", "not reproducible"),
+        (
+            rebuild(
+                edited("hardened", {"hardening": {"profile": "cis_level1_server", "content": None, "min_pass": 90.0}}),
+                "--dry-run",
+            ),
+            "--provenance",
+            "records a hardened build",
+        ),
         (rebuild(prov, "--dry-run", out=first_build), "--output-dir", "would replace it"),
     ]
     for res, field, message in cases:
