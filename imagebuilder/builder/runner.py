@@ -283,7 +283,9 @@ def run_build(
         "os_layer": os_layer.image.name if os_layer else None,
         "inputs_sha256": inputs_sha256,
         "source_date_epoch": epoch,
-        "reproducible": reproducible is not None,
+        # a hardened image is sealed as any chroot build's, but its remediation's packages and AIDE database are
+        # those of the day it ran: not the same bytes on a rebuild (image.rebuild refuses it)
+        "reproducible": reproducible is not None and plan.hardening is None,
         "accelerator": kvm.accelerator if kvm else None,
         "artifact": {"name": artifact.name, "sha256": sha, "size": size} if artifact else None,
         "steps": steps,

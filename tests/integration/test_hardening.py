@@ -129,6 +129,7 @@ def test_demo_hardening_builds_scans_and_proves_a_hardened_node(
     assert gz.name == f"{stem}.gz"
     hardening = manifest["hardening"]
     scan = hardening["scan"]
+    assert manifest["reproducible"] is False, "its packages and AIDE database are the day's: not claimed"
     # the verdict: at or above the threshold, and the counts add up from the ARF results
     assert scan["pass_rate"] >= 90.0 and scan["applicable"] > 250, scan
     assert f"hardening:  cis_level1_server: {scan['pass_rate']}%" in proc.stdout
