@@ -202,10 +202,8 @@ def run_build(
                         workspace / "chroot", size=plan.disk_gb * 1024**3, in_memory=not keep_on_error, log=status
                     ))  # fmt: skip
                     layers = ("kubernetes",) if os_layer is not None else ("os", "kubernetes")
-                    mirror = Path(plan.mirror.base) if plan.mirror and plan.mirror.is_local else None
-                    hardening = (
-                        Hardening(plan.hardening, out_dir / plan.output_stem, mirror) if plan.hardening else None
-                    )
+                    if plan.hardening is not None:
+                        hardening = Hardening(plan.hardening, out_dir / plan.output_stem, plan.mirror)
                     built = run_chroot_build(plan, source, directory, customization=customization, log=log,
                                              redact=redact, status=status, layers=layers,
                                              source_format=os_layer.disk_format if os_layer else None,

@@ -87,8 +87,7 @@ def dry_run_checks(plans: Sequence[BuildPlan]) -> list[str]:
         if plan.hardening is not None and source is not None and not is_url(source[0]):
             from imagebuilder.hardening.run import check_ahead
 
-            mirror = Path(plan.mirror.base) if plan.mirror and plan.mirror.is_local else None
-            checked.append(check_ahead(plan.hardening, Path(source[0].removeprefix("file://")), mirror=mirror))
+            checked.append(check_ahead(plan.hardening, Path(source[0].removeprefix("file://")), mirror=plan.mirror))
     machines = dict.fromkeys(p.arch for p in plans if p.engine == "chroot")
     if machines:
         from imagebuilder.builder.chroot import check_engine

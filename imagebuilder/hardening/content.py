@@ -12,7 +12,6 @@ A folder given with ``--hardening-content`` is taken as it is: an air-gapped sit
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -23,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from imagebuilder.core.errors import ExternalError, InputError, did_you_mean
-from imagebuilder.core.files import atomic_write, held, sha256_file
+from imagebuilder.core.fetch import Mirror
+from imagebuilder.core.files import atomic_write, sha256_file
 from imagebuilder.core.hostinfo import require_tools
 from imagebuilder.core.paths import cache_root
 from imagebuilder.core.progress import Say, follow, silent
 from imagebuilder.core.safepath import safe_join
-from imagebuilder.core.untrusted import open_regular, parse_json
+from imagebuilder.core.untrusted import open_regular
 from imagebuilder.hardening.model import NAME, PROFILE_PREFIX, load_settings
+from imagebuilder.release.source import cached_build, cached_output, module_dir
 
 #: how the content is built: part of the cache key (bump it when the CMake options change)
 RECIPE = 1
@@ -84,53 +85,37 @@ def find_content(folder: Path, product: str) -> Content:
     return Content(product, path, sha256_file(path), f"folder {folder}", _benchmark_version(path))
 
 
-def _cache_entry(product: str) -> tuple[Path, Path, str]:
-    """(folder, data stream, cache key) of ``product``'s content built from the source release."""
+def _cache_entry(product: str) -> tuple[Path, dict[str, Any], tuple[str]]:
+    """(folder, cache key, outputs) of ``product``'s content built from the source release, cached as
+    ``release.build`` caches its components (:func:`imagebuilder.release.source.cached_build`)."""
     settings = load_settings().content
     key = {"module": settings.module, "version": settings.version, "product": product, "recipe": RECIPE}
-    folder = content_cache() / f"{settings.version}-{product}"
-    return folder, folder / datastream_name(product), json.dumps(key, sort_keys=True)
+    return content_cache() / f"{settings.version}-{product}", key, (datastream_name(product),)
 
 
-def cached_content(product: str) -> Path | None:
-    """``product``'s data stream when the cache holds it, built from the same inputs."""
-    folder, out, want = _cache_entry(product)
-    stamp = folder / "inputs.json"
-    return out if stamp.is_file() and stamp.read_text() == want and out.is_file() else None
+def _built(product: str, datastream: Path) -> Content:
+    settings = load_settings().content
+    origin = f"{settings.module} {settings.version} (built from source)"
+    return Content(product, datastream, sha256_file(datastream), origin, settings.version)
 
 
 def built_content(product: str, *, say: Say = silent) -> Content:
     """``product``'s data stream built from the content's source release (config/hardening.yaml), cached."""
     settings = load_settings().content
-    folder, out, want = _cache_entry(product)
-    stamp = folder / "inputs.json"
-
-    def built() -> bool:
-        return cached_content(product) is not None
-
-    if not built():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with held(folder.with_name(folder.name + ".lock")):
-            if not built():
-                _build(settings.module, settings.version, product, folder, say)
-                with atomic_write(stamp) as fh:
-                    fh.write(want)
-    origin = f"{settings.module} {settings.version} (built from source)"
-    return Content(product, out, sha256_file(out), origin, settings.version)
+    folder, key, outputs = _cache_entry(product)
+    bin_dir = cached_build(folder, key, outputs,
+                           lambda out: _build(settings.module, settings.version, product, out, say))  # fmt: skip
+    return _built(product, bin_dir / outputs[0])
 
 
 def _source_tree(module: str, version: str, product: str) -> Path:
     """The content's source release in the Go module cache (downloaded from the proxy when not there): exit 2 when
     it has no ``product``."""
-    go = require_tools("go")["go"]
-    proc = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True,
-                          check=False, cwd="/", env={**os.environ, "GOFLAGS": "-mod=mod"})  # fmt: skip
     try:
-        source = Path(parse_json(proc.stdout, f"go mod download {module}@{version}")["Dir"])
-    except (InputError, KeyError, TypeError):
-        raise ExternalError(f"the Go module proxy gave no {module}@{version}: {(proc.stderr or proc.stdout)[-300:]}",
-                            hint="check the Go module proxy is reachable (GOPROXY), or give --hardening-content"
-                                 " a folder of built data streams") from None  # fmt: skip
+        source = module_dir(module, version)
+    except ExternalError as exc:
+        raise ExternalError(exc.message, hint="check the Go module proxy is reachable (GOPROXY), or give"
+                            " --hardening-content a folder of built data streams") from None  # fmt: skip
     if not (source / "products" / product).is_dir():
         offered = sorted(p.name for p in (source / "products").iterdir() if p.is_dir())
         raise InputError(f"ComplianceAsCode {version} has no product {product}" + did_you_mean(product, offered),
@@ -151,21 +136,19 @@ def check_source_profile(product: str, profile: str) -> str:
     return f"{settings.module} {settings.version}"
 
 
-def _build(module: str, version: str, product: str, folder: Path, say: Say) -> None:
+def _build(module: str, version: str, product: str, out: Path, say: Say) -> None:
+    """Build ``product``'s data stream into ``out`` (a fresh folder of the cache entry)."""
     tools = require_tools(*BUILD_TOOLS)
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
     say(f"hardening content: downloading {module}@{version} from the Go module proxy")
     source = _source_tree(module, version, product)
-    tree = folder / "src"
+    tree = out.parent / "src"
     shutil.copytree(source, tree, symlinks=True)  # the module cache is read-only; CMake writes into the tree
     for path in (tree, *tree.rglob("*")):
         if not path.is_symlink():
             path.chmod(path.stat().st_mode | 0o200)
     build = tree / "build"
     build.mkdir(exist_ok=True)
-    log = folder / "build.log"
+    log = out.parent / "build.log"
     option = f"-DSSG_PRODUCT_{product.upper()}=ON"
     say(f"hardening content: building the {product} data stream (CMake, about two minutes)")
     # this Python (the tool's own environment holds jinja2 and yaml), not whichever python3 is first on PATH
@@ -183,7 +166,7 @@ def _build(module: str, version: str, product: str, folder: Path, say: Say) -> N
     made = build / datastream_name(product)
     if not made.is_file():
         raise ExternalError(f"the content build made no {made.name}", hint=f"read {log}")
-    os.replace(made, folder / made.name)
+    os.replace(made, out / made.name)
     shutil.rmtree(tree)  # the data stream is what is kept: 15 MB, not the 400 MB tree
 
 
@@ -196,16 +179,23 @@ def _progress(line: str) -> str | None:
 MIRROR_FOLDER = "hardening-content"
 
 
-def content_for(product: str, folder: Path | None, *, mirror: Path | None = None, say: Say = silent) -> Content:
-    """The data stream a hardened build of ``product`` uses: the user's folder's; else the local ``mirror``'s when
-    it carries one (an air-gapped site's, made by ``mirror.create --hardening-product``); else the source
-    release's, built and cached."""
+def available_content(product: str, folder: Path | None, mirror: Mirror | None = None) -> Content | None:
+    """The data stream a hardened build of ``product`` uses when it needs no build: the user's folder's; else a
+    directory ``mirror``'s when it carries one (an air-gapped site's, made by ``mirror.create
+    --hardening-product``); else the cache's, built from the source release before. None: it must be built."""
     if folder is not None:
         return find_content(folder, product)
-    if mirror is not None and (mirror / MIRROR_FOLDER / datastream_name(product)).is_file():
-        found = find_content(mirror / MIRROR_FOLDER, product)
-        return Content(product, found.datastream, found.sha256, f"mirror {mirror}", found.version)
-    return built_content(product, say=say)
+    carried = Path(mirror.base) / MIRROR_FOLDER if mirror is not None and mirror.is_local else None
+    if carried is not None and (carried / datastream_name(product)).is_file():
+        found = find_content(carried, product)
+        return Content(product, found.datastream, found.sha256, f"mirror {carried.parent}", found.version)
+    cached = cached_output(*_cache_entry(product))
+    return _built(product, cached / datastream_name(product)) if cached is not None else None
+
+
+def content_for(product: str, folder: Path | None, *, mirror: Mirror | None = None, say: Say = silent) -> Content:
+    """:func:`available_content`, else the source release's, built now and cached."""
+    return available_content(product, folder, mirror) or built_content(product, say=say)
 
 
 def copy_to_mirror(dest: Path, products: list[str], folder: Path | None, *, say: Say = silent) -> list[Content]:

@@ -17,21 +17,13 @@ from typing import Any
 from imagebuilder.attest.provenance import Dependency
 from imagebuilder.core import disk
 from imagebuilder.core.errors import ExternalError, InputError
-from imagebuilder.core.files import sha256_file
+from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.hostinfo import parse_os_release, tool_search_path
 from imagebuilder.core.progress import Say, silent
-from imagebuilder.hardening.content import (
-    MIRROR_FOLDER,
-    Content,
-    cached_content,
-    check_profile,
-    check_source_profile,
-    content_for,
-    datastream_name,
-)
+from imagebuilder.hardening.content import Content, available_content, check_profile, check_source_profile, content_for
 from imagebuilder.hardening.model import HardeningRequest, load_settings, product_of
 from imagebuilder.hardening.remediate import Remediation, remediation_playbook
-from imagebuilder.hardening.scan import Evidence, ScanResult, scan_image
+from imagebuilder.hardening.scan import Evidence, ScanResult, scan_root
 from imagebuilder.hardening.tailoring import Tailoring, write_tailoring
 
 #: how many failing rules a failed verdict names in its message (the summary file names them all)
@@ -56,21 +48,32 @@ class Hardening:
 
     request: HardeningRequest
     stem: Path
-    #: the build's local mirror: its data stream is used when it carries one
-    mirror: Path | None = None
+    #: the build's mirror: its data stream is used when it carries one
+    mirror: Mirror | None = None
     content: Content | None = None
     title: str | None = None
     tailoring: Tailoring | None = None
     remediation: Remediation | None = None
     scan: ScanResult | None = None
 
-    def prepare(self, raw: Path, directory: Path, say: Say = silent) -> None:
-        """Everything the remediation needs, for the OS on the disk ``raw`` (before it is provisioned): exit 2 for
-        an OS the content has no product for, or a profile its product lacks."""
-        product = product_of(disk_os_release(raw), "the source image")
+    def choose(self, raw: Path, source: str | Path, say: Say = silent) -> str:
+        """The content and the tailoring for the OS on the raw disk ``raw`` (``source`` names it in errors): exit
+        2 for a disk without an os-release, an OS the content has no product for, or a profile its product lacks.
+        Returns the product."""
+        release = disk_os_release(raw)
+        if not release:
+            raise InputError("the image has no os-release in its root filesystem", source=source,
+                             expected="a Linux system image")  # fmt: skip
+        product = product_of(release, source)
         self.content = content_for(product, self.request.content, mirror=self.mirror, say=say)
         self.title = check_profile(self.content, self.request.profile)
         self.tailoring = write_tailoring(self.request, self.content, self.tailoring_path)
+        return product
+
+    def prepare(self, raw: Path, directory: Path, say: Say = silent) -> None:
+        """Everything the remediation needs, for the OS on the disk ``raw`` (before it is provisioned)."""
+        product = self.choose(raw, "the source image", say)
+        assert self.content is not None and self.tailoring is not None
         self.remediation = remediation_playbook(self.request, self.content, self.tailoring,
                                                 directory / f"hardening-{self.request.profile}.yml")  # fmt: skip
         say(f"hardening: {self.request.profile} ({self.title}) for {product}: {self.remediation.tasks} tasks,"
@@ -90,16 +93,22 @@ class Hardening:
         return [unshare, "--mount", "--propagation", "private", sys.executable, "-m", "imagebuilder.hardening.apply",
                 str(root), "--", *playbook_args[:-1], str(self.remediation.path)]  # fmt: skip
 
-    def check(self, image: Path, work_dir: Path, say: Say = silent) -> ScanResult:
-        """Scan the finished disk ``image``; the evidence is written beside the output. Fails (exit 1) naming the
-        failing rules when the pass rate is under the threshold."""
+    def scan_root(self, root: Path, say: Say = silent) -> ScanResult:
+        """Scan the system mounted (read-only) at ``root``; the evidence is written beside :attr:`stem`."""
         assert self.content is not None and self.tailoring is not None
-        say(f"scanning the image with OpenSCAP ({self.request.profile}, tailored for a node)")
-        self.scan = scan_image(image, self.content.datastream, self.tailoring.profile_id, self.tailoring.path,
-                               Evidence.beside(self.stem), work_dir=work_dir)  # fmt: skip
-        say(f"hardening scan: {self.scan.describe()}")
-        verdict(self.scan, self.request.min_pass)
+        say(f"scanning {self.stem.name} with OpenSCAP ({self.request.profile}, tailored for a node)")
+        self.scan = scan_root(root, self.content.datastream, self.tailoring.profile_id, self.tailoring.path,
+                              Evidence.beside(self.stem))  # fmt: skip
         return self.scan
+
+    def check(self, image: Path, work_dir: Path, say: Say = silent) -> ScanResult:
+        """Scan the finished disk ``image``. Fails (exit 1) naming the failing rules when the pass rate is under
+        the threshold."""
+        with disk.raw_view(image, work_dir=work_dir) as raw, disk.mounted_root(raw) as root:
+            scan = self.scan_root(root, say)
+        say(f"hardening scan: {scan.describe()}")
+        verdict(scan, self.request.min_pass)
+        return scan
 
     def dependencies(self) -> list[Dependency]:
         """The provenance's resolved dependencies this hardening adds: the data stream and the tailoring."""
@@ -108,7 +117,7 @@ class Hardening:
         uri = f"https://{settings.module}/releases/tag/{settings.version}" if self.request.content is None else None
         return [Dependency(f"hardening-content:{self.content.datastream.name}", {"sha256": self.content.sha256}, uri),
                 Dependency(f"hardening-tailoring:{self.tailoring.path.name}",
-                           {"sha256": sha256_file(self.tailoring.path)})]  # fmt: skip
+                           {"sha256": self.tailoring.sha256})]  # fmt: skip
 
     def record(self) -> dict[str, Any]:
         """What the build manifest records."""
@@ -117,7 +126,7 @@ class Hardening:
         return {
             "profile": self.request.profile, "title": self.title, "tailored_profile": self.tailoring.profile_id,
             "min_pass": self.request.min_pass, "content": self.content.to_json(),
-            "tailoring": {"name": self.tailoring.path.name, "sha256": sha256_file(self.tailoring.path),
+            "tailoring": {"name": self.tailoring.path.name, "sha256": self.tailoring.sha256,
                           "turned_off": self.tailoring.turned_off},
             "remediation": {"tasks": self.remediation.tasks, "sha256": self.remediation.sha256,
                             "left_out": list(self.remediation.dropped)},
@@ -139,17 +148,16 @@ def verdict(scan: ScanResult, min_pass: float) -> None:
     )
 
 
-def check_ahead(request: HardeningRequest, source: Path, *, mirror: Path | None = None,
+def check_ahead(request: HardeningRequest, source: Path, *, mirror: Mirror | None = None,
                 work_dir: Path | None = None) -> str:  # fmt: skip
     """A dry run's look at what the real run checks before provisioning: the source image's product (its
-    os-release) and the profile in the content (the user's folder's data stream, the cached one, or the profile file
-    of the content's source release, downloaded from the Go module proxy without building it). Returns what was
-    checked."""
+    os-release) and the profile in the content (the user's folder's data stream, the mirror's, the cached one, or
+    the profile file of the content's source release, downloaded from the Go module proxy without building it).
+    Returns what was checked."""
     with disk.raw_view(source, work_dir=work_dir) as raw:
         product = product_of(disk_os_release(raw), source)
-    carried = mirror is not None and (mirror / MIRROR_FOLDER / datastream_name(product)).is_file()
-    if request.content is not None or carried or cached_content(product) is not None:
-        content = content_for(product, request.content, mirror=mirror)
+    content = available_content(product, request.content, mirror)
+    if content is not None:
         title = check_profile(content, request.profile)
         return f"hardening: {request.profile} ({title}) in {content.origin}, for {product} (the image's os-release)"
     origin = check_source_profile(product, request.profile)
@@ -161,21 +169,12 @@ def check_ahead(request: HardeningRequest, source: Path, *, mirror: Path | None 
 
 def scan_any_image(image: Path, request: HardeningRequest, evidence_stem: Path, *, work_dir: Path | None = None,
                    say: Say = silent) -> tuple[ScanResult, Content]:  # fmt: skip
-    """``image.verify --hardening``: any image, ours or not, scanned the way a hardened build scans its own."""
+    """``image.verify --hardening``: any image, ours or not, scanned the way a hardened build scans its own (its
+    tailoring and evidence beside ``evidence_stem``)."""
+    hardening = Hardening(request, evidence_stem)
     with disk.raw_view(image, work_dir=work_dir) as raw:
-        release = disk_os_release(raw)
-        if not release:
-            raise InputError("the image has no os-release in its root filesystem", source=image,
-                             expected="a Linux system image")  # fmt: skip
-        content = content_for(product_of(release, image), request.content, say=say)
-        check_profile(content, request.profile)
-        tailoring = write_tailoring(
-            request, content, evidence_stem.with_name(evidence_stem.name + ".hardening-tailoring.xml")
-        )
+        hardening.choose(raw, image, say)
         with disk.mounted_root(raw) as root:
-            from imagebuilder.hardening.scan import scan_root
-
-            say(f"scanning {image.name} with OpenSCAP ({request.profile}, tailored for a node)")
-            result = scan_root(root, content.datastream, tailoring.profile_id, tailoring.path,
-                               Evidence.beside(evidence_stem))  # fmt: skip
-    return result, content
+            result = hardening.scan_root(root, say)
+    assert hardening.content is not None
+    return result, hardening.content

@@ -7,6 +7,7 @@ profile, the rules the content has and the reasons (no time stamp: its digest is
 
 from __future__ import annotations
 
+import hashlib
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ class Tailoring:
     profile_id: str
     #: the rules turned off, each with its reason (only those the content has)
     turned_off: dict[str, str]
+    #: the file's SHA-256 (the manifest and the provenance record it)
+    sha256: str
 
 
 def content_rules(content: Content) -> set[str]:
@@ -63,7 +66,9 @@ def tailoring_document(request: HardeningRequest, content: Content, rules: set[s
 def write_tailoring(request: HardeningRequest, content: Content, dest: Path) -> Tailoring:
     """The tailoring file written atomically at ``dest``."""
     rules = content_rules(content)
+    document = tailoring_document(request, content, rules)
     with atomic_write(dest, "wb") as fh:
-        fh.write(tailoring_document(request, content, rules))
+        fh.write(document)
     reasons = load_settings().reasons()
-    return Tailoring(dest, request.tailored_id, {r: reasons[r] for r in sorted(reasons) if r in rules})
+    turned_off = {r: reasons[r] for r in sorted(reasons) if r in rules}
+    return Tailoring(dest, request.tailored_id, turned_off, hashlib.sha256(document).hexdigest())

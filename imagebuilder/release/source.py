@@ -221,29 +221,33 @@ def _seccomp_library(target: Arch) -> str:
 IPTABLES_MARK = "usr/sbin/xtables-nft-multi"
 
 
-def _cached(folder: Path, key: dict[str, Any], outputs: tuple[str, ...], build: Callable[[Path], None]) -> Path:
+def cached_output(folder: Path, key: dict[str, Any], outputs: tuple[str, ...]) -> Path | None:
+    """``folder/bin`` when a build of the same ``key`` left every one of ``outputs`` there, else None."""
+    stamp, bin_dir = folder / "inputs.json", folder / "bin"
+    want = json.dumps(key, sort_keys=True)
+    built = stamp.is_file() and stamp.read_text() == want and all((bin_dir / o).is_file() for o in outputs)
+    return bin_dir if built else None
+
+
+def cached_build(folder: Path, key: dict[str, Any], outputs: tuple[str, ...], build: Callable[[Path], None]) -> Path:
     """``folder/bin`` holding ``outputs``, built by ``build(bin_dir)`` unless a build of the same ``key`` is there.
     One builder at a time (``<folder>.lock``): another run asking meanwhile waits, then takes what it built."""
-    stamp = folder / "inputs.json"
-    bin_dir = folder / "bin"
-    want = json.dumps(key, sort_keys=True)
-
-    def built() -> bool:
-        return stamp.is_file() and stamp.read_text() == want and all((bin_dir / o).is_file() for o in outputs)
-
-    if built():
-        return bin_dir  # built before from the same inputs
+    found = cached_output(folder, key, outputs)
+    if found is not None:
+        return found  # built before from the same inputs
     with held(folder.with_name(f"{folder.name}.lock")):
-        if built():
-            return bin_dir  # built meanwhile, by the run that held the lock
+        found = cached_output(folder, key, outputs)
+        if found is not None:
+            return found  # built meanwhile, by the run that held the lock
         _fresh(folder)
+        bin_dir = folder / "bin"
         bin_dir.mkdir()
         build(bin_dir)
         missing = [o for o in outputs if not (bin_dir / o).is_file()]
         if missing:
             raise ExternalError(f"the build of {folder.name} made no {', '.join(missing)}")
-        with atomic_write(stamp) as fh:
-            fh.write(want)
+        with atomic_write(folder / "inputs.json") as fh:
+            fh.write(json.dumps(key, sort_keys=True))
     return bin_dir
 
 
@@ -331,7 +335,7 @@ def _kubernetes(go: _Go, version: str, minor: int, patch: int, target: Arch) -> 
         shutil.rmtree(src)
         shutil.rmtree(fetch)
 
-    return _cached(folder, key, (*KUBE_BINARIES, "pause"), build)
+    return cached_build(folder, key, (*KUBE_BINARIES, "pause"), build)
 
 
 def _unserved(go: _Go, cwd: Path, modules: list[str]) -> set[str]:
@@ -394,11 +398,12 @@ def _go_component(
         go.say(f"{name} {version} ({target.name}): building {module}@{version}")
         _wrapper_build(go, folder, module, version, packages, recipe)
 
-    return _cached(folder, key, tuple(packages), build)
+    return cached_build(folder, key, tuple(packages), build)
 
 
-def _module_file(go: _Go, module: str, version: str, path: str) -> str:
-    """One file of ``module@version`` as the Go module proxy serves it (its module cache keeps it)."""
+def module_dir(module: str, version: str, go: _Go | None = None) -> Path:
+    """``module@version``'s folder in the Go module cache (read-only), downloaded from the proxy when not there."""
+    go = go or _Go(silent)
     scratch = Path(tempfile.mkdtemp(prefix="module-"))
     try:
         (scratch / "go.mod").write_text("module image-builder.invalid/files\n\ngo 1.21\n")
@@ -408,7 +413,12 @@ def _module_file(go: _Go, module: str, version: str, path: str) -> str:
     if not isinstance(info, dict) or "Dir" not in info:
         raise ExternalError(f"the Go module proxy has no {module}@{version}: {str(info.get('Error', ''))[:200]}",
                             hint="check the version exists (go list -m -versions " + module + ")")  # fmt: skip
-    target = Path(info["Dir"]) / path
+    return Path(info["Dir"])
+
+
+def _module_file(go: _Go, module: str, version: str, path: str) -> str:
+    """One file of ``module@version`` as the Go module proxy serves it (its module cache keeps it)."""
+    target = module_dir(module, version, go) / path
     if not target.is_file():
         raise ExternalError(f"{module}@{version} has no {path}: its source layout changed")
     return target.read_text()
@@ -580,7 +590,7 @@ def _debian_root(
         (folder / "packages.txt").write_text("".join(f"{d.name}\n" for d in sorted(debs.glob("*.deb"))))
         shutil.rmtree(debs)
 
-    return _cached(folder, key, outputs, build)
+    return cached_build(folder, key, outputs, build)
 
 
 def _iptables(say: Say, target: Arch = ARCHES["amd64"]) -> Path:
@@ -909,7 +919,7 @@ def build_release(
     key = {"recipe": RECIPE, "layout": 2, "arches": order, "base_url": base_url, "inputs": inputs}
     say(f"laying out release kubernetes-{channel}-{DISTRO}-{RECIPE} ({', '.join(order)}) under {dest}")
     layout = source_cache() / "-".join([f"release-{version}", *(a for a in order if a != "amd64")])
-    _publish(_cached(layout, key, (rel,), lay_out), dest)
+    _publish(cached_build(layout, key, (rel,), lay_out), dest)
     components = (
         Component("kubernetes", version, k8s_source, first.kube),
         Component("etcd", etcd_version, etcd_source, first.etcd),

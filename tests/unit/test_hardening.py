@@ -216,6 +216,7 @@ def test_the_emitted_pipeline_s_jobs_harden_as_the_matrix_was_asked(tmp_path: Pa
 
 
 def test_a_mirror_carries_the_data_streams_and_a_build_takes_them_from_it(tmp_path: Path) -> None:
+    from imagebuilder.core.fetch import Mirror
     from imagebuilder.hardening.content import MIRROR_FOLDER, content_for, copy_to_mirror
 
     site = tmp_path / "site"
@@ -228,9 +229,11 @@ def test_a_mirror_carries_the_data_streams_and_a_build_takes_them_from_it(tmp_pa
     before = copy.stat().st_mtime_ns
     copy_to_mirror(mirror, ["debian12"], site)
     assert copy.stat().st_mtime_ns == before, "a copy with the same bytes is kept (a rerun converges)"
-    used = content_for("debian12", None, mirror=mirror)
+    used = content_for("debian12", None, mirror=Mirror(str(mirror)))
     assert used.datastream == copy and used.origin == f"mirror {mirror}" and used.sha256 == carried.sha256
-    assert content_for("debian12", site, mirror=mirror).datastream.parent == site, "the user's folder comes first"
+    assert content_for("debian12", site, mirror=Mirror(str(mirror))).datastream.parent == site, (
+        "the user's folder comes first"
+    )
 
 
 def test_a_selected_kernel_module_rule_without_a_task_gets_its_file() -> None:

@@ -183,7 +183,7 @@ def test_two_runs_asking_for_one_component_at_once_build_it_once(tmp_path: Path)
     import threading
     import time
 
-    from imagebuilder.release.source import _cached
+    from imagebuilder.release.source import cached_build
 
     builds: list[int] = []
     started = threading.Event()
@@ -196,11 +196,11 @@ def test_two_runs_asking_for_one_component_at_once_build_it_once(tmp_path: Path)
 
     folder, key = tmp_path / "kubernetes-v1.36.3", {"version": "v1.36.3"}
     got: list[Path] = []
-    first = threading.Thread(target=lambda: got.append(_cached(folder, key, ("kubelet",), build)))
+    first = threading.Thread(target=lambda: got.append(cached_build(folder, key, ("kubelet",), build)))
     first.start()
     assert started.wait(10)
-    second = _cached(folder, key, ("kubelet",), build)
+    second = cached_build(folder, key, ("kubelet",), build)
     first.join()
     assert len(builds) == 1 and got == [second] and (second / "kubelet").read_text() == "built once"
     # another key is built again (a component's inputs changed), under the same lock
-    assert _cached(folder, {"version": "v1.36.4"}, ("kubelet",), build) == second and len(builds) == 2
+    assert cached_build(folder, {"version": "v1.36.4"}, ("kubelet",), build) == second and len(builds) == 2

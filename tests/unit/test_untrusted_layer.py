@@ -48,8 +48,8 @@ READ_LEDGER = {
     "imagebuilder.core.disk.releasing": 3, "imagebuilder.core.disk.scratch": 1,
     "imagebuilder.core.hostinfo": 4, "imagebuilder.core.runs": 1, "imagebuilder.core.ssh": 1,
     "imagebuilder.docs": 2, "imagebuilder.flows.demo": 1,
-    # its cache's stamp and its build log; the ARF and report OpenSCAP just wrote into the scan's own folder
-    "imagebuilder.hardening.content": 2, "imagebuilder.hardening.scan": 1,
+    # its build log; the ARF and report OpenSCAP just wrote into the scan's own folder
+    "imagebuilder.hardening.content": 1, "imagebuilder.hardening.scan": 1,
     "imagebuilder.host.dhcp.servers": 5, "imagebuilder.host.preflight": 2, "imagebuilder.host.prepare": 8,
     "imagebuilder.image.base": 3, "imagebuilder.image.boltdb": 1, "imagebuilder.image.controlplane": 2,
     "imagebuilder.image.diff": 2, "imagebuilder.image.emulation": 1, "imagebuilder.image.fsdelta": 2,
