@@ -19,7 +19,9 @@ misses fails rather than changes the host."""
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +104,19 @@ class Remediation:
     dropped: tuple[str, ...] = field(default_factory=tuple)
 
 
+#: the keys of a task that hold tasks of their own
+_BLOCK_PARTS = ("block", "rescue", "always")
+
+
+def _each_task(tasks: Any) -> Iterator[dict[str, Any]]:
+    """Every task of ``tasks``, depth first: each block, then the tasks of its parts."""
+    for task in tasks if isinstance(tasks, list) else ():
+        if isinstance(task, dict):
+            yield task
+            for part in _BLOCK_PARTS:
+                yield from _each_task(task.get(part))
+
+
 def _programs(command: str) -> set[str]:
     """The programs a command line runs (the base names of the words that start its commands)."""
     return {Path(m.group(1)).name for m in _COMMAND_STARTS.finditer(command)}
@@ -139,7 +154,7 @@ def _systemctl_offline(module: dict[str, Any]) -> dict[str, Any] | None:
     if expression:
         unit = "{{ (" + expression.group(1) + ") | quote }}"
     elif _UNIT.fullmatch(name):
-        unit = name
+        unit = shlex.quote(name)  # a unit name may hold a backslash escape (\x2d)
     else:
         return None
     lines = ["set -e", f"unit={unit}"]
@@ -202,7 +217,7 @@ def for_an_image(plays: list[Any]) -> tuple[list[Any], list[str]]:
             if not isinstance(task, dict):
                 out.append(task)
                 continue
-            task = {k: tasks(v) if k in ("block", "rescue", "always") else v for k, v in task.items()}
+            task = {k: tasks(v) if k in _BLOCK_PARTS else v for k, v in task.items()}
             if "block" in task:
                 out.append(task)
                 continue
@@ -230,14 +245,12 @@ _PACKAGE_PROGRAMS = frozenset({"apt", "apt-get", "aptitude", "dpkg", "dnf", "yum
 
 def _changes_packages(task: Any) -> bool:
     """Whether ``task`` (or a task of its block) may install or remove a package."""
-    if not isinstance(task, dict):
-        return False
-    if any(_changes_packages(t) for part in ("block", "rescue", "always") for t in task.get(part) or []):
-        return True
-    if _PACKAGE_MODULES & set(task):
-        return True
-    commands = [_command_text(task[k]) for k in _COMMAND_MODULES & set(task)]
-    return any(_programs(c) & _PACKAGE_PROGRAMS for c in commands)
+    for one in _each_task([task]):
+        if _PACKAGE_MODULES & set(one):
+            return True
+        if any(_programs(_command_text(one[k])) & _PACKAGE_PROGRAMS for k in _COMMAND_MODULES & set(one)):
+            return True
+    return False
 
 
 def fewer_package_facts(tasks: list[Any]) -> tuple[list[Any], int]:
@@ -258,13 +271,6 @@ def fewer_package_facts(tasks: list[Any]) -> tuple[list[Any], int]:
     return out, dropped
 
 
-def _count(items: Any) -> int:
-    if not isinstance(items, list):
-        return 0
-    return sum(_count(t.get("block")) + _count(t.get("rescue")) + _count(t.get("always")) if isinstance(t, dict)
-               and "block" in t else 1 for t in items)  # fmt: skip
-
-
 _PROFILE_BLOCK = r"<(?:[\w.-]+:)?Profile\s[^>]*\bid=\"{id}\"[^>]*>(.*?)</(?:[\w.-]+:)?Profile>"
 _SELECTED = re.compile(rb"<(?:[\w.-]+:)?select\s+idref=\"" + re.escape(RULE_PREFIX.encode())
                        + rb"([a-z0-9_.-]+)\"\s+selected=\"true\"")  # fmt: skip
@@ -281,13 +287,7 @@ def selected_rules(content: Content, profile_id: str) -> set[str]:
 
 def _tagged(tasks: list[Any]) -> set[str]:
     """The rule names the tasks carry as tags (the content tags each task with its rule)."""
-    found: set[str] = set()
-    for task in tasks:
-        if isinstance(task, dict):
-            found |= {t for t in task.get("tags") or [] if isinstance(t, str)}
-            for part in ("block", "rescue", "always"):
-                found |= _tagged(task.get(part) or [])
-    return found
+    return {t for task in _each_task(tasks) for t in task.get("tags") or [] if isinstance(t, str)}
 
 
 def supplement(rules: set[str], tasks: list[Any]) -> list[dict[str, Any]]:
@@ -336,5 +336,5 @@ def remediation_playbook(request: HardeningRequest, content: Content, tailoring:
     with atomic_write(dest) as fh:
         fh.write(f"# {request.profile} ({content.origin}), tailored for a Kubernetes node, made safe for an image\n")
         fh.write(text)
-    total = sum(_count(p.get("tasks")) for p in safe if isinstance(p, dict))
+    total = sum(1 for p in safe if isinstance(p, dict) for t in _each_task(p.get("tasks")) if "block" not in t)
     return Remediation(dest, sha256_file(dest), total, tuple(dropped))
