@@ -162,7 +162,6 @@ def _host(attribute: str) -> Callable[[], str]:
     return fact
 
 
-#: every fact a help text may name, by its field name
 def _hardening_content() -> str:
     from imagebuilder.hardening.model import load_settings
 
@@ -176,6 +175,7 @@ def _hardening_min_pass() -> str:
     return f"{DEFAULT_MIN_PASS:g}"
 
 
+#: every fact a help text may name, by its field name
 FACTS: dict[str, Callable[[], str]] = {
     "channels": _line_range("name"),
     "minors": _line_range("minor"),

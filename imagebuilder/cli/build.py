@@ -69,13 +69,10 @@ HELP = {
     "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
     "hardening": "harden the image with this ComplianceAsCode profile of its OS (cis_level1_server,"
     " cis_level2_server...), tailored for a Kubernetes node, and scan it (chroot engine; docs/hardening.md)",
-    "hardening_content": "folder of ComplianceAsCode data streams (ssg-<product>-ds.xml) to harden with (default:"
-    " {=hardening_content} built from source, cached)",
-    "hardening_min_pass": "pass rate over the applicable rules the hardened image's scan must reach, in percent"
-    " (default {=hardening_min_pass})",
     "signing_key": "key that signs the build's provenance: a private key file (PEM: ed25519, ECDSA or RSA; mode"
     " 0600), awskms:<key id|alias/name|ARN>, or hsm:<id>[?label=<token>] / pkcs11:token=<label>;id=<id> (PIN in"
     " $IMAGE_BUILDER_HSM_PIN) (default: $IMAGE_BUILDER_SIGNING_KEY; none: the provenance is written unsigned)",
+    **flags.HARDENING_HELP,
 }
 
 

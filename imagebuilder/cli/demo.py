@@ -26,10 +26,7 @@ from imagebuilder.core.errors import ExternalError
         " pkcs11:...; default: $IMAGE_BUILDER_SIGNING_KEY; none: unsigned)",
         "hardening": "harden the demo's image with this ComplianceAsCode profile (cis_level1_server...), scan it, and"
         " prove it still a node (the chroot engine; docs/hardening.md)",
-        "hardening_content": "with --hardening: folder of ComplianceAsCode data streams (default:"
-        " {=hardening_content} built from source, cached)",
-        "hardening_min_pass": "with --hardening: the pass rate the scan must reach, in percent (default"
-        " {=hardening_min_pass})",
+        **flags.HARDENING_HELP,
     },
     iterable=["skip_check"],
 )

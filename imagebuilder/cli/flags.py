@@ -45,14 +45,16 @@ def integer(value: str, flag: str, lo: int, hi: int) -> int:
 
 
 def percentage(value: str, flag: str) -> float:
-    """A percentage from 0 to 100, with at most two decimals (``90``, ``87.5``)."""
+    return _typed(flag, value, grammar.percentage)
 
-    def parse(v: str) -> float:
-        if not re.fullmatch(r"\d{1,3}(\.\d{1,2})?", v.strip()) or float(v) > 100:
-            raise ValueError("expected a percentage from 0 to 100 (90, 87.5)")
-        return float(v)
 
-    return _typed(flag, value, parse)
+#: the help of --hardening's companions, the same on every task that takes them
+HARDENING_HELP = {
+    "hardening_content": "with --hardening: folder of ComplianceAsCode data streams (ssg-<product>-ds.xml) to use"
+    " (default: {=hardening_content} built from source, cached)",
+    "hardening_min_pass": "with --hardening: the pass rate over the applicable rules the scan must reach, in percent"
+    " (default {=hardening_min_pass})",
+}
 
 
 def hardening(profile: str | None, content: str | None, min_pass: str | None) -> HardeningRequest | None:

@@ -102,10 +102,7 @@ def print_findings(findings: list[Finding]) -> None:
         "hardening": "scan the image, ours or not, with this ComplianceAsCode profile of its OS, tailored for a"
         " Kubernetes node, as a hardened build does (instead of the other checks); ARF, HTML report and summary"
         " beside the image",
-        "hardening_content": "with --hardening: folder of ComplianceAsCode data streams (default:"
-        " {=hardening_content} built from source, cached)",
-        "hardening_min_pass": "with --hardening: the pass rate over the applicable rules the scan must reach, in"
-        " percent (default {=hardening_min_pass})",
+        **flags.HARDENING_HELP,
     },
 )
 @cli_task

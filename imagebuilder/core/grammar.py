@@ -36,6 +36,16 @@ def integer(value: object, lo: int, hi: int) -> int:
     return number
 
 
+_PERCENTAGE = re.compile(r"\d{1,3}(\.\d{1,2})?")
+
+
+def percentage(value: str) -> float:
+    """A percentage from 0 to 100, with at most two decimals (``90``, ``87.5``)."""
+    if not _PERCENTAGE.fullmatch(value.strip()) or float(value) > 100:
+        raise ValueError("expected a percentage from 0 to 100 (90, 87.5)")
+    return float(value)
+
+
 def port(value: object) -> int:
     """A TCP/UDP port, 1 to 65535."""
     try:
