@@ -8,7 +8,6 @@ build's OS name: the demo's "ubuntu" image is made from a Debian base, and the s
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from imagebuilder.hardening.model import HardeningRequest, load_settings, produc
 from imagebuilder.hardening.remediate import Remediation, remediation_playbook
 from imagebuilder.hardening.scan import Evidence, ScanResult, scan_root
 from imagebuilder.hardening.tailoring import Tailoring, write_tailoring
+from imagebuilder.image.bootcheck import debugfs
 
 #: how many failing rules a failed verdict names in its message (the summary file names them all)
 SHOWN_FAILURES = 12
@@ -34,9 +34,7 @@ def disk_os_release(raw: Path) -> dict[str, str]:
     """The os-release of the root filesystem of the raw disk ``raw``, read with debugfs (no mount, no root)."""
     part = disk.root_partition(raw)
     for path in ("/usr/lib/os-release", "/etc/os-release"):
-        proc = subprocess.run(["debugfs", "-R", f"cat {path}", f"{raw}?offset={part.offset}"], capture_output=True,
-                              check=False, timeout=120)  # fmt: skip
-        found = parse_os_release(proc.stdout[:65536].decode("utf-8", "replace"))
+        found = parse_os_release(debugfs(raw, part, f"cat {path}").stdout[:65536].decode("utf-8", "replace"))
         if found.get("ID"):
             return found
     return {}

@@ -178,10 +178,11 @@ def _check_bootloader(disk: _Disk, mbr: bytes, label: str, parts: list[Partition
             result.notes.append(f"{where}: boot code {vbr[3:11]!r} not recognised, not followed")
 
 
-def _debugfs(disk: _Disk, part: Partition, request: str) -> subprocess.CompletedProcess[bytes]:
-    """One read-only debugfs request on the filesystem of ``part`` (no loop device, no root needed)."""
-    spec = f"{disk.path}?offset={part.offset}"
-    return subprocess.run(["debugfs", "-R", request, spec], capture_output=True, check=False, timeout=120)
+def debugfs(raw: Path, part: Partition, request: str) -> subprocess.CompletedProcess[bytes]:
+    """One read-only debugfs request on the filesystem of ``part`` of the raw disk ``raw`` (no loop device, no
+    root needed)."""
+    return subprocess.run(["debugfs", "-R", request, f"{raw}?offset={part.offset}"], capture_output=True,
+                          check=False, timeout=120)  # fmt: skip
 
 
 def _block_size(disk: _Disk, part: Partition) -> int | None:
@@ -198,14 +199,14 @@ def _check_syslinux(disk: _Disk, part: Partition, vbr: bytes, result: DiskCheck)
         result.notes.append(f"SYSLINUX boot sector on partition {part.number} (not ext: ldlinux.sys not followed)")
         return
     for path in LDLINUX_PATHS:
-        bmap = _debugfs(disk, part, f"bmap {path} 0")
+        bmap = debugfs(disk.path, part, f"bmap {path} 0")
         if bmap.returncode == 0 and bmap.stdout.strip().isdigit():
             break
     else:
         result.problems.append(f"partition {part.number} has a SYSLINUX boot sector but no ldlinux.sys")
         return
     first_block = int(bmap.stdout.strip())
-    content = _debugfs(disk, part, f"cat {path}").stdout
+    content = debugfs(disk.path, part, f"cat {path}").stdout
     problem = _syslinux_problem(disk, part, vbr, content, first_block * (block_size // SECTOR))
     if problem:
         result.problems.append(f"{path}: {problem}")
