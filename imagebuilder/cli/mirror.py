@@ -9,15 +9,6 @@ from imagebuilder.cli import flags
 from imagebuilder.cli._common import cli_task, status_line, task, transfer_bars
 
 
-def _product_name(value: str) -> str:
-    """A ComplianceAsCode product's name (``debian12``, ``ubuntu2204``)."""
-    from imagebuilder.hardening.model import NAME
-
-    if not NAME.fullmatch(value):
-        raise ValueError(f"{value[:40]!r} is not a ComplianceAsCode product (debian12, ubuntu2204, rhel9)")
-    return value
-
-
 @task(
     iterable=["arch", "hardening_product"],
     help={
@@ -89,8 +80,12 @@ def create(
     from imagebuilder.release.mirror import create_mirror, file_sha256, mirror_plan
 
     products = flags.listed(hardening_product, "--hardening-product")
-    for product in products:
-        flags.grammar_of(_product_name, product, "--hardening-product")
+    if products:
+        from imagebuilder.hardening import content as cac
+        from imagebuilder.hardening.model import cac_name
+
+        for product in products:
+            flags.grammar_of(lambda v: cac_name(v, "product"), product, "--hardening-product")
     if hardening_content and not products:
         raise InputError("--hardening-content says where the data streams come from, and no product is asked for",
                          field="--hardening-content", expected="--hardening-product PRODUCT with it")  # fmt: skip
@@ -103,7 +98,7 @@ def create(
         for kind, plugin in sorted(plugins.items()):
             print(f"{'would copy':<15} {out / MIRROR_FOLDER / plugin.path.name}  ({kind} {plugin.version})")
         for product in products:
-            print(f"{'would carry':<15} {out / 'hardening-content' / f'ssg-{product}-ds.xml'}")
+            print(f"{'would carry':<15} {out / cac.MIRROR_FOLDER / cac.datastream_name(product)}")
         manifests = [load_manifest(url, src, arch=a) for a in arches]
         target = Mirror(str(out.resolve()))
         planned, _ = mirror_plan(manifests, target, line_runtime, pinned, src)
@@ -116,13 +111,10 @@ def create(
                                         pinned=pinned, arches=arches)  # fmt: skip
     copied = copy_plugins(plugins, out) if plugins else []
     if products:
-        from imagebuilder.hardening.content import MIRROR_FOLDER as CONTENT_FOLDER
-        from imagebuilder.hardening.content import copy_to_mirror, datastream_name
-
         with status_line("mirror.create") as status:
-            carried = copy_to_mirror(out, products, content_dir, say=status)
+            carried = cac.copy_to_mirror(out, products, content_dir, say=status)
         for content in carried:
-            path = out / CONTENT_FOLDER / datastream_name(content.product)
+            path = out / cac.MIRROR_FOLDER / cac.datastream_name(content.product)
             print(f"{'hardening':<10} {path.stat().st_size:>12} {path}  ({content.origin})")
     for item in items:
         print(f"{item.status:<10} {item.size:>12} {item.path}")

@@ -32,7 +32,8 @@ TAILORED_SUFFIX = "_kubernetes_node"
 DEFAULT_MIN_PASS = 90.0
 
 
-def _name(value: str, what: str) -> str:
+def cac_name(value: str, what: str) -> str:
+    """``value`` if it is a ComplianceAsCode name (a profile, a rule, a product), else ValueError saying so."""
     if not NAME.fullmatch(value):
         raise ValueError(f"{what} {value!r} is not a ComplianceAsCode name (lower case letters, digits, '_', '.', '-')")
     return value
@@ -50,7 +51,7 @@ class NodeKeep(StrictModel):
     @field_validator("rules")
     @classmethod
     def _rules(cls, rules: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_name(r, "rule") for r in rules)
+        return tuple(cac_name(r, "rule") for r in rules)
 
 
 class Settings(StrictModel):
