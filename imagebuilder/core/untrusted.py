@@ -404,7 +404,7 @@ def parse_json(text: str | bytes, source: str | Path, *, limit: int = LIMITS["do
 
 def xml_elements(path: str | Path, tag_suffix: str, what: str = "XML document") -> Iterator[Element]:
     """The elements of the XML file ``path`` whose tag ends with ``tag_suffix`` (``}rule-result``), parsed
-    incrementally, each cleared once the caller has it (an ARF of a hundred megabytes is read in little memory).
+    incrementally, each cleared once the caller has it (its subtree freed; the rest of the tree is kept).
     defusedxml refuses a DTD and so every entity: no entity bomb, no external entity. A file that is not such XML
     is bad input naming ``path``."""
     from defusedxml import ElementTree

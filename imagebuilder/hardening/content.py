@@ -29,7 +29,7 @@ from imagebuilder.core.paths import cache_root
 from imagebuilder.core.progress import Say, follow, silent
 from imagebuilder.core.safepath import safe_join
 from imagebuilder.core.untrusted import open_regular
-from imagebuilder.hardening.model import NAME, PROFILE_PREFIX, load_settings
+from imagebuilder.hardening.model import PROFILE_PREFIX, cac_name, load_settings
 from imagebuilder.release.source import cached_build, cached_output, module_dir
 
 #: how the content is built: part of the cache key (bump it when the CMake options change)
@@ -67,9 +67,11 @@ def content_cache() -> Path:
 
 
 def datastream_name(product: str) -> str:
-    if not NAME.fullmatch(product):
-        raise InputError(f"{product!r} is not a ComplianceAsCode product name", field="product")
-    return f"ssg-{product}-ds.xml"
+    """``ssg-<product>-ds.xml``, for a product named by the content's own rule."""
+    try:
+        return f"ssg-{cac_name(product, 'product')}-ds.xml"
+    except ValueError as exc:
+        raise InputError(str(exc), field="product") from None
 
 
 def find_content(folder: Path, product: str) -> Content:
