@@ -362,11 +362,13 @@ def render_build(
     require_artifacts: bool = True,
     source_image: Path | None = None,
     customization: Customization | None = None,
+    playbook: Path | None = None,
 ) -> RenderedBuild:
     """Render every file of a Packer build into ``directory``.
 
     ``require_artifacts`` is False only for linting: a real build needs the release manifest resolved.
     ``source_image`` is the local copy of a fetched source image (see :func:`runner.prepare_source_image`).
+    ``playbook`` replaces ``ansible/node.yml`` (a hardened build's: the node's, with the remediation inside).
     """
     if require_artifacts:
         check_buildable(plan)
@@ -375,6 +377,8 @@ def render_build(
     provider = registry.get(plan.provider)
     directory.mkdir(parents=True, exist_ok=True)
     ctx = _context(plan, directory, packer, kvm, source_image)
+    if playbook is not None:
+        ctx["ansible_playbook"] = str(playbook)
     env = template_env()
     files: list[Path] = []
 

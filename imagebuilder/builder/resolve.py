@@ -163,8 +163,9 @@ def _steps(plan: BuildPlan) -> list[str]:
         at = next((i for i, s in enumerate(steps) if s == SYSPREP), len(steps))
         steps.insert(
             at,
-            f"hardening: the {h.profile} remediation, tailored for a Kubernetes node, in the chroot"
-            " (the content's product read from the image's os-release)",
+            f"hardening: the {h.profile} remediation, tailored for a Kubernetes node, "
+            + ("in the chroot" if plan.engine == "chroot" else "by Packer's Ansible, in the build VM")
+            + " (the content's product read from the source image's os-release, or the OS an ISO installs)",
         )
         steps.insert(
             at + 2,
@@ -282,10 +283,13 @@ def make_plan(request: BuildRequest, *, before_fetch: BeforeFetch | None = None)
     if not 4 <= disk_gb <= 2048:
         raise InputError(f"{disk_gb} GiB is not a usable disk size", field="--disk-gb", expected="4 to 2048")
     engine, engine_reason = choose_engine(request.engine, provider.name, config, arch)
-    if request.hardening is not None and engine != "chroot":
-        raise InputError(f"--hardening is applied by the chroot engine, and this build runs {engine}"
-                         f" ({engine_reason})", field="--hardening",
-                         expected="--engine chroot (a build from a source image), or no --hardening")  # fmt: skip
+    if request.hardening is not None and engine == "packer" and not registry.get(provider.name).disk_comes_here(config):
+        # the scan that proves the hardening reads the finished disk; this platform keeps it
+        here = [name for name, p in registry.PROVIDERS.items() if p.disk_comes_here(None)]
+        raise InputError(f"--hardening proves the image by scanning its finished disk on this host, and a"
+                         f" {provider.name} build leaves its disk on the platform", field="--hardening",
+                         expected=f"a {' or '.join(here)} build (their disks come here), or no --hardening; then"
+                         " image.verify --hardening on the disk exported from the platform")  # fmt: skip
     if before_fetch is not None and engine == "packer":
         before_fetch(registry.get(provider.name).builder_for(config), mirror, request.offline)
     pinned: Pinned | None = None

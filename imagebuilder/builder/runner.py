@@ -209,32 +209,39 @@ def run_build(
                                              source_format=os_layer.disk_format if os_layer else None,
                                              facts=os_layer.facts if os_layer else None,
                                              reproducible=reproducible, hardening=hardening)  # fmt: skip
-                if hardening is not None:
-                    with _step(steps, "scan"):
-                        try:
-                            hardening.check(built, workspace, status)
-                        finally:
-                            result_extra["hardening"] = hardening.record()
-                            if hardening.remediation and hardening.remediation.dropped:
-                                log.write(
-                                    "hardening: tasks left out (they act on the running system):\n  "
-                                    + "\n  ".join(hardening.remediation.dropped)
-                                    + "\n"
-                                )
             else:
                 assert packer is not None
+                playbook = None
+                if plan.hardening is not None:
+                    with _step(steps, "hardening"):
+                        hardening = Hardening(plan.hardening, out_dir / plan.output_stem, plan.mirror)
+                        playbook = hardening.prepare_packer(source, plan.os, plan.os_version.version,
+                                                            workspace / "hardening", status)  # fmt: skip
                 with _step(steps, "render"):
                     if builder == "qemu" and kvm is None:
                         kvm = kvm_status()
                         log.write(f"accelerator: {kvm.accelerator} ({kvm.reason})\n")
                         if not kvm.usable:
                             say(f"warning: {kvm.reason}; QEMU uses TCG (slow)")
-                    rendered = render_build(
-                        plan, workspace, packer, kvm=kvm, source_image=source, customization=customization
-                    )
+                    rendered = render_build(plan, workspace, packer, kvm=kvm, source_image=source,
+                                            customization=customization, playbook=playbook)  # fmt: skip
                     directory = rendered.directory
                 with _step(steps, "packer"):
                     _run_packer(rendered, packer, log, redact, status)
+                if hardening is not None:
+                    built = registry.get(plan.provider).built_disk(plan, directory, status)
+            if hardening is not None:
+                with _step(steps, "scan"):
+                    try:
+                        hardening.check(built, workspace, status)
+                    finally:
+                        result_extra["hardening"] = hardening.record()
+                        if hardening.remediation and hardening.remediation.dropped:
+                            log.write(
+                                "hardening: tasks left out (they act on the running system):\n  "
+                                + "\n  ".join(hardening.remediation.dropped)
+                                + "\n"
+                            )
             # an image built on a cached OS layer takes from the layer's member store the MiBs it has in common with
             # it (since images are reproducible, their remade filesystems have few: docs/benchmarks.md)
             store = os_layer.members if os_layer is not None else None

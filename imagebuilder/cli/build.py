@@ -68,7 +68,7 @@ HELP = {
     " air-gapped sites (default: the mirror's copy, else 'packer init'); Packer 1.7+",
     "files_config": "the reference tool's files.json: {additional_files_list: [{src, dest, owner, group, mode}]}",
     "hardening": "harden the image with this ComplianceAsCode profile of its OS (cis_level1_server,"
-    " cis_level2_server...), tailored for a Kubernetes node, and scan it (chroot engine; docs/hardening.md)",
+    " cis_level2_server...), tailored for a Kubernetes node, and scan its finished disk (docs/hardening.md)",
     "signing_key": "key that signs the build's provenance: a private key file (PEM: ed25519, ECDSA or RSA; mode"
     " 0600), awskms:<key id|alias/name|ARN>, or hsm:<id>[?label=<token>] / pkcs11:token=<label>;id=<id> (PIN in"
     " $IMAGE_BUILDER_HSM_PIN) (default: $IMAGE_BUILDER_SIGNING_KEY; none: the provenance is written unsigned)",

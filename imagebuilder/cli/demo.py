@@ -25,7 +25,7 @@ from imagebuilder.core.errors import ExternalError
         "signing_key": "key that signs the image's provenance, as build takes it (a PEM file, awskms:..., hsm:... or"
         " pkcs11:...; default: $IMAGE_BUILDER_SIGNING_KEY; none: unsigned)",
         "hardening": "harden the demo's image with this ComplianceAsCode profile (cis_level1_server...), scan it, and"
-        " prove it still a node (the chroot engine; docs/hardening.md)",
+        " prove it still a node (docs/hardening.md)",
         **flags.HARDENING_HELP,
     },
     iterable=["skip_check"],
@@ -67,9 +67,6 @@ def demo(
 
     signer = signer_for(signing_key or None)  # read now: a bad key exits 2 before the base image is made
     harden = flags.hardening(hardening, hardening_content, hardening_min_pass)
-    if harden is not None and engine == "packer":  # refused now, not after the base image and the release are made
-        raise InputError("--hardening is applied by the chroot engine", field="--engine",
-                         expected="--engine chroot or auto with --hardening")  # fmt: skip
     from imagebuilder.release.catalog import load_catalog
     from imagebuilder.release.k8sversion import parse_version
 

@@ -83,7 +83,6 @@ def demo_steps(
         manifest = f" --release-manifest {manifest_url(DEFAULT_BASE_URL, channel)}"
     upstream = f"{root}/upstream" if standin else f"{root}/upstream-source"
     verify = "image.verify" + ("" if boot else " --no-boot") + ("" if standin or not boot else " --node-check --join")
-    engine = demo_engine(engine, hardening)
     chosen, why = _demo_engine(root, engine)
     harden = f" --hardening {hardening.profile}" if hardening else ""
     return [
@@ -94,11 +93,6 @@ def demo_steps(
         f" --offline --disk-gb {disk_gb} --output-dir {root}/output --engine {engine}{harden}  ({chosen}: {why})",
         verify,
     ]
-
-
-def demo_engine(engine: str, hardening: HardeningRequest | None) -> str:
-    """The engine the demo asks for: a hardened demo's ``auto`` is chroot, the one engine that hardens."""
-    return "chroot" if hardening is not None and engine == "auto" else engine
 
 
 def _demo_engine(root: Path, engine: str) -> tuple[str, str]:
@@ -174,7 +168,7 @@ def run_demo(
             output_dir=str(dest / "output"),
             offline=True,
             disk_gb=disk_gb,
-            engine=demo_engine(engine, hardening),
+            engine=engine,
             runtime="os" if standin else None,
             hardening=hardening,
         ),

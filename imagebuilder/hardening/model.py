@@ -122,3 +122,13 @@ def product_of(os_release: dict[str, str], source: str | Path) -> str:
                          source=source, field="os-release",
                          expected=f"one of the OSes {', '.join(sorted(_PRODUCTS))}")  # fmt: skip
     return make(version)
+
+
+#: the os-release ``ID`` of the system an ISO install of the catalog's OS gives (its version is the catalog's)
+_INSTALLED_IDS = {"ubuntu": "ubuntu", "redhat": "rhel"}
+
+
+def installed_os_release(os_name: str, version: str) -> dict[str, str]:
+    """The os-release fields :func:`product_of` reads, for the system an ISO install of ``os_name`` ``version``
+    gives (a Packer build with no source image to read them from)."""
+    return {"ID": _INSTALLED_IDS.get(os_name, os_name), "VERSION_ID": version}

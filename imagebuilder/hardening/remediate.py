@@ -31,6 +31,7 @@ import yaml
 from imagebuilder.core.errors import ExternalError
 from imagebuilder.core.files import atomic_write, parse_yaml_documents, sha256_file
 from imagebuilder.core.hostinfo import require_tools
+from imagebuilder.core.render import ROOT
 from imagebuilder.core.untrusted import read_bytes
 from imagebuilder.hardening.content import DATASTREAM_LIMIT, Content
 from imagebuilder.hardening.model import RULE_PREFIX, HardeningRequest
@@ -81,10 +82,10 @@ GATHER = {
     "ansible.builtin.setup": {"gather_subset": ["min", "hardware", "virtual", "!env"]},
 }
 #: what ``sshd -t``, which validates each sshd_config change, needs and a node image lacks: a host key (they are
-#: made at first boot) and its privilege separation folder. Both go to the chroot's own tmpfs /tmp and /run, never
-#: into the image
-SSHD_TEST_KEY = "/tmp/.image-builder-sshd-test-key"  # noqa: S108 (the chroot's tmpfs, gone with the build)
-SSHD_KEY_TASK = {"name": "Give sshd -t a throwaway host key and /run/sshd, in the chroot's tmpfs (not the image)",
+#: made at first boot) and its privilege separation folder. Both go to /run, a tmpfs in the chroot and in Packer's
+#: running build VM alike (its /tmp is the image's disk), never into the image
+SSHD_TEST_KEY = "/run/.image-builder-sshd-test-key"
+SSHD_KEY_TASK = {"name": "Give sshd -t a throwaway host key and /run/sshd, in the tmpfs /run (not the image)",
                  "ansible.builtin.shell": {"cmd": "if [ -x /usr/bin/ssh-keygen ]; then\n"
                                                   f"  [ -e {SSHD_TEST_KEY} ] || ssh-keygen -q -t ed25519 -N '' -f"
                                                   f" {SSHD_TEST_KEY}\n"
@@ -328,6 +329,7 @@ def remediation_playbook(request: HardeningRequest, content: Content, tailoring:
             play["tasks"], _ = fewer_package_facts(play.get("tasks") or [])
             play["tasks"] += supplement(wanted, play["tasks"])
             play["hosts"] = "all"
+            play["become"] = True  # Packer's Ansible logs in as the build user (the chroot's is root already)
             # the node playbook's cached facts are the minimal set; the remediation's conditions read the
             # virtualization type and the mounts too (never the environment: it may hold a proxy's credentials)
             play["gather_facts"] = False
@@ -338,3 +340,17 @@ def remediation_playbook(request: HardeningRequest, content: Content, tailoring:
         fh.write(text)
     total = sum(1 for p in safe if isinstance(p, dict) for t in _each_task(p.get("tasks")) if "block" not in t)
     return Remediation(dest, sha256_file(dest), total, tuple(dropped))
+
+
+def node_playbook(dest: Path, remediation: Path) -> Path:
+    """The playbook a hardened Packer build runs instead of ``ansible/node.yml``: the node's provisioning, the
+    remediation ``remediation``, the node's finish (as the chroot engine runs them), written at ``dest``."""
+    ansible = ROOT / "ansible"
+    plays = [
+        {"name": "Provision the node", "ansible.builtin.import_playbook": str(ansible / "node-provision.yml")},
+        {"name": "Harden the node", "ansible.builtin.import_playbook": str(remediation)},
+        {"name": "Seal the node", "ansible.builtin.import_playbook": str(ansible / "node-finish.yml")},
+    ]
+    with atomic_write(dest) as fh:
+        fh.write("---\n" + yaml.safe_dump(plays, sort_keys=False, width=1_000_000, allow_unicode=True))
+    return dest

@@ -20,8 +20,8 @@ from imagebuilder.core.fetch import Mirror
 from imagebuilder.core.hostinfo import parse_os_release, tool_search_path
 from imagebuilder.core.progress import Say, silent
 from imagebuilder.hardening.content import Content, available_content, check_profile, check_source_profile, content_for
-from imagebuilder.hardening.model import HardeningRequest, load_settings, product_of
-from imagebuilder.hardening.remediate import Remediation, remediation_playbook
+from imagebuilder.hardening.model import HardeningRequest, installed_os_release, load_settings, product_of
+from imagebuilder.hardening.remediate import Remediation, node_playbook, remediation_playbook
 from imagebuilder.hardening.scan import Evidence, ScanResult, scan_root
 from imagebuilder.hardening.tailoring import Tailoring, write_tailoring
 from imagebuilder.image.bootcheck import debugfs
@@ -62,7 +62,9 @@ class Hardening:
         if not release:
             raise InputError("the image has no os-release in its root filesystem", source=source,
                              expected="a Linux system image")  # fmt: skip
-        product = product_of(release, source)
+        return self._choose_product(product_of(release, source), say)
+
+    def _choose_product(self, product: str, say: Say) -> str:
         self.content = content_for(product, self.request.content, mirror=self.mirror, say=say)
         self.title = check_profile(self.content, self.request.profile)
         self.tailoring = write_tailoring(self.request, self.content, self.tailoring_path)
@@ -70,13 +72,30 @@ class Hardening:
 
     def prepare(self, raw: Path, directory: Path, say: Say = silent) -> None:
         """Everything the remediation needs, for the OS on the disk ``raw`` (before it is provisioned)."""
-        product = self.choose(raw, "the source image", say)
+        self._remediation(self.choose(raw, "the source image", say), directory, say)
+
+    def prepare_packer(self, source: Path | None, os_name: str, os_version: str, directory: Path,
+                       say: Say = silent) -> Path:  # fmt: skip
+        """A Packer build's part before its VM starts: the content, the tailoring and the remediation for the OS of
+        the source image ``source`` (its os-release), or for the OS an ISO installs (``os_name`` ``os_version``,
+        the catalog's), and the playbook Packer's Ansible runs instead of the node's: the node's provisioning, the
+        remediation, the node's finish. Returns that playbook."""
+        if source is not None:
+            with disk.raw_view(source, work_dir=directory) as raw:
+                product = self.choose(raw, source, say)
+        else:
+            product = self._choose_product(product_of(installed_os_release(os_name, os_version), os_name), say)
+        remediation = self._remediation(product, directory, say)
+        return node_playbook(directory / "node-hardened.yml", remediation)
+
+    def _remediation(self, product: str, directory: Path, say: Say) -> Path:
         assert self.content is not None and self.tailoring is not None
         self.remediation = remediation_playbook(self.request, self.content, self.tailoring,
                                                 directory / f"hardening-{self.request.profile}.yml")  # fmt: skip
         say(f"hardening: {self.request.profile} ({self.title}) for {product}: {self.remediation.tasks} tasks,"
             f" {len(self.tailoring.turned_off)} rules tailored out for a node,"
             f" {len(self.remediation.dropped)} tasks left out as they act on the running system")  # fmt: skip
+        return self.remediation.path
 
     @property
     def tailoring_path(self) -> Path:

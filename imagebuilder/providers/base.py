@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from imagebuilder.core.progress import Say
-from imagebuilder.image.outputs import Packaged
+from imagebuilder.image.outputs import Packaged, qemu_disk
 from imagebuilder.plan.config import ProviderConfig
 from imagebuilder.plan.model import BuildPlan
 
@@ -56,6 +56,17 @@ class Provider:
     def builder_for(self, config: ProviderConfig | None) -> str:
         """The Packer builder folder for this config (vSphere builds a local OVA with QEMU)."""
         return self.builder
+
+    def disk_comes_here(self, config: ProviderConfig | None) -> bool:
+        """Whether a Packer build with ``config`` leaves its finished disk on this host before packaging (QEMU's
+        output, a platform's export), where a hardened build scans it; an AMI or a Nutanix image stays on its
+        platform."""
+        return self.builder_for(config) == "qemu"
+
+    def built_disk(self, plan: BuildPlan, directory: Path, status: Say) -> Path:
+        """The finished disk the Packer build in ``directory`` left on this host, checked to boot (only asked when
+        :meth:`disk_comes_here`)."""
+        return qemu_disk(directory, plan.output_stem, status)
 
     def builders(self) -> tuple[str, ...]:
         """Every Packer builder folder a build of this provider may render (what ``preflight`` checks plugins for)."""

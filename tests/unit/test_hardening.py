@@ -4,6 +4,7 @@ run in tests/integration/test_hardening.py."""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -266,3 +267,54 @@ def test_any_reason_and_rule_round_trip_through_the_tailoring_file(tmp_path_fact
     assert (select[0].text or "").replace("\r\n", "\n").replace("\r", "\n") == reason.replace("\r\n", "\n").replace(
         "\r", "\n"
     )
+
+
+def test_packer_s_engine_hardens_where_its_disk_comes_here_and_refuses_the_platforms_that_keep_it(
+    tmp_path: Path,
+) -> None:
+    """Where a Packer build leaves its finished disk on this host (QEMU's output, vSphere's export), it is hardened
+    and scanned; an AMI's or a Nutanix image's stays on its platform, so --hardening is refused there, naming the
+    providers it works for."""
+    from imagebuilder.providers.registry import PROVIDERS
+    from tests.support.inproc import cli
+
+    here = {name for name, p in PROVIDERS.items() if p.disk_comes_here(None)}
+    assert here == {"vsphere", "baremetal", "cloudstack"}
+    fields = {"nutanix": {"source_image_name": "ubuntu-22.04", "hci_cluster_name": "c", "hci_subnet_name": "s",
+                          "hci_endpoint": "prism.example", "hci_username": "admin", "hci_password": "pw"}}  # fmt: skip
+    for provider in sorted(set(PROVIDERS) - here):
+        config = tmp_path / f"{provider}.json"
+        config.write_text(json.dumps(fields.get(provider, {})))
+        res = cli("build", "--os", "ubuntu", "--hypervisor", provider, "--release-channel", "1-36", "--dry-run",
+                  "--offline", f"--{provider}-config", str(config), "--hardening", "cis_level1_server")  # fmt: skip
+        assert res.code == 2 and "Traceback" not in res.text, res.text
+        assert f"a {provider} build leaves its disk on the platform" in res.err, res.err
+        assert "--hardening" in res.err and all(name in res.err for name in here), res.err
+
+
+@pytest.mark.parametrize(("os_name", "version", "product"),
+                         [("ubuntu", "22.04", "ubuntu2204"), ("ubuntu", "24.04", "ubuntu2404"),
+                          ("redhat", "9", "rhel9"), ("redhat", "8.10", "rhel8")])  # fmt: skip
+def test_an_iso_install_s_product_is_the_catalog_s_os(os_name: str, version: str, product: str) -> None:
+    from imagebuilder.hardening.model import installed_os_release
+
+    assert product_of(installed_os_release(os_name, version), os_name) == product
+
+
+def test_packer_s_playbook_runs_the_remediation_between_the_node_s_provisioning_and_its_seal(tmp_path: Path) -> None:
+    """The playbook a hardened Packer build runs: the node's two halves around the remediation, in that order, each
+    by its absolute path (a path with quotes or colons stays one YAML string)."""
+    import yaml
+
+    from imagebuilder.core.render import ROOT
+    from imagebuilder.hardening.remediate import node_playbook
+
+    odd = tmp_path / "a: 'b\" #c" / "hardening-cis_level1_server.yml"
+    odd.parent.mkdir()
+    plays = yaml.safe_load(node_playbook(tmp_path / "node-hardened.yml", odd).read_text())
+    imports = [p["ansible.builtin.import_playbook"] for p in plays]
+    assert imports == [str(ROOT / "ansible" / "node-provision.yml"), str(odd),
+                       str(ROOT / "ansible" / "node-finish.yml")]  # fmt: skip
+    node = yaml.safe_load((ROOT / "ansible" / "node.yml").read_text())
+    assert [Path(p["ansible.builtin.import_playbook"]).name for p in node] == [Path(imports[0]).name,
+                                                                              Path(imports[2]).name]  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from imagebuilder.core.progress import Say
-from imagebuilder.image.outputs import Packaged, compress, qemu_disk
+from imagebuilder.image.outputs import Packaged, compress
 from imagebuilder.plan.config import BuildExtras, Os3Fields, SourceImageFields
 from imagebuilder.plan.model import BuildPlan
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
@@ -38,4 +38,4 @@ class Baremetal(Provider):
 
     def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
         assert plan.output_path is not None
-        return compress(qemu_disk(directory, plan.output_stem, status), plan.output_path, status)
+        return compress(self.built_disk(plan, directory, status), plan.output_path, status)

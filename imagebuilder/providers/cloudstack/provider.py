@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 
 from imagebuilder.core.progress import Say
 from imagebuilder.core.validation import Problem
-from imagebuilder.image.outputs import Packaged, place, qemu_disk
+from imagebuilder.image.outputs import Packaged, place
 from imagebuilder.plan.config import BoolStr, BuildExtras, ConfigContext, Os3Fields, Secret, Text
 from imagebuilder.plan.model import BuildPlan
 from imagebuilder.providers.base import SUBSCRIPTION, SYSPREP, Provider, node_step
@@ -90,4 +90,4 @@ class Cloudstack(Provider):
 
     def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
         assert plan.output_path is not None
-        return place(qemu_disk(directory, plan.output_stem, status), plan.output_path)
+        return place(self.built_disk(plan, directory, status), plan.output_path)

@@ -166,13 +166,19 @@ class Vsphere(Provider):
             return {}
         return {"PKR_VAR_vsphere_password": config.password.get_secret_value()}
 
+    def disk_comes_here(self, config: ProviderConfig | None) -> bool:
+        return True  # the local OVA's QEMU disk, or the VMDK the vsphere-clone build exports
+
+    def built_disk(self, plan: BuildPlan, directory: Path, status: Say) -> Path:
+        if self._config(plan).is_local:
+            return qemu_disk(directory, plan.output_stem, status)
+        source = exported_disk(directory)
+        require_bootable(source, "the exported disk", work_dir=directory)
+        return source
+
     def package(self, plan: BuildPlan, directory: Path, status: Say) -> Packaged:
         assert plan.output_path is not None
-        if self._config(plan).is_local:
-            source = qemu_disk(directory, plan.output_stem, status)
-        else:
-            source = exported_disk(directory)
-            require_bootable(source, "the exported disk", work_dir=directory)
+        source = self.built_disk(plan, directory, status)
         status("packaging the OVA (streamOptimized VMDK, OVF, manifest)")
         final = make_ova(
             source,
