@@ -3,6 +3,7 @@ rotation. Publishing itself is ``image.publish``; reading is ``download.image``.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from invoke.context import Context
@@ -22,6 +23,8 @@ EXPIRES_HELP += "snapshot=7,timestamp=1)"
 
 
 def print_change(change: Change, *, dry_run: bool = False) -> None:
+    for name in change.swept:
+        print(f"removed   {name} (left by a writer that was killed)")
     for name in change.written:
         print(f"{'would write' if dry_run else 'wrote    '} {name}")
     for name in change.unchanged:
@@ -165,8 +168,15 @@ def rotate(c: Context, repo: str = "", keys: str = "", role: str = "", new_key: 
     days = r.expiry(expires)
     needed = ("root", "snapshot", "timestamp", *(("targets",) if role == "targets" else ()))
     current = r.load_keys(key_dir, tuple(dict.fromkeys(x for x in needed if x != role or role == "root")))
+    if role != "root":
+        # the role's old keys, where the folder still holds them, sign too: clients keep working while it rotates
+        with contextlib.suppress(InputError):
+            current.signers[role] = r.load_keys(key_dir, (role,)).signers[role]
     change = r.rotate(open_store(location), current, role, new, count, days, dry_run=dry_run)
     print_change(change, dry_run=dry_run)
+    if not change.written:
+        print(f"the {role} role has these keys and this threshold already: nothing written")
+        return
     revoked = ", ".join(k[:12] for k in change.revoked) or "none (every old key is among the new ones)"
     print(f"{'would revoke' if dry_run else 'revoked'} {role} key(s): {revoked}")
     if not dry_run:

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuilder.core.runs import boot_id
+
 #: the preflight checks, by name (imagebuilder.host.preflight runs them; here so the CLI can name them cheaply)
 CHECKS = ("host-os", "arch", "disk", "cpus", "memory", "tools", "packer", "kvm", "ssh-rsa", "proxy")
 
@@ -155,10 +157,12 @@ def _probe_key(device: str) -> str | None:
     they or the node last changed: host.prepare changes them, a reloaded kvm module makes a new node), who asks
     (uid and groups) and the QEMU binary. None when any of it cannot be read (then nothing is reused)."""
     qemu = shutil.which("qemu-system-x86_64")
+    boot = boot_id()
     try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         dev, exe = os.stat(device), os.stat(qemu) if qemu else None
     except OSError:
+        return None
+    if not boot:
         return None
     parts = [boot, device, dev.st_rdev, dev.st_ino, dev.st_mode, dev.st_uid, dev.st_gid, dev.st_ctime_ns,
              os.getuid(), sorted(os.getgroups()), qemu, exe.st_mtime_ns if exe else None]  # fmt: skip

@@ -37,6 +37,14 @@ def gone(pid: int, start: str | None) -> bool:
     return now is None or (start is not None and now != start)
 
 
+def boot_id() -> str:
+    """This boot's ID ("" when unreadable): a run's pid and start time name it within one boot only."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
 def run_tag() -> str:
     """This process's name as a run: ``<pid>-s<start>``. Set as :data:`RUN_ENV` by every task, so that Packer and
     the QEMU and Ansible it starts, debootstrap or a boot check's QEMU carry it in their environment (a cgroup's job

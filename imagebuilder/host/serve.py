@@ -101,6 +101,12 @@ def parse_range(header: str | None, size: int) -> ByteRange | str | None:
     return ByteRange(start, min(end, size - 1))
 
 
+def hidden(name: str) -> bool:
+    """A name ``serve`` never serves nor lists: a dot file (a temporary file a writer renames into place when
+    complete), not ``.`` and ``..``, which the safe join judges."""
+    return name.startswith(".") and name not in (".", "..")
+
+
 def printable(text: str) -> str:
     """``text`` with control characters (terminal escapes among them) and non-ASCII escaped, for a log line."""
     return "".join(ch if 0x20 <= ord(ch) < 0x7F and ch != "\\" else ch.encode("unicode_escape").decode() for ch in text)
@@ -119,8 +125,12 @@ class Handler(BaseHTTPRequestHandler):
         self._serve(body=True)
 
     def _resolve(self) -> Path | None:
-        """The file a request names, inside the served directory; None: forbidden. Raises OSError: not found."""
+        """The file a request names, inside the served directory; None: forbidden. Raises OSError: not found, as
+        for a hidden name: a writer's temporary file (``.<name>.<pid>-<random>.tmp``, half an image or a repository's
+        next metadata) is never served."""
         path = unquote(urlsplit(self.path).path, errors="strict")
+        if any(hidden(part) for part in path.split("/")):
+            raise FileNotFoundError(path)
         try:
             return safe_join(self.server.root, path.lstrip("/") or ".", what="request path")
         except InputError:
@@ -225,7 +235,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _listing(self, directory: Path, body: bool) -> None:
         base = urlsplit(self.path).path.rstrip("/") + "/"
-        names = sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir())
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir() if not hidden(p.name))
         items = "".join(f'<li><a href="{quote(base + n)}">{n}</a></li>' for n in names)
         self._plain(HTTPStatus.OK, f"<ul>{items}</ul>\n", body)
 

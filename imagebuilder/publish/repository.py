@@ -17,7 +17,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -232,6 +233,18 @@ class Change:
     versions: dict[str, int] = field(default_factory=dict)
     #: the key IDs a rotation took from the role (a key kept is not revoked)
     revoked: list[str] = field(default_factory=list)
+    #: what killed writers had left, removed by this write (:meth:`Store.writing`)
+    swept: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def _writing(store: Store, dry_run: bool) -> Iterator[list[str]]:
+    """The repository's lock and sweep around one write (none for a dry run: it writes nothing)."""
+    if dry_run:
+        yield []
+        return
+    with store.writing() as swept:
+        yield swept
 
 
 def _write_snapshot_and_timestamp(store: Store, state: State, keys: Keys, days: dict[str, int], change: Change,
@@ -286,7 +299,7 @@ def check_schemes(signers: Iterable[Signer], flag: str) -> None:
                              field=flag, expected=f"a key of {', '.join(CLIENT_SCHEMES)}")  # fmt: skip
 
 
-def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False,
+def _init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False,
          asked: Collection[str] = ROLES) -> tuple[bytes, Change]:  # fmt: skip
     """A new repository (root, empty targets, snapshot, timestamp, all version 1). Returns root.json's bytes. A
     folder or prefix that holds a repository already is left alone: the same keys make this a no-op (a rerun), other
@@ -319,22 +332,28 @@ def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, i
                                  source=store.location, field="--threshold",
                                  expected=f"{role}={had} as it was made (a rerun changes nothing); "
                                  f"repo.rotate --role {role} --threshold {wanted} changes it")  # fmt: skip
-        return existing, Change(unchanged=["metadata/1.root.json"], versions={"root": root_md.signed.version})
+        if store.read("metadata/timestamp.json") is not None:
+            return existing, Change(unchanged=["metadata/1.root.json"], versions={"root": root_md.signed.version})
+        # an init killed before its timestamp: the same root (its bytes are what the user pinned), the rest made now
+    else:
+        root_md = None
     root = Root(expires=_expires(days["root"]), consistent_snapshot=True)
     for role in ROLES:
         for signer in keys.of(role):
             root.add_key(signer.public_key, role)
         root.roles[role].threshold = thresholds.get(role, 1)
-    root_md = Metadata(root)
-    _sign(root_md, keys.of("root"))
+    if root_md is None:
+        root_md = Metadata(root)
+        _sign(root_md, keys.of("root"))
     targets = Metadata(Targets(expires=_expires(days["targets"])))
     _sign(targets, keys.of("targets"))
     snapshot = Metadata(Snapshot(expires=_expires(days["snapshot"])))
     timestamp = Metadata(Timestamp(expires=_expires(days["timestamp"])))
-    root_bytes = _bytes(root_md)
+    root_bytes = existing if existing is not None else _bytes(root_md)
     change = Change(versions={"root": 1, "targets": 1})
     if not dry_run:
-        store.write("metadata/1.root.json", root_bytes)
+        if existing is None:
+            store.write("metadata/1.root.json", root_bytes)
         store.write("metadata/1.targets.json", _bytes(targets))
     change.written += ["metadata/1.root.json", "metadata/1.targets.json"]
     # snapshot and timestamp version 1 (the helper bumps from 0)
@@ -352,7 +371,7 @@ class NewTarget:
     sha256: str | None = None  #: its digest, when the caller has it already (an image is read once, not thrice)
 
 
-def publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, int], *, dry_run: bool = False,
+def _publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, int], *, dry_run: bool = False,
             transfers: Transfers | None = None, say: Callable[[str], None] | None = None) -> Change:  # fmt: skip
     """Add ``files`` as targets: their bytes first (hash-prefixed), then targets, snapshot and timestamp. A file
     the repository lists already with the same length and hashes changes nothing; when all do, nothing is signed."""
@@ -390,7 +409,7 @@ def publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, in
     return change
 
 
-def refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = False, dry_run: bool = False) -> Change:
+def _refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = False, dry_run: bool = False) -> Change:
     """New versions of snapshot and timestamp (and targets, with ``targets``) with new expiry dates, re-signed."""
     state = load(store)
     change = Change()
@@ -400,11 +419,12 @@ def refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = F
     return change
 
 
-def rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: int, days: dict[str, int],
+def _rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: int, days: dict[str, int],
            *, dry_run: bool = False) -> Change:  # fmt: skip
     """Replace every key of ``role`` with ``new`` in a new root version, signed by the current root keys (and the
     new ones, for a root rotation: a client holding the old root follows it to the new); the rotated role's metadata
-    is then signed again by its new keys, with snapshot and timestamp."""
+    is signed again, by its new keys and by the old ones ``keys`` holds, with snapshot and timestamp, before the new
+    root is written. A role that has these keys and this threshold already changes nothing (a rerun)."""
     if role not in ROLES:
         raise InputError(f"'{role}' is not a role", field="--role", expected=", ".join(ROLES))
     new = distinct(new)  # one key given twice is one key
@@ -418,8 +438,10 @@ def rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: in
     old_ids = list(root.signed.roles[role].keyids)
     new_ids = [s.public_key.keyid for s in new]
     if sorted(old_ids) == sorted(new_ids) and root.signed.roles[role].threshold == threshold:
-        raise InputError(f"the {role} role has these keys and this threshold already: nothing would change",
-                         field="--new-key", expected=f"a key that is not one of the {role} role's now")  # fmt: skip
+        # what was asked is done (a rerun, of a rotation killed or not): nothing is written, and that is success
+        return Change(unchanged=[f"metadata/{root.signed.version}.root.json"],
+                      versions={"root": root.signed.version})  # fmt: skip
+    old_signers = [s for s in keys.of(role) if s.public_key.keyid in old_ids]
     for keyid in old_ids:
         if keyid not in new_ids:
             root.signed.revoke_key(keyid, role)
@@ -437,15 +459,64 @@ def rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: in
             root.sign(signer, append=True)
     change = Change()
     name = f"metadata/{root.signed.version}.root.json"
-    if not dry_run:
-        store.write(name, _bytes(root))  # first: a client reads the root before anything it signs for
-    change.written.append(name)
-    change.versions["root"] = root.signed.version
     change.revoked = [k for k in old_ids if k not in new_ids]
-    rotated = Keys(keys.folder, {**keys.signers, role: list(new)})
+    if role == "root":
+        # first: a client follows the chain of roots (the new one is signed by the old keys and by its own)
+        if not dry_run:
+            store.write(name, _bytes(root))
+        change.written.append(name)
+    # the rotated role's metadata is signed by its old keys and its new ones, and written before the new root:
+    # a client holding the old root accepts it (the old keys meet the old threshold), one that has read the new root
+    # accepts it too, so a run killed between these writes leaves every client working and its rerun completes it
+    both = Keys(keys.folder, {**keys.signers, role: distinct([*old_signers, *new])})
     if role == "targets":
-        _write_targets(store, state, rotated, days, change, dry_run=dry_run)
-    _write_snapshot_and_timestamp(store, state, rotated, days, change, dry_run=dry_run)
+        _write_targets(store, state, both, days, change, dry_run=dry_run)
+    _write_snapshot_and_timestamp(store, state, both, days, change, dry_run=dry_run)
+    if role != "root":
+        if not dry_run:
+            store.write(name, _bytes(root))  # last: until it is there, clients trust the old keys, which signed too
+        change.written.append(name)
+    change.versions["root"] = root.signed.version
+    return change
+
+
+def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False,
+         asked: Collection[str] = ROLES) -> tuple[bytes, Change]:  # fmt: skip
+    """A new repository (root, empty targets, snapshot, timestamp, all version 1). Returns root.json's bytes. A
+    folder or prefix that holds a repository already is left alone: the same keys make this a no-op (a rerun), other
+    keys exit 2, and so does another threshold for a role in ``asked`` (the roles whose threshold the user gave). An
+    init killed before its timestamp is completed by the rerun."""
+    with _writing(store, dry_run) as swept:
+        root, change = _init(store, keys, thresholds, days, dry_run=dry_run, asked=asked)
+    change.swept = swept
+    return root, change
+
+
+def publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, int], *, dry_run: bool = False,
+            transfers: Transfers | None = None, say: Callable[[str], None] | None = None) -> Change:  # fmt: skip
+    """Add ``files`` as targets: their bytes first (hash-prefixed), then targets, snapshot and timestamp. A file
+    the repository lists already with the same length and hashes changes nothing; when all do, nothing is signed."""
+    with _writing(store, dry_run) as swept:
+        change = _publish(store, keys, files, days, dry_run=dry_run, transfers=transfers, say=say)
+    change.swept = swept
+    return change
+
+
+def refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = False, dry_run: bool = False) -> Change:
+    """New versions of snapshot and timestamp (and targets, with ``targets``) with new expiry dates, re-signed."""
+    with _writing(store, dry_run) as swept:
+        change = _refresh(store, keys, days, targets=targets, dry_run=dry_run)
+    change.swept = swept
+    return change
+
+
+def rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: int, days: dict[str, int],
+           *, dry_run: bool = False) -> Change:  # fmt: skip
+    """Replace every key of ``role`` with ``new`` in a new root version (see :func:`_rotate` for the order of the
+    writes, which keeps every client working at every moment of it)."""
+    with _writing(store, dry_run) as swept:
+        change = _rotate(store, keys, role, new, threshold, days, dry_run=dry_run)
+    change.swept = swept
     return change
 
 

@@ -8,7 +8,14 @@ there yet, so the publisher writes targets first and ``timestamp.json`` last; ea
 
 S3 uploads are multipart with a SHA-256 checksum per part, which the service verifies, and resumable: a run killed
 mid-upload leaves its multipart upload open, and the next run lists the parts already there, keeps those whose
-checksum (or, where a store lists none, ETag) matches the file, and sends the rest. The endpoint and credentials
+checksum (or, where a store lists none, ETag) matches the file, and sends the rest.
+
+A write of the repository (:meth:`Store.writing`) holds the repository's lock (``flock`` on the folder; in S3 a lock
+object made only where none is, with the writer's host, boot and run in it) and sweeps what a killed writer left: in a
+folder its temporary files in ``targets/`` and ``metadata/`` (``.<name>.<pid>-<random>.tmp``) once their writer is
+gone; in S3 the multipart uploads it left open, aborted (an upload this write resumes is kept until it is complete).
+A killed writer's S3 lock is taken over by the next writer on the same host once that run is gone; another host's is
+never taken: the task exits 1 naming it. The endpoint and credentials
 come from the environment as boto3 reads them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``... or a profile): never
 from the repository URL, which is refused when it carries credentials.
 """
@@ -16,9 +23,15 @@ from the repository URL, which is refused when it carries credentials.
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import fcntl
 import hashlib
+import json
 import os
+import socket
 import stat
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,6 +39,7 @@ from imagebuilder.core import faults, grammar, untrusted
 from imagebuilder.core.errors import ExternalError, InputError
 from imagebuilder.core.files import atomic_write, sha256_file
 from imagebuilder.core.progress import Advance
+from imagebuilder.core.runs import boot_id, gone, run_tag, tag_owner
 from imagebuilder.core.safepath import check_relative, safe_join
 
 if TYPE_CHECKING:
@@ -35,6 +49,8 @@ if TYPE_CHECKING:
 PART_BYTES = int(os.environ.get("IMAGE_BUILDER_S3_PART_MB", "8")) * 1024 * 1024
 #: what :meth:`Store.upload` did
 SENT, ALREADY = "sent", "already there"
+#: the S3 lock object, under the repository's prefix (a dot file: ``serve`` never serves one)
+LOCK = ".image-builder.lock"
 
 
 class Store(Protocol):
@@ -52,6 +68,11 @@ class Store(Protocol):
     def upload(self, name: str, path: Path, sha256: str, progress: Advance | None = None) -> str:
         """Put ``path`` at ``name`` unless it is there already with this digest; returns what happened: ``sent``,
         ``already there``, or ``resumed (<k> of <n> parts were there)``."""
+
+    def writing(self) -> AbstractContextManager[list[str]]:
+        """The repository's lock for one write, with what killed writers left swept: a folder's temporary files on
+        entry and on a clean exit; S3's open uploads on a clean exit only (this write resumes the one of a file it
+        sends again). Yields the list of what was swept, filled in as it is."""
 
 
 def _key(name: str) -> str:
@@ -75,6 +96,8 @@ class FolderStore:
     def write(self, name: str, data: bytes) -> None:
         with atomic_write(safe_join(self.root, _key(name)), "wb") as fh:
             fh.write(data)
+            faults.step(f"writing {name}")
+        faults.step(f"wrote {name}")
 
     def upload(self, name: str, path: Path, sha256: str, progress: Advance | None = None) -> str:
         dest = safe_join(self.root, _key(name))
@@ -83,9 +106,37 @@ class FolderStore:
         with atomic_write(dest, "wb", uncache=True) as out, path.open("rb") as src:
             while block := src.read(4 * 1024 * 1024):
                 out.write(block)
+                faults.step(f"copying {name}")
                 if progress:
                     progress(len(block))
+            faults.step(f"copied {name}")
         return SENT
+
+    @contextmanager
+    def writing(self) -> Iterator[list[str]]:
+        if not self.root.is_dir():  # repo.init into a new folder: no other writer, nothing left to sweep
+            yield []
+            return
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the kernel drops it with a killed holder
+            swept = self._sweep()
+            yield swept
+            swept += self._sweep()
+        finally:
+            os.close(fd)
+
+    def _sweep(self) -> list[str]:
+        """Remove the temporary files of writers that are gone (named by the pid of their writer)."""
+        from imagebuilder.core.disk import stale_partials
+
+        swept = []
+        for folder in ("targets", "metadata"):
+            for leftover in stale_partials(self.root / folder):
+                with suppress(FileNotFoundError):
+                    os.unlink(leftover.name)
+                swept.append(f"{folder}/{Path(leftover.name).name}")
+        return swept
 
 
 def _b64_sha256(data: bytes) -> str:
@@ -141,6 +192,75 @@ class S3Store:
                                    ContentType="application/json", CacheControl="no-cache")  # fmt: skip
         except (BotoCoreError, ClientError) as exc:
             raise self._fail(f"writing {name}", exc) from None
+        faults.step(f"wrote {name}")
+
+    @contextmanager
+    def writing(self) -> Iterator[list[str]]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            mine = self._lock()
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("taking the repository's lock", exc) from None
+        try:
+            swept: list[str] = []
+            yield swept
+            swept += self._abort_uploads()
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("sweeping the uploads killed writers left", exc) from None
+        finally:
+            with suppress(BotoCoreError, ClientError):
+                if self.client.get_object(Bucket=self.bucket, Key=self._k(LOCK))["Body"].read(4096) == mine:
+                    self.client.delete_object(Bucket=self.bucket, Key=self._k(LOCK))
+
+    def _lock(self) -> bytes:
+        """Make the lock object where none is (a conditional PUT); take over one a gone run of this host left."""
+        from botocore.exceptions import ClientError
+
+        mine = json.dumps({"host": socket.gethostname(), "boot": boot_id(), "run": run_tag(),
+                           "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}).encode()  # fmt: skip
+        for _ in range(2):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self._k(LOCK), Body=mine, IfNoneMatch="*")
+                return mine
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "412",
+                                                                     "ConditionalRequestConflict"):  # fmt: skip
+                    raise
+            try:
+                held = self.client.get_object(Bucket=self.bucket, Key=self._k(LOCK))["Body"].read(4096)
+            except ClientError:
+                continue  # released meanwhile
+            try:
+                holder = untrusted.parse_json(held, f"{self.location}/{LOCK}")
+            except InputError:
+                holder = None
+            holder = holder if isinstance(holder, dict) else {}
+            owner = tag_owner(str(holder.get("run", "")))
+            here = holder.get("host") == socket.gethostname()
+            if here and owner is not None and (holder.get("boot") != boot_id() or gone(*owner)):
+                self.client.delete_object(Bucket=self.bucket, Key=self._k(LOCK))  # its writer is gone
+                continue
+            who = untrusted.shown(f"{holder.get('host')} (run {holder.get('run')}, since {holder.get('since')})")
+            raise ExternalError(f"{self.location} is being written by {who}",
+                                hint=f"wait for that run to end; if it is gone (its host rebooted or was lost),"
+                                f" delete {self.location}/{LOCK} and run again")  # fmt: skip
+        raise ExternalError(f"could not take the lock of {self.location}", hint="run again")
+
+    def _abort_uploads(self) -> list[str]:
+        """Abort every multipart upload open under the prefix (under the lock, after this write's own are complete,
+        no live writer has one): a killed writer's parts are stored, and billed, until they are."""
+        swept = []
+        base = f"{self.prefix}/" if self.prefix else ""
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
+            for upload in page.get("Uploads", []):
+                key = str(upload.get("Key", ""))
+                if not key.startswith(base):
+                    continue
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload["UploadId"])
+                swept.append(f"{key.removeprefix(base)} (an open upload, aborted)")
+        return swept
 
     def _existing(self, key: str) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError

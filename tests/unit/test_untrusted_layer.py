@@ -46,7 +46,7 @@ READ_LEDGER = {
     "imagebuilder.cli.dev": 1, "imagebuilder.cli.serve": 1, "imagebuilder.core.arch": 2,
     "imagebuilder.core.disk.attach": 1, "imagebuilder.core.disk.chroot": 2, "imagebuilder.core.disk.deadruns": 3,
     "imagebuilder.core.disk.releasing": 3, "imagebuilder.core.disk.scratch": 1,
-    "imagebuilder.core.hostinfo": 4, "imagebuilder.core.runs": 1, "imagebuilder.core.ssh": 1,
+    "imagebuilder.core.hostinfo": 3, "imagebuilder.core.runs": 2, "imagebuilder.core.ssh": 1,
     "imagebuilder.docs": 2, "imagebuilder.flows.demo": 1,
     # its build log; the ARF and report OpenSCAP just wrote into the scan's own folder
     "imagebuilder.hardening.content": 1, "imagebuilder.hardening.scan": 1,
