@@ -14,6 +14,7 @@ plain base image: under the threshold, failing rules named)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -216,3 +217,46 @@ def test_the_remediation_sees_the_kernel_s_settings_read_only(tmp_path: Path) ->
     assert "Read-only file system" in (tmp_path / "err").read_text()
     assert (Path("/proc/sys") / setting).read_text().strip() == current
     assert not any(str(root) in line for line in Path("/proc/self/mounts").read_text().splitlines()), "left mounted"
+
+
+def test_packer_s_engine_renders_the_remediation_between_the_node_s_halves_and_packer_validates_it(
+    base_image: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A hardened Packer build's part before its VM starts, for real: the product read from the source image, the
+    content's remediation for Packer's Ansible (its play made to become root, its sshd -t key in /run), the playbook
+    of the node's halves around it, which Ansible parses whole (--syntax-check follows each import), and the
+    template that runs it, which Debian's Packer validates."""
+    import yaml
+
+    from imagebuilder.builder.packer import render_build, validate
+    from imagebuilder.builder.packer_plugins import PackerInfo
+    from imagebuilder.builder.resolve import make_plan
+    from imagebuilder.core.hostinfo import KvmStatus
+    from imagebuilder.hardening.model import HardeningRequest
+    from imagebuilder.hardening.remediate import SSHD_TEST_KEY
+    from imagebuilder.hardening.run import Hardening
+    from imagebuilder.plan.model import BuildRequest
+
+    image, digest = base_image
+    config = tmp_path / "bm.json"
+    config.write_text(json.dumps({"source_image_url": str(image), "source_image_checksum": f"sha256:{digest}"}))
+    request = HardeningRequest("cis_level1_server")
+    plan = make_plan(BuildRequest(os="ubuntu", hypervisor="baremetal", release_channel="1-36", offline=True,
+                                  configs={"baremetal": str(config)}, engine="packer", hardening=request))  # fmt: skip
+    hardening = Hardening(request, tmp_path / "out" / plan.output_stem)
+    playbook = hardening.prepare_packer(image, plan.os, plan.os_version.version, tmp_path / "work")
+    assert hardening.content is not None and hardening.content.product == "debian12", "the image's, not --os"
+    assert hardening.remediation is not None and hardening.remediation.tasks > 150
+    plays = yaml.safe_load(hardening.remediation.path.read_text())
+    assert all(p["become"] is True and p["hosts"] == "all" for p in plays)
+    assert SSHD_TEST_KEY.startswith("/run/") and SSHD_TEST_KEY in hardening.remediation.path.read_text()
+    syntax = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "--syntax-check", "-i", "localhost,",
+                             str(playbook)], capture_output=True, text=True, check=False, timeout=300,
+                            env={**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "ansible" / "roles")})  # fmt: skip
+    assert syntax.returncode == 0, syntax.stdout + syntax.stderr
+    packer = PackerInfo.detect()
+    rendered = render_build(plan, tmp_path / "render", packer, kvm=KvmStatus(False, "not probed: rendered only"),
+                            require_artifacts=False, source_image=image, playbook=playbook)  # fmt: skip
+    assert f"playbook_file = {json.dumps(str(playbook))}" in rendered.template.read_text()
+    checked = validate(rendered, packer)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

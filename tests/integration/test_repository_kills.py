@@ -266,3 +266,9 @@ def test_every_s3_task_aborts_the_upload_a_killed_publish_left_and_another_host_
     assert held.returncode == 1 and "is being written by build-host-elsewhere" in held.stderr, held.stderr
     assert "delete s3://node-images/" in held.stderr and "Traceback" not in held.stderr
     assert {name: store.read(name) for name in store.files()} == before, "nothing written under another's lock"
+    # a lock object of any content (not JSON, a hostile host name) is another's lock: refused, shown as text only
+    for body in (b"\xff\xfe not json", json.dumps({"host": "h\x1b[31m" + "x" * 10000, "run": "1-s1"}).encode()):
+        client.put_object(Bucket=BUCKET, Key=f"{store.prefix}/.image-builder.lock", Body=body)
+        odd = _refresh(work, store.repo, env)
+        assert odd.returncode == 1 and "is being written by" in odd.stderr, odd.stderr
+        assert "\x1b" not in odd.stderr and len(odd.stderr) < 1200, odd.stderr
