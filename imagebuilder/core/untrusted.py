@@ -42,10 +42,14 @@ MASK = "********"
 # credentials: masked in every position of every reference form the tool takes
 
 #: ``scheme://user:password@``, also as a path spells it once normalised (``scheme:/user:password@``: pathlib and
-#: os.path fold the double slash of a URL given where a file was expected, and a message then quotes the path)
+#: os.path fold the double slash of a URL given where a file was expected, and a message then quotes the path). The
+#: password runs to the last ``@`` before a space: a password may hold ``@``, ``/`` and ``:``
 _URL_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]{0,31})?:/{1,2})([^/\s:@]*):([^\s]*)@")
-#: ``scheme://TOKEN@``: a user part without a password is a token as often as a name (``s3://KEY@bucket``)
-_URL_TOKEN = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}:/{1,2})([^/\s:@*][^/\s:@]*)@")
+#: ``scheme://TOKEN@``: a user part without a password is a token as often as a name (``s3://KEY@bucket``). It runs
+#: to the last ``@`` before a space, a ``:`` or the query (an AWS secret holds ``/`` and ``+``, a token may hold
+#: ``@``), but for an image digest's (``oci://registry/pause@sha256:...`` names no one): erring on the side of
+#: hiding, a path that holds an ``@`` is hidden with it
+_URL_TOKEN = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}:/{1,2})([^\s:@?#][^\s:?#]*)@(?!sha(?:256|384|512):)")
 #: a URL's query: its values are signatures, tokens and keys as often as anything else
 _URL_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}:/{1,2}[^\s?#]*\?)([^\s#]*)")
 #: a key in a KMS or on a token, whatever the case of its scheme: ``pkcs11:``, ``hsm:``, ``awskms:``
@@ -89,9 +93,10 @@ def masked(text: str) -> str:
     module and the label. For free text of any kind (messages, output); :func:`shown` for one value."""
     if ":" not in text:
         return text  # no URL and no reference: the common case, at no cost
+    # the query first: its values may hold an ``@``, which the user part's patterns would take for theirs
+    text = _URL_QUERY.sub(lambda m: f"{m.group(1)}{_mask_query(m.group(2))}", text)
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
     text = _URL_TOKEN.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-    text = _URL_QUERY.sub(lambda m: f"{m.group(1)}{_mask_query(m.group(2))}", text)
     return _KEY_REFERENCE.sub(lambda m: _mask_key_reference(m.group(1), m.group(2)), text)
 
 
@@ -117,16 +122,16 @@ def redact_url(text: str) -> str:
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "", text
-    if "@" in rest:
+    if sep and "?" in rest:  # the query first: its values may hold an ``@``, which is not the user part's
+        head, _, query = rest.partition("?")
+        query, hash_, fragment = query.partition("#")
+        rest = f"{head}?{_mask_query(query)}{hash_}{fragment}"
+    if "@" in rest and not re.match(r"sha(?:256|384|512):", rest.rpartition("@")[2]):  # an image digest's @
         userinfo, _, host = rest.rpartition("@")
         if ":" in userinfo:
             rest = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
         elif sep:  # a scheme's URL: the lone user part is a token as often as a name
             rest = f"{MASK}@{host}"
-    if sep and "?" in rest:
-        head, _, query = rest.partition("?")
-        query, hash_, fragment = query.partition("#")
-        rest = f"{head}?{_mask_query(query)}{hash_}{fragment}"
     return f"{scheme}{sep}{rest}"
 
 
