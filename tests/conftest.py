@@ -158,15 +158,14 @@ def base_image(shared_dir: Path) -> tuple[Path, str]:
     extra build): ``image.base`` is killed, its whole process group with SIGKILL, a few seconds into debootstrap
     (its disk attached to loop devices and mounted in the host's namespace, debootstrap running), then run again
     into the same place. The rerun must succeed and leave nothing of the killed run."""
-    import os
     import random
     import subprocess
 
     from imagebuilder.core.files import held
     from imagebuilder.image.bootcheck import check_image
-    from tests.support.common import BIN, ROOT, group_alive, kill_at, loops_on, mounts_under, tagged
+    from tests.support.common import BIN, ROOT, group_alive, kill_at, local_shortcut, loops_on, mounts_under, tagged
 
-    reuse = os.environ.get("IMAGE_BUILDER_TEST_BASE_IMAGE")  # a local shortcut; CI always makes its own
+    reuse = local_shortcut("IMAGE_BUILDER_TEST_BASE_IMAGE")  # refused under CI, which always makes its own
     if reuse:
         return Path(reuse), Path(reuse + ".sha256").read_text().split()[0]
     folder = shared_dir / "base-image"

@@ -39,6 +39,18 @@ PAIRS: dict[tuple[str, str], str | None] = {
 SHARED: list[Path] = []
 
 
+def local_shortcut(name: str) -> str | None:
+    """The value of a local shortcut around a fixture (``IMAGE_BUILDER_TEST_BASE_IMAGE``...): a given image instead
+    of one the fixture makes, which skips the fixture's kill-and-rerun and its checks. Under ``CI`` it is refused: the
+    run fails at once, naming it, so that a CI run always makes and checks its own."""
+    value = os.environ.get(name)
+    if value and os.environ.get("CI"):
+        import pytest
+
+        pytest.fail(f"{name} is a local shortcut; CI makes and checks its own (unset it in the CI's environment)")
+    return value or None
+
+
 @contextlib.contextmanager
 def vm_turn(*, alone: bool = False) -> Iterator[None]:
     """Take the run's turn for emulated guests: shared by the builds and boots, ``alone`` (exclusive) for the

@@ -64,3 +64,19 @@ def test_every_import_of_the_suite_and_the_benchmarks_resolves() -> None:
                     except ModuleNotFoundError:
                         missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{alias.name}")
     assert missing == []
+
+
+def test_a_fixture_s_local_shortcut_is_refused_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IMAGE_BUILDER_TEST_BASE_IMAGE and its kind skip a fixture's kill-and-rerun and its image checks: under CI they
+    fail the test, naming the variable; locally they give their value."""
+    from tests.support.common import local_shortcut
+
+    for name in ("IMAGE_BUILDER_TEST_BASE_IMAGE", "IMAGE_BUILDER_TEST_ARM64_BASE"):
+        monkeypatch.setenv(name, "/srv/base.qcow2")
+        monkeypatch.delenv("CI", raising=False)
+        assert local_shortcut(name) == "/srv/base.qcow2"
+        monkeypatch.setenv("CI", "true")
+        with pytest.raises(pytest.fail.Exception, match=name):
+            local_shortcut(name)
+        monkeypatch.delenv(name)
+        assert local_shortcut(name) is None, "unset, there is nothing to refuse"
