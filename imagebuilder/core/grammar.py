@@ -134,7 +134,8 @@ def url(text: str, schemes: tuple[str, ...] = ("https",), *, credentials: bool =
     shown = redact_url(text)
     try:
         parts = urlsplit(text)
-        parts.port  # noqa: B018 - raises on a bad port
+        if parts.port == 0:  # urlsplit raises past 65535 only: port 0 names no service
+            raise ValueError(parts.port)
     except ValueError:
         raise ValueError(f"expected a URL ({'/'.join(schemes)}), got {shown[:80]!r}: bad port or address") from None
     if parts.scheme.lower() not in schemes:

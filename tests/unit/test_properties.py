@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, event, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from imagebuilder.core import grammar
@@ -23,7 +23,7 @@ from imagebuilder.core.files import parse_yaml_documents
 from imagebuilder.core.render import nginx_string
 from imagebuilder.core.safepath import safe_join
 from imagebuilder.host.serve import ByteRange, parse_range
-from tests.support.properties import SLOW, accepted
+from tests.support.properties import SLOW, accepted, branch, reaches
 
 FAST = settings(max_examples=300, deadline=None)
 
@@ -63,44 +63,105 @@ def test_any_yaml_text_is_data_or_an_input_error(text: str) -> None:
 # --- grammars, safe-join, ranges ------------------------------------------------------------------------------------
 
 
+@st.composite
+def one_change(draw: st.DrawFn, valid: st.SearchStrategy[str], hostile: str) -> str:
+    """A value the grammar accepts, and one time in three the same with one character of ``hostile`` put in it."""
+    text = draw(valid)
+    if draw(st.sampled_from((False, False, True))):  # Hypothesis favours the first: valid
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from(hostile)) + text[at:]
+    return text
+
+
+#: a DNS label as RFC 1123 has it
+labels = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True)
+dns_names = st.lists(labels, min_size=1, max_size=4).map(".".join).filter(lambda n: not n.split(".")[-1].isdigit())
+url_hosts = dns_names | st.ip_addresses(v=4).map(str) | st.ip_addresses(v=6).map(lambda a: f"[{a}]")
+url_paths = st.lists(st.from_regex(r"[A-Za-z0-9._~%-]{0,12}", fullmatch=True), max_size=4).map(
+    lambda parts: "".join("/" + p for p in parts)
+)
+#: digits of other scripts and forms ``int()`` or ``isdigit()`` take, signs, spaces, underscores
+NOT_ASCII_DIGITS = "\u0663\u00b2\uff11+-_ .\n"
+
+
+@reaches(0.5)
 @FAST
-@given(st.text(max_size=30) | st.integers() | st.booleans())
+@given(st.integers(1, 65535).map(str) | st.integers(1, 65535) | one_change(st.integers(0, 99999).map(str),
+                                                                         NOT_ASCII_DIGITS) | st.booleans())  # fmt: skip
 def test_ports_are_1_to_65535_from_digits_only(value: object) -> None:
     try:
         port = grammar.port(value)
     except ValueError:
+        branch("refused")
         return
+    branch("positive")
     assert 1 <= port <= 65535 and not isinstance(value, bool)
     assert isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit())
+    assert port == int(value)
 
 
+@reaches(0.5)
 @FAST
-@given(st.text(max_size=80))
+@given(one_change(dns_names | st.ip_addresses().map(str), "_ /@:\u00e9\u200b*\x00") | st.text(max_size=40))
 def test_hostnames_are_dns_names_or_ip_addresses(text: str) -> None:
     try:
         name = grammar.hostname(text)
     except ValueError:
+        branch("refused")
         return
+    branch("positive")
     try:
         ipaddress.ip_address(name)
     except ValueError:
         assert re.fullmatch(r"[a-z0-9.-]{1,253}", name), name
+        assert name == text.rstrip(".").lower()
 
 
+@st.composite
+def urls(draw: st.DrawFn) -> tuple[str, tuple[str, ...], str | None]:
+    """(url, schemes allowed, what is wrong with it or None): a URL valid by construction, then, one time in three,
+    one part of it broken (its scheme, its host, its port, credentials, a space)."""
+    schemes = draw(st.sampled_from([("https",), ("http", "https")]))
+    scheme, host = draw(st.sampled_from(schemes)), draw(url_hosts)
+    port = draw(st.none() | st.integers(1, 65535))
+    path, query = draw(url_paths), draw(st.none() | st.from_regex(r"[a-z]{1,6}=[A-Za-z0-9]{0,10}", fullmatch=True))
+    broken = draw(st.none() | st.none() | st.sampled_from(["scheme", "host", "port", "credentials", "space"]))
+    password = draw(st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijk0123456789/+@:%", min_size=8, max_size=20))
+    if broken == "scheme":
+        scheme = draw(st.sampled_from(["ftp", "file", "gopher", "s3", "javascript"]))
+    elif broken == "host":
+        host = draw(st.sampled_from(["", "-bad", "a..b", "bad_host", "x" * 64, "1.2.3.999", "[::g]"]))
+    elif broken == "port":
+        port = draw(st.sampled_from([0, 65536, 99999]))
+    userinfo = f"user:{password}@" if broken == "credentials" else ""
+    text = (
+        f"{scheme}://{userinfo}{host}{'' if port is None else f':{port}'}{path}{'' if query is None else '?' + query}"
+    )
+    if broken == "space":
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from([" ", "\t", "\n", "\x7f"])) + text[at:]
+    return text, schemes, password if broken == "credentials" else broken
+
+
+@reaches(0.5)
 @FAST
-@given(st.text(max_size=80), st.sampled_from([("https",), ("http", "https")]))
-def test_urls_have_an_allowed_scheme_a_host_and_no_credentials(text: str, schemes: tuple[str, ...]) -> None:
+@given(urls())
+def test_urls_have_an_allowed_scheme_a_host_and_no_credentials(case: tuple[str, tuple[str, ...], str | None]) -> None:
+    """A URL built valid is accepted as it is; each broken part is refused, and a password is never repeated."""
+    text, schemes, broken = case
     try:
         parts = grammar.url(text, schemes)
     except ValueError as exc:
-        if "@" in text and ":" in text.split("@")[0].split("//")[-1]:
-            password = text.split("@")[0].split("//")[-1].split(":", 1)[1]
-            assume(len(password) > 3)
-            assert password not in str(exc)
+        branch("refused")
+        assert broken is not None, f"a valid URL refused: {text!r}: {exc}"
+        assert len(broken) < 8 or broken not in str(exc), "the password is repeated in the message"
         return
+    branch("positive")
+    assert broken is None, f"{text!r} accepted, broken at its {broken}"
     assert parts.scheme.lower() in schemes and parts.hostname and parts.password is None
 
 
+@reaches(0.5)
 @FAST
 @given(st.text(max_size=300))
 def test_safe_join_never_leaves_the_destination(name: str) -> None:
@@ -109,7 +170,9 @@ def test_safe_join_never_leaves_the_destination(name: str) -> None:
         try:
             path = safe_join(dest, name)
         except InputError:
+            branch("refused")
             return
+        branch("positive")
         assert dest.resolve() in path.parents
 
 
@@ -124,14 +187,17 @@ def test_ranges_are_inside_the_file_or_none(header: str, size: int) -> None:
         assert got in (None, "unsatisfiable")
 
 
+@reaches(0.5)
 @FAST
 @given(st.text(max_size=60))
 def test_nginx_strings_are_quoted_or_refused(value: str) -> None:
     try:
         quoted = nginx_string(value)
     except ValueError:
+        branch("refused")
         assert "$" in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
         return
+    branch("positive")
     inner = quoted[1:-1]
     assert quoted[0] == quoted[-1] == '"' and not re.search(r'(?<!\\)(\\\\)*"', inner)
 
@@ -147,9 +213,12 @@ def test_nginx_strings_are_quoted_or_refused(value: str) -> None:
 
 @st.composite
 def multi_subnet_configs(draw: st.DrawFn) -> dict[str, object]:
-    """Mostly valid configs (subnets in their own /24, routers outside the range, held addresses distinct), with a
-    few collisions drawn on purpose: the arithmetic is what is under test."""
-    subnets, hosts_all = [], []
+    """Valid configs (subnets in their own /24, routers outside the range, held addresses distinct and each held the
+    way its place allows), and one time in three a config drawn with collisions on purpose (an address held twice,
+    a fixed lease outside every subnet, an 'outside' control-plane IP inside the range): the arithmetic of the pools
+    and of the refusals is what is under test."""
+    collide = draw(st.sampled_from((False, False, True)))  # Hypothesis favours the first: a valid config
+    subnets, hosts_all, free = [], [], []
     for k in range(draw(st.integers(1, 3))):
         prefix = draw(st.integers(24, 29))
         net = ipaddress.IPv4Network(((10 << 24) + (draw(st.integers(0, 7)) << 16) + (k << 8), prefix))
@@ -157,27 +226,37 @@ def multi_subnet_configs(draw: st.DrawFn) -> dict[str, object]:
         router = draw(st.integers(0, len(hosts) - 1))
         lo = draw(st.integers(0, len(hosts) - 1).filter(lambda i, r=router: i != r))
         hi = draw(st.integers(lo, len(hosts) - 1).filter(lambda i, r=router, start=lo: i < r or start > r))
-        held = draw(st.lists(st.sampled_from(hosts), max_size=4, unique=True))
+        others = hosts if collide else [h for i, h in enumerate(hosts) if i != router]
+        held = draw(st.lists(st.sampled_from(others), max_size=4, unique=True)) if others else []
         hosts_all += hosts
+        free += [h for h in others if h not in held]
+        cps = []
+        for ip in held[1:2]:
+            inside = lo <= hosts.index(ip) <= hi
+            methods = ["outside", "shrink", "reserve"] if collide or not inside else ["reserve"]
+            cps.append({"ip": ip, "method": draw(st.sampled_from(methods))})
         subnets.append({
             "interface": draw(st.sampled_from(["eth0", "eth1"])), "subnet": str(net),
             "range": {"start": hosts[lo], "end": hosts[hi]}, "routers": [hosts[router]],
-            "exclude": held[:1],
-            "control_plane_ips": [{"ip": ip, "method": draw(st.sampled_from(["outside", "shrink", "reserve"]))}
-                                  for ip in held[1:2]],
+            "exclude": held[:1], "control_plane_ips": cps,
         })  # fmt: skip
-    fixed_ips = draw(st.lists(st.sampled_from(hosts_all) | st.just("192.0.2.1"), max_size=4, unique=True))
+    pick = st.sampled_from(hosts_all) | st.just("192.0.2.1") if collide else st.sampled_from(free or hosts_all)
+    fixed_ips = draw(st.lists(pick, max_size=4, unique=True))
     fixed = [{"mac": f"02:00:00:00:00:{i:02x}", "ip": ip, "hostname": f"node-{i}"} for i, ip in enumerate(fixed_ips)]
-    return {"dns_servers": ["192.0.2.53"], "subnets": subnets, "fixed_leases": fixed,
-            "exclude": draw(st.lists(st.sampled_from(hosts_all), max_size=2, unique=True))}  # fmt: skip
+    rest = [h for h in free if h not in fixed_ips]
+    exclude = draw(st.lists(st.sampled_from(hosts_all if collide else rest or hosts_all), max_size=2, unique=True))
+    return {"dns_servers": ["192.0.2.53"], "subnets": subnets, "fixed_leases": fixed, "exclude": exclude}
 
 
+@reaches(0.5)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(multi_subnet_configs())
 def test_pools_are_the_ranges_less_every_held_address_and_nothing_else(data: dict[str, object]) -> None:
     pool = accepted(data)
     if pool is None:
+        branch("refused")
         return
+    branch("positive")
     config = pool.config
     for s in pool.subnets:
         rng = {int(s.subnet.range.start) + i for i in range(int(s.subnet.range.end) - int(s.subnet.range.start) + 1)}
@@ -252,16 +331,19 @@ def test_a_license_becomes_an_expression_of_known_identifiers_or_nothing(text: s
         assert tokens <= SPDX_IDS, expression
 
 
+@reaches(0.5)
 @FAST
-@given(st.text(max_size=80) | st.sampled_from(["../x.gz", "a/b.gz", ".hidden", "..", "ok-1.2_3+4.gz", "x\x00y"]))
+@given(one_change(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,60}", fullmatch=True), "/\\\x00 :@\u00e9")
+       | st.sampled_from(["../x.gz", "a/b.gz", ".hidden", "..", "ok-1.2_3+4.gz", "x\x00y"]))  # fmt: skip
 def test_a_target_name_is_one_file_name_inside_targets(name: str) -> None:
     from imagebuilder.publish.repository import target_name
 
     try:
         accepted = target_name(name)
     except InputError:
-        event("refused")
+        branch("refused")
         return
+    branch("positive")
     assert accepted == name and "/" not in name and not name.startswith(".") and name not in ("", "..")
     assert safe_join(Path("/repo/targets"), accepted).parent == Path("/repo/targets")
 
