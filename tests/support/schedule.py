@@ -38,6 +38,7 @@ HEAVY = (
     "test_ci_pipeline.py",
     "test_reproducible.py",
     "test_fault_injection.py",
+    "test_repository_kills.py",
     "test_hostprep.py",
     "test_packer_versions.py",
     "test_bootcheck.py",
