@@ -56,13 +56,12 @@ def check_checksum(image: Path) -> str:
         raise InputError(f"has no {sums.name} file beside it" + (" (a symbolic link)" if sums.is_symlink() else ""),
                          source=image, field="--image",
                          expected="the image's checksum file, as a build writes it")  # fmt: skip
-    want = read_text(sums, "checksum file").split()[:1]
+    text = read_text(sums, "checksum file")
+    want = grammar.digest_in_sums(text, image.name)  # either case, as sha256sum -c takes it
     got = sha256_file(image)
-    if want != [got]:
+    if want != got:
         # quoted only when it is a digest: the file's content is never echoed otherwise
-        said = "no SHA-256" if not want else "something that is not a SHA-256"
-        if want and grammar.is_hex_digest(want[0], "sha256"):
-            said = want[0]
+        said = want or ("no SHA-256" if not text.split() else "something that is not a SHA-256 of it")
         raise InputError(
             f"{sums.name} says {said}, the image's SHA-256 is {got}",
             source=image,

@@ -383,3 +383,35 @@ def test_any_hardware_csv_gives_leases_or_problems_and_never_quotes_a_password(
         text = str(problem)
         assert "PW-x" not in text and "Never-Shown" not in text, text
         assert problem.field and problem.field.startswith(("row ", "line ", "header")), problem.field
+
+
+# --- issue 63: a checksum file's digest in either case, in each form a checksum file takes ---------------------------
+
+
+@st.composite
+def checksum_files(draw: st.DrawFn) -> tuple[str, str, str | None]:
+    """(text of a checksum file, the file it is asked about, the digest it gives for it or None)."""
+    digest = draw(st.binary(min_size=32, max_size=32)).hex()
+    cased = draw(st.sampled_from([str.lower, str.upper, lambda h: "".join(
+        c.upper() if i % 2 else c for i, c in enumerate(h))]))(digest)  # fmt: skip
+    name = draw(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,30}", fullmatch=True))
+    form = draw(st.sampled_from(["lone", "text", "binary", "among", "path", "other"]))
+    other = draw(st.binary(min_size=32, max_size=32)).hex()
+    text = {"lone": f"{cased}\n", "text": f"{cased}  {name}\n", "binary": f"{cased} *{name}\n",
+            "among": f"{other}  a-{name}\n{cased}  {name}\n", "path": f"{cased}  ./out/{name}\n",
+            "other": f"{cased}  a-{name}\n{other}  b-{name}\n"}[form]  # fmt: skip
+    return text, name, None if form == "other" else digest
+
+
+@reaches(0.5)
+@FAST
+@given(checksum_files())
+def test_a_checksum_file_gives_the_digest_of_its_file_in_lower_case(case: tuple[str, str, str | None]) -> None:
+    text, name, digest = case
+    got = grammar.digest_in_sums(text, name)
+    if digest is None:
+        branch("names another file")
+        assert got is None
+        return
+    branch("positive")
+    assert got == digest, (text, got)

@@ -44,3 +44,13 @@ def test_a_wrong_digest_is_quoted(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         check_checksum(image)
     assert "ab" * 32 in str(err.value), "a digest is what the user needs to see"
+
+
+def test_a_checksum_file_in_upper_case_is_the_same_digest(tmp_path: Path) -> None:
+    """sha256sum -c takes a digest in either case; so does a publish (the digest it returns is lower case)."""
+    import hashlib
+
+    image = _image(tmp_path)
+    digest = hashlib.sha256(b"image bytes").hexdigest()
+    image.with_name("node.gz.sha256").write_text(f"{digest.upper()}  node.gz\n")
+    assert check_checksum(image) == digest
