@@ -84,10 +84,14 @@ HARNESS = "tests/integration/adversarial/test_every_flag.py"
         "fast": "only the tests that need no root, network namespace, VM, vcsim or long run (no static checks)",
         "quick": "the edit-test loop: tests/unit (in-process: no program, socket, root or guest) and a tenth of the"
         " flag harness (tests/integration/adversarial/test_every_flag.py); about a minute",
+        "mutation": "instead of the suite: the mutation score of these modules (comma-separated paths, or 'guarded':"
+        " the code that guards secrets and trust) over the unit tests, with mutmut; fails under 90%; minutes to"
+        " hours per module, not part of the CI run (tests/support/mutation.py)",
     },
 )
 @cli_task
-def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, quick: bool = False) -> None:
+def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, quick: bool = False,
+         mutation: str = "") -> None:  # fmt: skip
     """Run the whole test suite: pytest against the real components, the static checks among its tests.
 
     Examples:
@@ -95,6 +99,20 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, qui
     """
     if fast and quick:
         raise InputError("--fast and --quick choose different sets", field="--quick", expected="one of them")
+    if mutation:
+        from imagebuilder.cli import flags
+
+        modules = [m for m in flags.comma_list(mutation, "--mutation") if m != "guarded"]
+        root = paths.require_checkout("test")
+        unknown = [m for m in modules if not m.endswith(".py") or not (root / m).is_file() or ".." in m.split("/")]
+        if unknown:
+            raise InputError(f"not a module of the checkout: {unknown[0][:80]!r}", field="--mutation",
+                             expected="paths like imagebuilder/core/grammar.py, or 'guarded'")  # fmt: skip
+        with c.cd(str(root)):
+            done = c.run(f"{BIN}/python -m tests.support.mutation {' '.join(modules)}", pty=False, warn=True)
+        if done is None or not done.ok:
+            raise ExternalError("the mutation score is under 90% (or mutmut failed)", hint="its report is above")
+        return
     select = f" -k '{k}'" if k else ""
     if no_lint:
         select += f" --ignore={STATIC_MODULE}"
