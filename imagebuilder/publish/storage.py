@@ -205,16 +205,18 @@ class S3Store:
         try:
             swept: list[str] = []
             yield swept
-            swept += self._abort_uploads()
-        except (BotoCoreError, ClientError) as exc:
-            raise self._fail("sweeping the uploads killed writers left", exc) from None
+            try:
+                swept += self._abort_uploads()
+            except (BotoCoreError, ClientError) as exc:
+                raise self._fail("aborting the uploads killed writers left", exc) from None
         finally:
             with suppress(BotoCoreError, ClientError):
-                if self.client.get_object(Bucket=self.bucket, Key=self._k(LOCK))["Body"].read(4096) == mine:
+                if mine and self.client.get_object(Bucket=self.bucket, Key=self._k(LOCK))["Body"].read(4096) == mine:
                     self.client.delete_object(Bucket=self.bucket, Key=self._k(LOCK))
 
     def _lock(self) -> bytes:
-        """Make the lock object where none is (a conditional PUT); take over one a gone run of this host left."""
+        """Make the lock object where none is (a conditional PUT); take over one a gone run of this host left.
+        Returns its bytes, or nothing on a store that has no conditional writes (then no lock is held)."""
         from botocore.exceptions import ClientError
 
         mine = json.dumps({"host": socket.gethostname(), "boot": boot_id(), "run": run_tag(),
@@ -224,8 +226,10 @@ class S3Store:
                 self.client.put_object(Bucket=self.bucket, Key=self._k(LOCK), Body=mine, IfNoneMatch="*")
                 return mine
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "412",
-                                                                     "ConditionalRequestConflict"):  # fmt: skip
+                code = exc.response.get("Error", {}).get("Code")
+                if code in ("NotImplemented", "501"):  # a store without conditional writes: no lock to take
+                    return b""
+                if code not in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                     raise
             try:
                 held = self.client.get_object(Bucket=self.bucket, Key=self._k(LOCK))["Body"].read(4096)
