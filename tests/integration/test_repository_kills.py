@@ -272,3 +272,24 @@ def test_every_s3_task_aborts_the_upload_a_killed_publish_left_and_another_host_
         odd = _refresh(work, store.repo, env)
         assert odd.returncode == 1 and "is being written by" in odd.stderr, odd.stderr
         assert "\x1b" not in odd.stderr and len(odd.stderr) < 1200, odd.stderr
+
+
+@pytest.mark.parametrize("moment", ["wrote metadata/1.root.json", "writing metadata/1.snapshot.json",
+                                    "writing metadata/timestamp.json"])  # fmt: skip
+def test_an_init_killed_before_its_timestamp_is_completed_by_the_rerun(work: Path, tmp_path: Path, moment: str) -> None:
+    """repo.init killed after its root (the file a user pins) and before its timestamp: the rerun keeps that root,
+    byte for byte, writes the rest and sweeps the killed run's temporary file; a client then reads the repository."""
+    repo = tmp_path / "repo"
+    argv = ("repo.init", "--repo", str(repo), "--keys", str(work / "keys"))
+    killed = cli(*argv, env={"IMAGE_BUILDER_FAIL_AT": moment})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    root = (repo / "metadata" / "1.root.json").read_bytes()
+    rerun = cli(*argv)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert (repo / "metadata" / "1.root.json").read_bytes() == root, "the root a user may have pinned is kept"
+    store = Folder(repo)
+    assert not store.left() and store.files() == _named(store.read)
+    shutil.copyfile(repo / "metadata" / "1.root.json", tmp_path / "root.json")
+    published = _publish(work, str(repo), BEFORE, {})
+    assert published.returncode == 0, published.stdout + published.stderr
+    store.clients_read(work, tmp_path / "root.json", f"{BEFORE}.gz", tmp_path / "dl")
