@@ -84,6 +84,9 @@ def measure(module: str, work: Path) -> dict[str, object]:
         raise SystemExit(f"mutmut produced no results for {module} (exit {run.returncode}):\n{run.stdout[-3000:]}"
                          f"{run.stderr[-3000:]}")  # fmt: skip
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    if codes and all(code is None for code in codes.values()):
+        raise SystemExit(f"mutmut checked no mutant of {module} (exit {run.returncode}): the unit tests must pass on"
+                         f" the copy first:\n{run.stdout[-3000:]}{run.stderr[-3000:]}")  # fmt: skip
     listed = equivalent()
     counts: Counter[str] = Counter()
     survivors = []
