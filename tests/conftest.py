@@ -15,6 +15,7 @@ import pytest
 
 from tests.support import schedule
 from tests.support.common import make_manifest
+from tests.support.mutation import use_hypothesis_profile
 from tests.support.schedule import HEAVY, pytest_addoption, pytest_xdist_make_scheduler  # noqa: F401 - hooks
 from tests.support.timeline import (  # noqa: F401 - hooks
     pytest_runtest_call,
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from imagebuilder.release.source import RuntimeBuild, SourceRelease
     from imagebuilder.release.standin import ReleaseRuntime
     from tests.support.vcsim import Vcsim
+
+use_hypothesis_profile()  # under invoke test --mutation only: no deadlines, the same examples each run
 
 
 def pytest_configure(config: pytest.Config) -> None:

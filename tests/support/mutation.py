@@ -14,6 +14,7 @@ Run as ``python -m tests.support.mutation imagebuilder/core/grammar.py ...`` fro
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,20 @@ GUARDED = (
 EQUIVALENT = ROOT / "tests" / "data" / "mutation-equivalent.yaml"
 #: mutmut's exit codes of a checked mutant, by what they mean (mutmut/stats.py)
 KILLED, SURVIVED = {1, 3, 36, 37, 24, 152, 255, -24}, {0, 5, 33}
+
+
+#: the environment variable that makes the unit tests use :func:`use_hypothesis_profile`'s profile
+PROFILE_ENV = "IMAGE_BUILDER_MUTATION"
+
+
+def use_hypothesis_profile() -> None:
+    """Under mutmut (its tracing makes every example slower, and a mutant is judged by the same examples each time):
+    Hypothesis without deadlines and derandomized. Elsewhere nothing changes."""
+    from hypothesis import settings
+
+    if os.environ.get(PROFILE_ENV):
+        settings.register_profile("mutation", deadline=None, derandomize=True, print_blob=False)
+        settings.load_profile("mutation")
 
 
 def equivalent() -> dict[str, str]:
@@ -78,7 +93,8 @@ def measure(module: str, work: Path) -> dict[str, object]:
     with (copy / "pyproject.toml").open("a") as fh:
         fh.write("\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
     mutmut = Path(sys.executable).parent / "mutmut"
-    run = subprocess.run([str(mutmut), "run"], cwd=copy, capture_output=True, text=True, check=False)
+    run = subprocess.run([str(mutmut), "run"], cwd=copy, capture_output=True, text=True, check=False,
+                         env={**os.environ, PROFILE_ENV: "1"})  # fmt: skip
     meta = copy / "mutants" / (module + ".meta")
     if not meta.is_file():
         raise SystemExit(f"mutmut produced no results for {module} (exit {run.returncode}):\n{run.stdout[-3000:]}"
