@@ -101,8 +101,13 @@ def measure(module: str, work: Path) -> dict[str, object]:
                          f"{run.stderr[-3000:]}")  # fmt: skip
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
     if codes and all(code is None for code in codes.values()):
-        raise SystemExit(f"mutmut checked no mutant of {module} (exit {run.returncode}): the unit tests must pass on"
-                         f" the copy first:\n{run.stdout[-3000:]}{run.stderr[-3000:]}")  # fmt: skip
+        why = (
+            "no unit test reaches it (its tests are integration tests: a score over the unit tests is 0)"
+            if "could not find any test case" in run.stdout
+            else "the unit tests must pass on the copy first"
+        )
+        raise SystemExit(f"mutmut checked no mutant of {module} (exit {run.returncode}): {why}\n"
+                         f"{run.stdout[-3000:]}{run.stderr[-3000:]}")  # fmt: skip
     listed = equivalent()
     counts: Counter[str] = Counter()
     survivors = []
