@@ -101,13 +101,14 @@ def test(c: Context, k: str = "", no_lint: bool = False, fast: bool = False, qui
         raise InputError("--fast and --quick choose different sets", field="--quick", expected="one of them")
     if mutation:
         from imagebuilder.cli import flags
+        from imagebuilder.core.safepath import safe_join
 
         modules = [m for m in flags.comma_list(mutation, "--mutation") if m != "guarded"]
         root = paths.require_checkout("test")
-        unknown = [m for m in modules if not m.endswith(".py") or not (root / m).is_file() or ".." in m.split("/")]
-        if unknown:
-            raise InputError(f"not a module of the checkout: {unknown[0][:80]!r}", field="--mutation",
-                             expected="paths like imagebuilder/core/grammar.py, or 'guarded'")  # fmt: skip
+        for module in modules:
+            if not module.endswith(".py") or not safe_join(root, module, what="--mutation module").is_file():
+                raise InputError(f"not a module of the checkout: {module[:80]!r}", field="--mutation",
+                                 expected="paths like imagebuilder/core/grammar.py, or 'guarded'")  # fmt: skip
         with c.cd(str(root)):
             done = c.run(f"{BIN}/python -m tests.support.mutation {' '.join(modules)}", pty=False, warn=True)
         if done is None or not done.ok:

@@ -15,13 +15,13 @@ each role's threshold is the number of its signatures a client requires (``repo.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import re
-from collections.abc import Callable, Collection, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from imagebuilder.attest.keys import load_signer
 from imagebuilder.core import grammar
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from tuf.api.metadata import Metadata, Root, Snapshot, Targets, Timestamp
 
 ROLES = ("root", "targets", "snapshot", "timestamp")
+P = ParamSpec("P")
+R = TypeVar("R")
 #: how long each role's metadata stays valid, in days, unless ``--expires`` says otherwise
 EXPIRY_DAYS = {"root": 365, "targets": 90, "snapshot": 7, "timestamp": 1}
 _TARGET_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,200}")
@@ -237,14 +239,22 @@ class Change:
     swept: list[str] = field(default_factory=list)
 
 
-@contextmanager
-def _writing(store: Store, dry_run: bool) -> Iterator[list[str]]:
-    """The repository's lock and sweep around one write (none for a dry run: it writes nothing)."""
-    if dry_run:
-        yield []
-        return
-    with store.writing() as swept:
-        yield swept
+def _writes(op: Callable[P, R]) -> Callable[P, R]:
+    """A repository write (its first argument the store): run under the store's lock, with what killed writers left
+    swept (:meth:`Store.writing`) and named in its :class:`Change`; a dry run writes nothing, so takes neither."""
+
+    @functools.wraps(op)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        store = cast("Store", args[0])
+        if kwargs.get("dry_run"):
+            return op(*args, **kwargs)
+        with store.writing() as swept:
+            result = op(*args, **kwargs)
+        change = result if isinstance(result, Change) else result[1]  # type: ignore[index]  # init: (root, change)
+        change.swept = swept
+        return result
+
+    return run
 
 
 def _write_snapshot_and_timestamp(store: Store, state: State, keys: Keys, days: dict[str, int], change: Change,
@@ -299,11 +309,13 @@ def check_schemes(signers: Iterable[Signer], flag: str) -> None:
                              field=flag, expected=f"a key of {', '.join(CLIENT_SCHEMES)}")  # fmt: skip
 
 
-def _init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False,
+@_writes
+def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False,
          asked: Collection[str] = ROLES) -> tuple[bytes, Change]:  # fmt: skip
     """A new repository (root, empty targets, snapshot, timestamp, all version 1). Returns root.json's bytes. A
     folder or prefix that holds a repository already is left alone: the same keys make this a no-op (a rerun), other
-    keys exit 2, and so does another threshold for a role in ``asked`` (the roles whose threshold the user gave)."""
+    keys exit 2, and so does another threshold for a role in ``asked`` (the roles whose threshold the user gave). An
+    init killed before its timestamp is completed by the rerun, its root kept."""
     from tuf.api.metadata import Metadata, MetaFile, Root, Snapshot, Targets, Timestamp
 
     for role in ROLES:
@@ -371,7 +383,8 @@ class NewTarget:
     sha256: str | None = None  #: its digest, when the caller has it already (an image is read once, not thrice)
 
 
-def _publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, int], *, dry_run: bool = False,
+@_writes
+def publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, int], *, dry_run: bool = False,
             transfers: Transfers | None = None, say: Callable[[str], None] | None = None) -> Change:  # fmt: skip
     """Add ``files`` as targets: their bytes first (hash-prefixed), then targets, snapshot and timestamp. A file
     the repository lists already with the same length and hashes changes nothing; when all do, nothing is signed."""
@@ -409,7 +422,8 @@ def _publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, i
     return change
 
 
-def _refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = False, dry_run: bool = False) -> Change:
+@_writes
+def refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = False, dry_run: bool = False) -> Change:
     """New versions of snapshot and timestamp (and targets, with ``targets``) with new expiry dates, re-signed."""
     state = load(store)
     change = Change()
@@ -419,7 +433,8 @@ def _refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = 
     return change
 
 
-def _rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: int, days: dict[str, int],
+@_writes
+def rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: int, days: dict[str, int],
            *, dry_run: bool = False) -> Change:  # fmt: skip
     """Replace every key of ``role`` with ``new`` in a new root version, signed by the current root keys (and the
     new ones, for a root rotation: a client holding the old root follows it to the new); the rotated role's metadata
@@ -477,46 +492,6 @@ def _rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: i
             store.write(name, _bytes(root))  # last: until it is there, clients trust the old keys, which signed too
         change.written.append(name)
     change.versions["root"] = root.signed.version
-    return change
-
-
-def init(store: Store, keys: Keys, thresholds: dict[str, int], days: dict[str, int], *, dry_run: bool = False,
-         asked: Collection[str] = ROLES) -> tuple[bytes, Change]:  # fmt: skip
-    """A new repository (root, empty targets, snapshot, timestamp, all version 1). Returns root.json's bytes. A
-    folder or prefix that holds a repository already is left alone: the same keys make this a no-op (a rerun), other
-    keys exit 2, and so does another threshold for a role in ``asked`` (the roles whose threshold the user gave). An
-    init killed before its timestamp is completed by the rerun."""
-    with _writing(store, dry_run) as swept:
-        root, change = _init(store, keys, thresholds, days, dry_run=dry_run, asked=asked)
-    change.swept = swept
-    return root, change
-
-
-def publish(store: Store, keys: Keys, files: list[NewTarget], days: dict[str, int], *, dry_run: bool = False,
-            transfers: Transfers | None = None, say: Callable[[str], None] | None = None) -> Change:  # fmt: skip
-    """Add ``files`` as targets: their bytes first (hash-prefixed), then targets, snapshot and timestamp. A file
-    the repository lists already with the same length and hashes changes nothing; when all do, nothing is signed."""
-    with _writing(store, dry_run) as swept:
-        change = _publish(store, keys, files, days, dry_run=dry_run, transfers=transfers, say=say)
-    change.swept = swept
-    return change
-
-
-def refresh(store: Store, keys: Keys, days: dict[str, int], *, targets: bool = False, dry_run: bool = False) -> Change:
-    """New versions of snapshot and timestamp (and targets, with ``targets``) with new expiry dates, re-signed."""
-    with _writing(store, dry_run) as swept:
-        change = _refresh(store, keys, days, targets=targets, dry_run=dry_run)
-    change.swept = swept
-    return change
-
-
-def rotate(store: Store, keys: Keys, role: str, new: list[Signer], threshold: int, days: dict[str, int],
-           *, dry_run: bool = False) -> Change:  # fmt: skip
-    """Replace every key of ``role`` with ``new`` in a new root version (see :func:`_rotate` for the order of the
-    writes, which keeps every client working at every moment of it)."""
-    with _writing(store, dry_run) as swept:
-        change = _rotate(store, keys, role, new, threshold, days, dry_run=dry_run)
-    change.swept = swept
     return change
 
 

@@ -128,10 +128,7 @@ def measure(module: str, work: Path) -> dict[str, object]:
 
 
 def main(modules: list[str]) -> int:
-    unknown = [m for m in modules if not (ROOT / m).is_file()]
-    if unknown:
-        print(f"not a module of the checkout: {', '.join(unknown)} (the guarded ones: {', '.join(GUARDED)})")
-        return 2
+    """Measure ``modules`` (checked by the task: paths of the checkout), or every guarded one."""
     results = []
     with tempfile.TemporaryDirectory(prefix="image-builder-mutation-") as tmp:
         for module in modules or list(GUARDED):
