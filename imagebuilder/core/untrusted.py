@@ -93,10 +93,11 @@ def masked(text: str) -> str:
     module and the label. For free text of any kind (messages, output); :func:`shown` for one value."""
     if ":" not in text:
         return text  # no URL and no reference: the common case, at no cost
-    # the query first: its values may hold an ``@``, which the user part's patterns would take for theirs
-    text = _URL_QUERY.sub(lambda m: f"{m.group(1)}{_mask_query(m.group(2))}", text)
+    # a password runs to the last ``@`` (it may hold ``?``); a lone token stops at the query, whose values may hold
+    # an ``@`` of their own
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
     text = _URL_TOKEN.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    text = _URL_QUERY.sub(lambda m: f"{m.group(1)}{_mask_query(m.group(2))}", text)
     return _KEY_REFERENCE.sub(lambda m: _mask_key_reference(m.group(1), m.group(2)), text)
 
 
@@ -122,16 +123,17 @@ def redact_url(text: str) -> str:
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "", text
-    if sep and "?" in rest:  # the query first: its values may hold an ``@``, which is not the user part's
+    if "@" in rest and not re.match(r"sha(?:256|384|512):", rest.rpartition("@")[2]):  # an image digest's @
+        userinfo, _, host = rest.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        if ":" in userinfo and not any(c in user for c in "/?#"):  # a password runs to the last ``@``: it may hold
+            rest = f"{user}:{MASK}@{host}"  # ``@``, ``/`` and ``?`` (a user name holds none of them)
+        elif sep and not any(c in userinfo for c in "?#:"):  # a lone token; an ``@`` past ``?`` is a query value's
+            rest = f"{MASK}@{host}"
+    if sep and "?" in rest:
         head, _, query = rest.partition("?")
         query, hash_, fragment = query.partition("#")
         rest = f"{head}?{_mask_query(query)}{hash_}{fragment}"
-    if "@" in rest and not re.match(r"sha(?:256|384|512):", rest.rpartition("@")[2]):  # an image digest's @
-        userinfo, _, host = rest.rpartition("@")
-        if ":" in userinfo:
-            rest = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
-        elif sep:  # a scheme's URL: the lone user part is a token as often as a name
-            rest = f"{MASK}@{host}"
     return f"{scheme}{sep}{rest}"
 
 
