@@ -118,15 +118,18 @@ def public_pem(key: SSlibKey) -> bytes:
     return public.encode()
 
 
-def export_public_key(key: SSlibKey, dest: Path) -> bool:
+def export_public_key(key: SSlibKey, dest: Path, *, dry_run: bool = False) -> bool:
     """Write ``key`` as PEM to ``dest``; False when ``dest`` already holds it (a rerun), exit 2 when it holds
-    another key (a public key file is never silently replaced: verifiers trust it)."""
+    another key (a public key file is never silently replaced: verifiers trust it). A dry run checks the same and
+    writes nothing."""
     pem = public_pem(key)
     if dest.exists():
         if load_public_key(dest, "--dest").keyid == key.keyid:
             return False
         raise InputError("holds another public key", source=dest, field="--dest",
                          expected="a new file name, or the old file moved away")  # fmt: skip
+    if dry_run:
+        return True
     with atomic_write(dest, "wb", perm=0o644) as fh:
         fh.write(pem)
     return True

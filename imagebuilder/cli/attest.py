@@ -51,10 +51,11 @@ def sign(c: Context, provenance: str = "", signing_key: str = "", image: str = "
     help={
         "key": "the key: awskms:..., hsm:... or pkcs11:... (its public half is read from the KMS or token)",
         "dest": "where to write the PEM public key (refused if it exists and holds another key)",
+        "dry_run": "read the public key from the KMS or token and check --dest; write nothing",
     },
 )
 @cli_task
-def public_key(c: Context, key: str = "", dest: str = "") -> None:
+def public_key(c: Context, key: str = "", dest: str = "", dry_run: bool = False) -> None:
     """Write the PEM public key of a key in a KMS or on a token (for image.verify --public-key elsewhere).
 
     Examples:
@@ -69,5 +70,6 @@ def public_key(c: Context, key: str = "", dest: str = "") -> None:
                          expected="awskms:<key>, hsm:<id> or pkcs11:token=<label>;id=<id>")  # fmt: skip
     out = flags.dest_file(flags.required(dest, "--dest", "a file for the PEM public key"), "--dest")
     public = load_public_key(ref, "--key")
-    written = export_public_key(public, out)
-    print(f"{'wrote' if written else 'unchanged'} {out}: key {public.keyid} ({public.scheme})")
+    written = export_public_key(public, out, dry_run=dry_run)
+    said = ("would write" if dry_run else "wrote") if written else "unchanged"
+    print(f"{said} {out}: key {public.keyid} ({public.scheme})")

@@ -49,7 +49,11 @@ def friendly_parse_error(exc: ParseError, task_names: list[str]) -> str:
         word = match.group(1)
         candidates = list(exc.context.flags.keys()) if exc.context is not None and word.startswith("-") else []
         candidates += task_names
-        text += did_you_mean(word, candidates)
+        hint = did_you_mean(word, candidates)
+        if not hint and word.startswith("-") and exc.context is not None and not exc.context.name:
+            # before any task name: a task's flag put ahead of its task (image-builder -f user.yaml vsphere.setup-user)
+            hint = f" (a task's options come after its name: image-builder TASK {word} ...)"
+        text += hint
     return f"error: {text}"
 
 

@@ -46,30 +46,27 @@ def _counts(text: str, flag: str, defaults: dict[str, int], lo: int = 1, hi: int
         "roles": "how many keys each role gets, role=N comma-separated (default root=1,targets=1,snapshot=1,"
         "timestamp=1; e.g. root=3 for a threshold of root keys)",
         "type": "ed25519 (default), ecdsa or rsa",
+        "dry_run": "check the folder and the flags, list the key files that would be made; write nothing",
     },
 )
 @cli_task
-def keygen(c: Context, dest: str = "", roles: str = "", type: str = "ed25519") -> None:
+def keygen(c: Context, dest: str = "", roles: str = "", type: str = "ed25519", dry_run: bool = False) -> None:
     """Make the repository's signing keys (private 0600, public .pub beside each).
 
     Examples:
-        image-builder repo.keygen --dest keys
+        image-builder repo.keygen --dest keys --dry-run
     """
-    from imagebuilder.attest.keys import KINDS, generate
-    from imagebuilder.publish.repository import ROLES
+    from imagebuilder.attest.keys import KINDS
+    from imagebuilder.publish.repository import ROLES, make_keys
 
     out = flags.dest_dir(flags.required(dest, "--dest", "a folder for the keys"), "--dest")
     kind = flags.choice(type, "--type", KINDS)
     counts = _counts(roles, "--roles", dict.fromkeys(ROLES, 1))
-    out.mkdir(parents=True, exist_ok=True)
-    out.chmod(0o700)
-    for role in ROLES:
-        for n in range(1, counts[role] + 1):
-            path = out / (f"{role}.pem" if counts[role] == 1 else f"{role}-{n}.pem")
-            if path.exists():
-                print(f"kept      {path} (exists)")
-                continue
-            print(f"wrote     {path} (key ID {generate(path, kind)})")
+    for path, key_id in make_keys(out, counts, kind, dry_run=dry_run):
+        if key_id or (dry_run and not path.exists()):
+            print(f"would write {path} ({kind})" if dry_run else f"wrote     {path} (key ID {key_id})")
+        else:
+            print(f"kept      {path} (exists)")
 
 
 @task(

@@ -63,6 +63,8 @@ def test_a_kms_key_signs_a_provenance_a_build_left_unsigned(kms: Kms, tmp_path: 
     assert res.returncode == 0 and "[ok  ] signature" in res.stdout, res.stdout + res.stderr
     # ... and where the KMS cannot be reached, with its PEM public key exported once
     pub = tmp_path / "kms.pub"
+    res = kms.run(IB, "attest.public-key", "--key", f"awskms:{alias}", "--dest", str(pub), "--dry-run")
+    assert res.returncode == 0 and "would write" in res.stdout and not pub.exists(), res.stdout + res.stderr
     res = kms.run(IB, "attest.public-key", "--key", f"awskms:{alias}", "--dest", str(pub))
     assert res.returncode == 0 and "wrote" in res.stdout, res.stdout + res.stderr
     again = kms.run(IB, "attest.public-key", "--key", f"awskms:{alias}", "--dest", str(pub))

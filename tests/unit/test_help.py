@@ -69,6 +69,8 @@ def test_invokes_options_are_unknown_and_exit_2(option: str) -> None:
     code, text = run(option, "dhcp.schema")
     assert code == 2, text
     assert f"No idea what '{option}' is" in text
+    if option in ("-f", "-e", "-d"):  # no did-you-mean among image-builder's options: where a task's flag goes
+        assert f"image-builder TASK {option} ..." in text, text
 
 
 def test_a_tasks_letter_is_the_tasks_own() -> None:
@@ -319,3 +321,29 @@ def test_every_default_a_help_states_is_the_tasks() -> None:
             assert stated in (default, f"./{default}") or f"{default} (default" in text, (task, arg.name, text)
             checked += 1
     assert checked >= 20, "the defaults were really read"
+
+
+#: the tasks without --dry-run, each with why: they change nothing, or what they write is the whole of what they do
+#: (a report or schema the user asked for). Every other task changes something, so it takes --dry-run.
+NO_DRY_RUN = {
+    "cluster.validate": "reads cluster specs and vCenter",
+    "config.schema": "prints a schema (or writes it to --dest: the output is the task)",
+    "dhcp.leases": "reads the lease file (--output: the report is the task)",
+    "dhcp.schema": "prints a schema",
+    "dhcp.verify": "captures packets",
+    "image.diff": "reads two images (--output: the report is the task)",
+    "image.verify": "reads an image; its boots run on copies",
+    "lint": "checks the checkout",
+    "preflight": "checks this host",
+    "template.validate": "reads a template's tags",
+    "test": "runs the suite",
+    "vsphere.thumbprint": "reads a certificate",
+}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_task_that_changes_something_takes_dry_run(task: str) -> None:
+    names = {a.name for a in copy.deepcopy(namespace[task]).get_arguments()}
+    assert ("dry_run" in names) != (task in NO_DRY_RUN), (
+        f"{task}: a task that changes something takes --dry-run; one that changes nothing is in NO_DRY_RUN with why"
+    )
