@@ -207,7 +207,10 @@ def display_name(text: str, what: str, limit: int = 255) -> str:
     """A name a service shows and stores (a CloudStack template, a Nutanix image): 1 to ``limit`` printable
     characters (no control, reordering or zero-width character), no leading or trailing space."""
     if not isinstance(text, str) or not _DISPLAY_NAME.fullmatch(text) or len(text) > limit or text != text.strip():
-        raise ValueError(f"expected a {what} name (1-{limit} printable characters), got {untrusted.shown(text, 60)!r}")
+        article = "an" if what[:1].lower() in tuple("aeiou") else "a"
+        raise ValueError(
+            f"expected {article} {what} name (1-{limit} printable characters), got {untrusted.shown(text, 60)!r}"
+        )
     return text
 
 

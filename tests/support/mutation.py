@@ -41,6 +41,8 @@ GUARDED = (
 )
 #: the mutants whose change no caller can see, each with why (reviewed one by one)
 EQUIVALENT = ROOT / "tests" / "data" / "mutation-equivalent.yaml"
+#: where each module's survivors are shown (kept after the run; not in git)
+REPORTS = ROOT / ".mutation"
 #: mutmut's exit codes of a checked mutant, by what they mean (mutmut/stats.py)
 KILLED, SURVIVED = {1, 3, 36, 37, 24, 152, 255, -24}, {0, 5, 33}
 
@@ -124,7 +126,21 @@ def measure(module: str, work: Path) -> dict[str, object]:
             survivors.append(name)
     scored = len(codes) - counts["equivalent"]
     score = counts["killed"] / scored if scored else 1.0
+    _write_report(module, copy, mutmut, survivors)
     return {"module": module, "mutants": len(codes), **counts, "score": round(score, 3), "survivors": survivors}
+
+
+def _write_report(module: str, copy: Path, mutmut: Path, survivors: list[str]) -> None:
+    """Each survivor's change (``mutmut show``), in ``REPORTS/<module>.txt``: what a new test must notice, or what
+    to list as equivalent with why. The copy it was made in is gone after the run."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    shown = []
+    for name in survivors:
+        diff = subprocess.run([str(mutmut), "show", name], cwd=copy, capture_output=True, text=True, check=False)
+        shown.append(f"## {name}\n{diff.stdout.strip()}\n")
+    report = REPORTS / (module.replace("/", ".") + ".txt")
+    report.write_text(f"# {module}: {len(survivors)} survivors\n\n" + "\n".join(shown))
+    print(f"{module}: the survivors' changes are in {report}", flush=True)
 
 
 def main(modules: list[str]) -> int:
