@@ -290,6 +290,52 @@ CASES: list[tuple[str, tuple[Any, ...], tuple[str, Any]]] = [
     ("ami_id", ("ami-0123456789abcdef0",), ("ok", "ami-0123456789abcdef0")),
     ("ami_id", ("ami-0123ABCD",), ("err", "expected an AMI ID such as ami-0123456789abcdef0, got 'ami-0123ABCD'")),
     ("ami_id", ("ami-012",), ("err", "expected an AMI ID such as ami-0123456789abcdef0, got 'ami-012'")),
+    ("digest_in_sums", ("b" * 64 + "  my file.img\n", "my file.img"), ("ok", "b" * 64)),
+    ("host_port", ("[::1]]",), ("err", "expected [IPv6]:port, got '[::1]]'")),
+    ("host_port", ("[::1]" + "x" * 70,), ("err", "expected [IPv6]:port, got '[::1]" + "x" * 55 + "'")),
+    ("hostname", ("::1]",), ("err", "expected a host name (letters, digits, '-', dots) or an IP address, got '::1]'")),
+    ("hostname", ("hostX.",), ("ok", "hostx")),
+    (
+        "hostname",
+        ("a" * 63 + "." + "a" * 63 + "." + "a" * 63 + "." + "a" * 61,),
+        ("ok", "a" * 63 + "." + "a" * 63 + "." + "a" * 63 + "." + "a" * 61),
+    ),
+    (
+        "hostname",
+        ("a" * 63 + "." + "a" * 63 + "." + "a" * 63 + "." + "a" * 62,),
+        ("err", "expected a host name (letters, digits, '-', dots) or an IP address, got '" + "a" * 60 + "'"),
+    ),
+    ("integer", ("X5", 1, 9), ("err", "expected a whole number from 1 to 9, got 'X5'")),
+    ("no_proxy_list", ("a, ,b",), ("err", "'a, ,b' is not a no_proxy list (hosts, domains, CIDRs, comma-separated)")),
+    ("s3_prefix", ("exportsX/",), ("ok", "exportsX")),
+    ("url", ("https://h.example/!",), ("ok", "https://h.example/!")),
+    ("url", ("https://h.example/\x7f",), ("err", "a URL may not contain spaces or control characters")),
+    (
+        "url",
+        ("http://h.example:0", ("http", "https")),
+        ("err", "expected a URL (http/https), got 'http://h.example:0': bad port or address"),
+    ),
+    (
+        "url",
+        ("http://h.example/" + "z" * 90,),
+        ("err", "expected a https URL, got 'http://h.example/" + "z" * 63 + "'"),
+    ),
+    ("url", ("https:///" + "z" * 90,), ("err", "the URL 'https:///" + "z" * 71 + "' has no host")),
+    (
+        "url",
+        ("https://u:p@h.example/" + "z" * 90,),
+        (
+            "err",
+            "the URL 'https://u:********@h.example/"
+            + "z" * 51
+            + "' carries credentials; give them in the environment instead",
+        ),
+    ),
+    (
+        "url",
+        ("https://u@h.example",),
+        ("err", "the URL 'https://********@h.example' carries credentials; give them in the environment instead"),
+    ),
 ]
 
 
@@ -308,7 +354,12 @@ def test_each_grammar_at_its_edges(function: str, args: tuple[Any, ...], expecte
 
 def test_every_public_grammar_has_its_edges_here() -> None:
     """A grammar added later gets rows here too, or this fails naming it."""
-    public = {name for name, value in vars(grammar).items() if callable(value) and not name.startswith("_")
-              and getattr(value, "__module__", "") == grammar.__name__
-              and "__mutmut" not in name}  # fmt: skip  (mutmut's copies of each function, under --mutation)
+    public = {
+        name
+        for name, value in vars(grammar).items()
+        if callable(value)
+        and not name.startswith("_")
+        and getattr(value, "__module__", "") == grammar.__name__
+        and "__mutmut" not in name
+    }  # fmt: skip  (mutmut's copies of each function, under --mutation)
     assert public - {c[0] for c in CASES} == set()
