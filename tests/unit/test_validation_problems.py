@@ -22,6 +22,7 @@ class Inner(StrictModel):
     mode: Literal["fast", "safe"] = "safe"
     on: bool = Field(False, description="true or false")
     size: int = Field(1, description="its size")
+    code: str = Field("ab", min_length=2, description="two letters at least")
 
     @field_validator("size")
     @classmethod
@@ -90,6 +91,14 @@ CASES = [
         ],
     ),
     ({"title": "t", "inner": {"name": "n", "size": -1}}, [Problem("inner.size", "negative")]),
+    (
+        # too short, but not empty: pydantic's words; a value of no boolean type: what it was
+        {"title": "t", "inner": {"name": "n", "code": "a", "on": [1]}},
+        [
+            Problem("inner.on", "got [1]", "true or false"),
+            Problem("inner.code", "String should have at least 2 characters", "two letters at least"),
+        ],
+    ),
     (
         {"title": 5, "inner": "x", "items": "no"},
         [
