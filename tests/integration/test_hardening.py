@@ -121,8 +121,8 @@ def test_demo_hardening_builds_scans_and_proves_a_hardened_node(
     out = dest / "output"
     (gz,) = out.glob("*.gz")
     with vm_turn():
-        node = subprocess.run([str(BIN / "image-builder"), "image.verify", "--image", str(gz), "--node-check",
-                               "--join"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=5000)  # fmt: skip
+        verify = [str(BIN / "image-builder"), "image.verify", "--image", str(gz), "--node-check", "--join"]
+        node = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, check=False, timeout=5000)
     assert node.returncode == 0, node.stdout[-4000:] + node.stderr[-3000:]
     assert "[ok  ] node Ready" in node.stdout and "[ok  ] test pod Running" in node.stdout, node.stdout[-3000:]
     assert "[ok  ] second node: node Ready" in node.stdout, node.stdout[-3000:]
