@@ -98,12 +98,19 @@ def test_a_checksum_file_that_is_missing_a_link_empty_or_another_s(tmp_path: Pat
             sums.write_text(good)
         spoil()
         error = _refused(check_checksum, image)
-        assert error.detail.startswith(said), (name, error.detail)
+        exact = name in ("missing", "link")  # the others go on with the image's digest
+        assert error.detail == said if exact else error.detail.startswith(said), (name, error.detail)
         assert (error.field, error.source) == ("--image", str(image))
         assert "secret text" not in str(error)
         expected = ("the image's checksum file, as a build writes it" if name in ("missing", "link")
                     else "an image whose .sha256 matches (a partial copy or another build's checksum?)")  # fmt: skip
         assert error.expected == expected
+
+
+def test_a_checksum_file_that_is_not_text_is_named_as_one(tmp_path: Path) -> None:
+    image = _image(tmp_path)
+    (tmp_path / "node-amd64.gz.sha256").write_bytes(b"\xff\xfe\x00 not text")
+    assert "checksum file" in str(_refused(check_checksum, image))
 
 
 @pytest.mark.parametrize("missing", [".spdx.json", ".intoto.json"])
@@ -147,10 +154,22 @@ def test_publish_checks_everything_first_and_writes_one_version(repo: tuple[Path
                                                            "images of distinct names")  # fmt: skip
     error = _refused(publish_images, [first, second], str(folder), keys, names=["x.gz", "x.gz"])
     assert error.detail == "two images would be published as x.gz"
+    error = _refused(publish_images, [first], str(folder), keys, public_key=OTHER.public_key)
+    assert "is not signed by the key" in error.detail, "--public-key reaches each image's check"
     assert sorted(p.name for p in (folder / "metadata").iterdir()) == before, "a refusal writes nothing"
     dry = publish_images([first, second], str(folder), keys, dry_run=True)
     assert sorted(p.name for p in (folder / "metadata").iterdir()) == before and dry.change.written
-    done = publish_images([first, second], str(folder), keys, public_key=SIGNER.public_key)
+    said: list[str] = []
+    sent: list[tuple[str, int]] = []
+
+    def transfers(label: str, total: int) -> Callable[[int], None]:
+        sent.append((label, total))
+        return lambda n: None
+
+    done = publish_images([first, second], str(folder), keys, public_key=SIGNER.public_key, say=said.append,
+                          transfers=transfers)  # fmt: skip
+    assert said == [f"uploading {t.name}" for t in done.targets], "the progress protocol reaches the repository"
+    assert sent == [(t.name, t.path.stat().st_size) for t in done.targets]
     assert done.signature_checked and [t.name for t in done.targets] == [
         "a.gz", "a.spdx.json", "a.intoto.json", "b.gz", "b.spdx.json", "b.intoto.json"]  # fmt: skip
     assert done.change.versions["targets"] == 2
