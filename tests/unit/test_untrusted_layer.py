@@ -61,13 +61,14 @@ READ_LEDGER = {
 
 def _tree(text: str) -> ast.Module:
     """A module's syntax tree without the copies of its functions ``invoke test --mutation`` plants (mutmut's
-    ``x_<name>__mutmut_<n>``: each a copy of one function with one change), so that a mutated copy of the checkout
-    counts each call once, as the checkout does."""
+    ``x_<name>__mutmut_<n>``, each a copy of one function with one change, and ``x_<name>__mutmut_orig``: the
+    function under its own name keeps its body), so that a mutated copy of the checkout counts each call once, as
+    the checkout does."""
     tree = ast.parse(text)
 
     def planted(n: ast.stmt) -> bool:
         defined = isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-        return defined and "__mutmut_" in n.name and not n.name.endswith("__mutmut_orig")  # type: ignore[attr-defined]
+        return defined and "__mutmut_" in n.name  # type: ignore[attr-defined]
 
     for node in list(ast.walk(tree)):
         body = getattr(node, "body", None)
