@@ -203,7 +203,7 @@ def _missing(what: str, detail: str, source: str, arch: str) -> InputError:
         source=source,
         field="status.components",
         expected=f"a manifest that ships every node artifact for {arch}"
-        + ("" if arch == ARCH else " (or 'image-builder release.build --arch arm64')"),
+        + (" (or 'image-builder release.build --arch arm64')" if arch == "arm64" else ""),
     )
 
 
