@@ -158,3 +158,50 @@ def test_the_document_its_components_and_its_kubernetes_version() -> None:
     assert (e.detail, e.field) == ("kubernetes v1.22.0 does not belong to channel 1-21", "spec.channel")
     with pytest.raises(ValueError, match="unknown architecture 'sparc'"):
         parse_manifest(TEXT, MANIFEST, "sparc")
+
+
+def _problems(spoil: Callable[[dict[str, Any]], None]) -> list[tuple[str | None, str, str | None]]:
+    doc = copy.deepcopy(DOC)
+    spoil(doc)
+    with pytest.raises(InputErrors) as raised:
+        parse_manifest(yaml.safe_dump(doc), MANIFEST)
+    return [(e.field, e.detail, e.expected) for e in raised.value.errors]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [("channel", "1.21", "<major>-<minor>"), ("channel", 121, "<major>-<minor>"),
+     ("channel", "12345-1", "<major>-<minor>"), ("number", "x", "a release number"),
+     ("number", -1, "a release number"), ("number", 10**9 + 1, "a release number"),
+     ("number", "٣", "a release number")],
+)  # fmt: skip
+def test_a_malformed_channel_or_number_is_named(field: str, value: object, expected: str) -> None:
+    def spoil(d: dict[str, Any]) -> None:
+        d["spec"][field] = value
+
+    assert _problems(spoil) == [(f"spec.{field}", "missing or malformed", expected)]
+
+
+@pytest.mark.parametrize("number", [0, 10**9, "7"])
+def test_a_release_number_at_its_bounds(number: object) -> None:
+    doc = copy.deepcopy(DOC)
+    doc["spec"]["number"] = number
+    assert parse_manifest(yaml.safe_dump(doc), MANIFEST).number == int(str(number))
+
+
+def test_an_asset_is_linux_and_of_the_arch_by_label_and_by_file_name() -> None:
+    def not_linux(d: dict[str, Any]) -> None:
+        _asset(d, "bin/linux/amd64/kubectl")["os"] = "windows"
+
+    assert _spoilt(not_linux).detail.startswith("no linux/amd64 kubectl ")
+
+    def unlabelled(d: dict[str, Any]) -> None:
+        _asset(d, "bin/linux/amd64/kubectl")["arch"] = ["arm64"]
+
+    assert _spoilt(unlabelled).detail.startswith("no linux/amd64 kubectl ")
+
+    def named_for_arm64(d: dict[str, Any]) -> None:  # labelled amd64, its file arm64's: the file name is trusted
+        asset = _asset(d, "bin/linux/amd64/kubectl")
+        asset["archive"]["uri"] = asset["archive"]["uri"].replace("/amd64/", "/arm64/")
+
+    assert _spoilt(named_for_arm64).detail.startswith("no linux/amd64 kubectl ")
