@@ -205,3 +205,36 @@ def test_an_asset_is_linux_and_of_the_arch_by_label_and_by_file_name() -> None:
         asset["archive"]["uri"] = asset["archive"]["uri"].replace("/amd64/", "/arm64/")
 
     assert _spoilt(named_for_arm64).detail.startswith("no linux/amd64 kubectl ")
+
+
+def test_an_optional_archive_after_a_missing_one_and_the_runtime_s_version() -> None:
+    """No crictl (the distro ships none), but a containerd tarball: the one after the missing one is still found."""
+    from imagebuilder.release.manifest import NodeArtifact, archive_asset
+
+    doc = copy.deepcopy(DOC)
+    url = "https://example.org/containerd-linux-amd64.tar.gz"
+    doc["status"]["components"].append({"name": "containerd", "gitTag": "v1.7.27", "assets": [
+        archive_asset("containerd-linux-amd64.tar.gz", url, b"containerd", "containerd tarball")]})  # fmt: skip
+    manifest = parse_manifest(yaml.safe_dump(doc), MANIFEST)
+    assert [(a.name, a.uri) for a in manifest.artifacts if a.component == "containerd"] == [("containerd", url)]
+    assert manifest.versions == (("containerd", "v1.7.27"),) and manifest.source == MANIFEST
+    with_512 = NodeArtifact("containerd", "archive", "containerd", url, "a" * 64, sha512="b" * 128)
+    assert with_512.to_json() == {"name": "containerd", "kind": "archive", "uri": url, "sha256": "a" * 64,
+                                  "sha512": "b" * 128}  # fmt: skip
+
+
+def test_an_archive_s_checksum_and_a_broken_document_name_the_manifest() -> None:
+    def spoil(d: dict[str, Any]) -> None:
+        _asset(d, next(a["name"] for a in _assets(d) if a["name"].startswith("etcd-linux-amd64")))["archive"][
+            "sha256"] = None  # fmt: skip
+
+    e = _spoilt(spoil)
+    assert e.detail.startswith("the linux/amd64 asset for etcd (etcd-linux-amd64-") and e.source == MANIFEST
+    with pytest.raises(InputError) as raised:
+        parse_manifest("kind: Release\nspec: [", MANIFEST)
+    assert raised.value.source == MANIFEST
+    doc = copy.deepcopy(DOC)
+    doc["spec"]["channel"] = "1.21"
+    with pytest.raises(InputErrors) as errors:
+        parse_manifest(yaml.safe_dump(doc), MANIFEST)
+    assert {str(e.source) for e in errors.value.errors} == {MANIFEST}
