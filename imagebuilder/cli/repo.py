@@ -62,11 +62,9 @@ def keygen(c: Context, dest: str = "", roles: str = "", type: str = "ed25519", d
     out = flags.dest_dir(flags.required(dest, "--dest", "a folder for the keys"), "--dest")
     kind = flags.choice(type, "--type", KINDS)
     counts = _counts(roles, "--roles", dict.fromkeys(ROLES, 1))
-    for path, key_id in make_keys(out, counts, kind, dry_run=dry_run):
-        if key_id or (dry_run and not path.exists()):
-            print(f"would write {path} ({kind})" if dry_run else f"wrote     {path} (key ID {key_id})")
-        else:
-            print(f"kept      {path} (exists)")
+    for path, done, key_id in make_keys(out, counts, kind, dry_run=dry_run):
+        print({"made": f"wrote     {path} (key ID {key_id})", "kept": f"kept      {path} (exists)",
+               "would make": f"would write {path} ({kind})"}[done])  # fmt: skip
 
 
 @task(

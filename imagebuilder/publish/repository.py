@@ -110,20 +110,21 @@ def key_reference(path: Path, flag: str = "--keys") -> str:
     return ref
 
 
-def make_keys(folder: Path, counts: dict[str, int], kind: str, *, dry_run: bool = False) -> list[tuple[Path, str]]:
+def make_keys(folder: Path, counts: dict[str, int], kind: str, *,
+              dry_run: bool = False) -> list[tuple[Path, str, str]]:  # fmt: skip
     """The repository's key files in ``folder`` (0700), ``counts[role]`` per role (``<role>.pem``, or
-    ``<role>-<n>.pem`` for more than one): ``(path, key ID)`` for each key made, ``(path, "")`` for one kept. A key
-    that exists is kept, never overwritten (a lost key is a lost repository), so a rerun converges. A dry run makes
-    nothing and lists the files it would make, with no key ID."""
+    ``<role>-<n>.pem`` for more than one): ``(path, what was done, key ID)``, what was done being ``made``, ``kept``
+    (a key that exists is never overwritten: a lost key is a lost repository, and a rerun converges) or, in a dry run,
+    which makes nothing, ``would make`` (no key ID)."""
     from imagebuilder.attest.keys import generate
 
     planned = [folder / (f"{role}.pem" if counts[role] == 1 else f"{role}-{n}.pem")
                for role in ROLES for n in range(1, counts.get(role, 0) + 1)]  # fmt: skip
     if dry_run:
-        return [(path, "") for path in planned]
+        return [(path, "kept" if path.exists() else "would make", "") for path in planned]
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
-    return [(path, "" if path.exists() else generate(path, kind)) for path in planned]
+    return [(path, "kept", "") if path.exists() else (path, "made", generate(path, kind)) for path in planned]
 
 
 def load_keys(folder: Path, roles: Iterable[str], flag: str = "--keys") -> Keys:

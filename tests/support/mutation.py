@@ -47,6 +47,10 @@ REPORTS = ROOT / ".mutation"
 KILLED, SURVIVED = {1, 3, 36, 37, 24, 152, 255, -24}, {0, 5, 33}
 
 
+class NotMeasured(Exception):
+    """mutmut gave no result for a module: why, with the end of its output."""
+
+
 #: the environment variable that makes the unit tests use :func:`use_hypothesis_profile`'s profile
 PROFILE_ENV = "IMAGE_BUILDER_MUTATION"
 
@@ -99,7 +103,7 @@ def measure(module: str, work: Path) -> dict[str, object]:
                          env={**os.environ, PROFILE_ENV: "1"})  # fmt: skip
     meta = copy / "mutants" / (module + ".meta")
     if not meta.is_file():
-        raise SystemExit(f"mutmut produced no results for {module} (exit {run.returncode}):\n{run.stdout[-3000:]}"
+        raise NotMeasured(f"mutmut produced no results for {module} (exit {run.returncode}):\n{run.stdout[-3000:]}"
                          f"{run.stderr[-3000:]}")  # fmt: skip
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
     if codes and all(code is None for code in codes.values()):
@@ -108,7 +112,7 @@ def measure(module: str, work: Path) -> dict[str, object]:
             if "could not find any test case" in run.stdout
             else "the unit tests must pass on the copy first"
         )
-        raise SystemExit(f"mutmut checked no mutant of {module} (exit {run.returncode}): {why}\n"
+        raise NotMeasured(f"mutmut checked no mutant of {module} (exit {run.returncode}): {why}\n"
                          f"{run.stdout[-3000:]}{run.stderr[-3000:]}")  # fmt: skip
     listed = equivalent()
     counts: Counter[str] = Counter()
@@ -151,7 +155,7 @@ def main(modules: list[str]) -> int:
         for module in modules or list(GUARDED):
             try:
                 result = measure(module, Path(tmp))
-            except SystemExit as exc:  # one module mutmut could not measure: said, and the next one measured
+            except NotMeasured as exc:  # one module mutmut could not measure: said, and the next one measured
                 print(f"{module}: not measured: {exc}", flush=True)
                 unmeasured.append(module)
                 continue
